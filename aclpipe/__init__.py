@@ -1,0 +1,29 @@
+"""aclpipe: run DAGs of Ascend NPU (aclnn) operators asynchronously from Python."""
+
+from __future__ import annotations
+
+from .dtypes import DType, Format
+from .errors import (
+    AclpipeError,
+    BackendError,
+    ClosedResourceError,
+    DeviceFault,
+    DeviceOutOfMemory,
+    ExecutionError,
+    GraphError,
+    HazardError,
+    InvalidArgumentError,
+    PlanError,
+    UnsupportedOpError,
+)
+from .runtime import Device, DeviceBuffer, Event, HostBuffer, MemInfo, Stream, device_count, open_device
+from .tensor import TensorDesc
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AclpipeError", "BackendError", "ClosedResourceError", "DeviceFault", "DeviceOutOfMemory",
+    "ExecutionError", "GraphError", "HazardError", "InvalidArgumentError", "PlanError", "UnsupportedOpError",
+    "DType", "Format", "TensorDesc",
+    "Device", "DeviceBuffer", "Event", "HostBuffer", "MemInfo", "Stream", "device_count", "open_device",
+]

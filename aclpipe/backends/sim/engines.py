@@ -1,0 +1,140 @@
+"""The simulator's timing model: a named device spec, a roofline cost, and engines tasks hold.
+
+With timing on, each task holds its engine (a number of AI cores, the H2D copy engine, or
+the D2H copy engine) for the time the roofline gives, multiplied by ``time_scale`` wall
+seconds per device second; the three engines overlap each other.  With timing off (the
+default in unit tests) tasks run as fast as numpy does and engines are not modelled.
+
+The default :data:`ATLAS_A2` figures are those published for an Ascend 910B3 in an Atlas
+800T A2 training server: 20 AI cores (cube units), about 313 TFLOPS fp16 cube throughput,
+64 GB HBM2e at about 1.6 TB/s, and a PCIe 5.0 x16 host link (64 GB/s raw per direction;
+we model about 50 GB/s achieved).  Vector throughput is taken as one eighth of cube
+throughput, and launch latency as the few microseconds host-launched kernels cost.
+These are modelling figures, not a promise about any specific board.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["DeviceSpec", "ATLAS_A2", "Cost", "Engines", "SPECS"]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Figures the roofline uses; every rate is per device second."""
+
+    name: str
+    ai_cores: int
+    cube_flops: float  # fp16 matrix FLOP/s, whole chip
+    vector_flops: float  # elementwise FLOP/s, whole chip
+    hbm_bytes_per_s: float
+    h2d_bytes_per_s: float
+    d2h_bytes_per_s: float
+    launch_s: float  # per-kernel launch latency
+    copy_latency_s: float
+    memory_bytes: int
+
+
+ATLAS_A2 = DeviceSpec(
+    name="atlas-a2",
+    ai_cores=20,
+    cube_flops=313e12,
+    vector_flops=313e12 / 8,
+    hbm_bytes_per_s=1.6e12,
+    h2d_bytes_per_s=50e9,
+    d2h_bytes_per_s=50e9,
+    launch_s=3e-6,
+    copy_latency_s=2e-6,
+    memory_bytes=64 * 2**30,
+)
+
+#: A small part, handy in tests: 4 cores and 1 GiB, so capacity errors are easy to reach.
+SIM_SMALL = DeviceSpec("sim-small", 4, 10e12, 2e12, 200e9, 10e9, 10e9, 5e-6, 5e-6, 2**30)
+
+SPECS: dict[str, DeviceSpec] = {spec.name: spec for spec in (ATLAS_A2, SIM_SMALL)}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a task costs: FLOPs (on the cube or vector unit), HBM bytes, and cores it wants."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    cores: int = 0  # 0: as many as the work can fill
+    cube: bool = False
+
+    def seconds(self, spec: DeviceSpec, cores: int) -> float:
+        rate = spec.cube_flops if self.cube else spec.vector_flops
+        share = cores / spec.ai_cores
+        compute = self.flops / (rate * share) if self.flops else 0.0
+        memory = self.bytes / (spec.hbm_bytes_per_s * share) if self.bytes else 0.0
+        return spec.launch_s + max(compute, memory)
+
+    def tiling(self, spec: DeviceSpec) -> int:
+        """Cores the kernel's tiling asks for: one per 64 KiB of traffic, at least one."""
+        if self.cores:
+            return max(1, min(self.cores, spec.ai_cores))
+        blocks = math.ceil(max(self.bytes, self.flops / 16) / 65536)
+        return max(1, min(spec.ai_cores, blocks))
+
+
+class _Cores:
+    """A counting resource: a kernel takes the cores its tiling asks for, or waits."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.free = total
+        self._cond = threading.Condition()
+
+    def acquire(self, count: int) -> None:
+        with self._cond:
+            while self.free < count:
+                self._cond.wait()
+            self.free -= count
+
+    def release(self, count: int) -> None:
+        with self._cond:
+            self.free += count
+            self._cond.notify_all()
+
+
+class Engines:
+    """Compute cores and the two copy engines of one simulated device, plus its clock."""
+
+    def __init__(self, spec: DeviceSpec, timing: bool, time_scale: float):
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be positive, got {time_scale}")
+        self.spec = spec
+        self.timing = timing
+        self.time_scale = time_scale
+        self.cores = _Cores(spec.ai_cores)
+        self.h2d = threading.Lock()
+        self.d2h = threading.Lock()
+        self._origin = time.perf_counter()
+        self.busy: dict[str, float] = {"compute": 0.0, "h2d": 0.0, "d2h": 0.0}
+        self._busy_lock = threading.Lock()
+
+    def now(self) -> float:
+        """Device time in seconds since the device opened."""
+        elapsed = time.perf_counter() - self._origin
+        return elapsed / self.time_scale if self.timing else elapsed
+
+    def hold(self, engine: str, device_seconds: float, work: object = None) -> None:
+        """Run ``work`` (a callable) and keep ``engine`` busy for ``device_seconds`` in all."""
+        deadline = time.perf_counter() + device_seconds * self.time_scale
+        if callable(work):
+            work()
+        remaining = deadline - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+        with self._busy_lock:
+            self.busy[engine] += device_seconds
+
+    def copy_seconds(self, nbytes: int, direction: str) -> float:
+        rate = {"h2d": self.spec.h2d_bytes_per_s, "d2h": self.spec.d2h_bytes_per_s}.get(
+            direction, self.spec.hbm_bytes_per_s)
+        return self.spec.copy_latency_s + nbytes / rate

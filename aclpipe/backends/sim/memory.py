@@ -1,0 +1,202 @@
+"""Simulated device memory and pinned host memory.
+
+Device memory lives in its own opaque address range: a device address is an integer that
+means nothing to the host, and host code reaches device bytes only through copies.  Each
+allocation is rounded like ``aclrtMalloc`` (up to 32 bytes plus 32 bytes of padding), is
+poisoned when fresh and again when freed, and addresses are never reused, so a stale
+address always fails loudly instead of aliasing a newer buffer.
+
+Pinned host buffers (``aclrtMallocHost``) are plain numpy memory at real host addresses,
+registered so that async copies can find them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import DeviceOutOfMemory, error_from_code
+from ...tensor import TensorDesc
+
+__all__ = ["DeviceMemory", "Allocation", "POISON_BYTE", "DEVICE_BASE", "ALIGNMENT"]
+
+DEVICE_BASE = 0x12C0_0000_0000  # an NPU-like range far from host heap and mmap addresses
+ALIGNMENT = 32
+POISON_BYTE = 0xFF  # all-ones: NaN in every float dtype, -1 in every signed int
+_HOST_ALIGNMENT = 64
+
+
+@dataclass(eq=False)
+class Allocation:
+    start: int
+    size: int  # bytes the caller asked for
+    data: np.ndarray  # uint8, rounded size
+    host: bool = False
+    alive: bool = True
+    label: str = ""
+    sanitizer_state: Any = field(default=None, repr=False)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.data.nbytes
+
+    def describe(self) -> str:
+        kind = "pinned host buffer" if self.host else "device allocation"
+        label = f" '{self.label}'" if self.label else ""
+        return f"{kind}{label} at {self.start:#x} ({self.size} bytes)"
+
+
+def _round(nbytes: int) -> int:
+    return ((nbytes + ALIGNMENT - 1) // ALIGNMENT) * ALIGNMENT + ALIGNMENT
+
+
+class DeviceMemory:
+    """Address space of one simulated device plus its pinned host buffers."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.in_use = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+        self._next = DEVICE_BASE
+        self._starts: list[int] = []  # sorted starts of live device allocations
+        self._by_start: dict[int, Allocation] = {}
+        # (start, size, description) of recent frees, for messages about stale addresses.
+        self._freed: collections.deque[tuple[int, int, str]] = collections.deque(maxlen=4096)
+        self._host: dict[int, Allocation] = {}
+        self._host_starts: list[int] = []
+
+    # -- device allocations ------------------------------------------------------------
+    def alloc(self, nbytes: int, label: str = "") -> Allocation:
+        if nbytes <= 0:
+            raise error_from_code(107000, f"cannot allocate {nbytes} bytes: size must be positive")
+        rounded = _round(nbytes)
+        with self._lock:
+            if self.in_use + rounded > self.capacity:
+                raise DeviceOutOfMemory(207001, requested=nbytes, in_use=self.in_use, limit=self.capacity)
+            start = self._next
+            # Leave a guard gap so that an overrun never lands in the next allocation.
+            self._next += rounded + 4096
+            self.in_use += rounded
+            self.peak = max(self.peak, self.in_use)
+        data = np.full(rounded, POISON_BYTE, dtype=np.uint8)
+        allocation = Allocation(start, nbytes, data, label=label)
+        with self._lock:
+            bisect.insort(self._starts, start)
+            self._by_start[start] = allocation
+        return allocation
+
+    def free(self, address: int) -> Allocation:
+        with self._lock:
+            allocation = self._by_start.pop(address, None)
+            if allocation is None:
+                raise error_from_code(207002, self._unknown(address, "free"))
+            del self._starts[bisect.bisect_left(self._starts, address)]
+            self._freed.append((allocation.start, allocation.size, allocation.describe()))
+            self.in_use -= allocation.data.nbytes
+        allocation.alive = False
+        allocation.data.fill(POISON_BYTE)
+        return allocation
+
+    # -- pinned host -----------------------------------------------------------------------
+    def alloc_host(self, nbytes: int, label: str = "") -> Allocation:
+        if nbytes <= 0:
+            raise error_from_code(107000, f"cannot allocate {nbytes} host bytes: size must be positive")
+        raw = np.empty(nbytes + _HOST_ALIGNMENT, dtype=np.uint8)
+        shift = (-raw.ctypes.data) % _HOST_ALIGNMENT
+        data = raw[shift:shift + nbytes]
+        data.fill(POISON_BYTE)
+        allocation = Allocation(data.ctypes.data, nbytes, data, host=True, label=label)
+        with self._lock:
+            bisect.insort(self._host_starts, allocation.start)
+            self._host[allocation.start] = allocation
+        return allocation
+
+    def free_host(self, address: int) -> Allocation:
+        with self._lock:
+            allocation = self._host.pop(address, None)
+            if allocation is None:
+                raise error_from_code(107000, f"{address:#x} is not a pinned host buffer from alloc_host")
+            del self._host_starts[bisect.bisect_left(self._host_starts, address)]
+        allocation.alive = False
+        allocation.data.fill(POISON_BYTE)
+        return allocation
+
+    # -- lookups ---------------------------------------------------------------------------
+    def is_device(self, address: int) -> bool:
+        return address >= DEVICE_BASE and address < self._next
+
+    def find(self, address: int, nbytes: int, *, what: str) -> tuple[Allocation, int]:
+        """The live allocation (device or pinned host) holding ``[address, address+nbytes)``."""
+        with self._lock:
+            if self.is_device(address):
+                starts, table = self._starts, self._by_start
+            else:
+                starts, table = self._host_starts, self._host
+            index = bisect.bisect_right(starts, address) - 1
+            allocation = table[starts[index]] if index >= 0 else None
+        if allocation is None or address >= allocation.start + allocation.size:
+            raise error_from_code(107000, self._unknown(address, what))
+        offset = address - allocation.start
+        if offset + nbytes > allocation.size:
+            raise error_from_code(
+                107000,
+                f"{what}: {nbytes} bytes at {address:#x} run past the end of {allocation.describe()} "
+                f"by {offset + nbytes - allocation.size} bytes",
+            )
+        return allocation, offset
+
+    def find_device(self, address: int, nbytes: int, *, what: str, aligned: bool = False) -> Allocation:
+        if not self.is_device(address):
+            kind = "a pinned host buffer" if self._host_holds(address) else "not device memory"
+            raise error_from_code(
+                107000, f"{what}: address {address:#x} is {kind}; kernels take device addresses "
+                "(copy host data to a DeviceBuffer first)")
+        if aligned and address % ALIGNMENT:
+            raise error_from_code(107008, f"{what}: address {address:#x} is not {ALIGNMENT}-byte aligned")
+        return self.find(address, nbytes, what=what)[0]
+
+    def bytes_at(self, address: int, nbytes: int, *, what: str) -> np.ndarray:
+        allocation, offset = self.find(address, nbytes, what=what)
+        return allocation.data[offset:offset + nbytes]
+
+    def tensor(self, desc: TensorDesc, *, what: str) -> np.ndarray:
+        """A strided numpy view of the tensor's elements in device memory (reads and writes)."""
+        allocation = self.find_device(desc.address, desc.extent_bytes, what=what)
+        itemsize = desc.dtype.itemsize
+        offset = desc.address - allocation.start
+        flat = allocation.data[offset:offset + max(desc.extent_bytes, 0)]
+        if desc.numel == 0:
+            return np.empty(desc.shape, dtype=desc.dtype.numpy)
+        typed = flat.view(desc.dtype.numpy)
+        return np.lib.stride_tricks.as_strided(
+            typed[desc.offset:], shape=desc.shape, strides=tuple(s * itemsize for s in desc.strides))
+
+    def _host_holds(self, address: int) -> bool:
+        with self._lock:
+            index = bisect.bisect_right(self._host_starts, address) - 1
+            if index < 0:
+                return False
+            allocation = self._host[self._host_starts[index]]
+        return address < allocation.start + allocation.size
+
+    def _unknown(self, address: int, what: str) -> str:
+        for start, size, description in reversed(self._freed):
+            if start <= address < start + size:
+                return f"{what}: {address:#x} lies in {description}, which was already freed"
+        if self.is_device(address):
+            return f"{what}: {address:#x} is not inside any live device allocation"
+        return f"{what}: {address:#x} is neither device memory nor a pinned host buffer"
+
+    def live_allocations(self) -> list[Allocation]:
+        with self._lock:
+            return list(self._by_start.values())
+
+    def live_host_buffers(self) -> list[Allocation]:
+        with self._lock:
+            return list(self._host.values())

@@ -1,0 +1,158 @@
+"""Happens-before checking with vector clocks, one clock per stream plus one for the host.
+
+The sanitizer checks the *program*, not the luck of one run's timing: every access is
+checked when it is enqueued, against the ordering that streams, events, waits and
+synchronizations guarantee.  Rules (ARCHITECTURE.md 3.1):
+
+- each task enqueued on stream *s* ticks ``clock[s][s]``; an enqueue also merges the host's
+  clock into the stream's (the host did everything before it enqueued the task);
+- ``record`` snapshots the stream's clock into the event; ``wait`` merges the snapshot;
+- a stream or event synchronization merges into the host clock; so does a host function
+  once it has returned (the host is told through it);
+- two accesses to overlapping bytes, at least one a write, must be ordered: the earlier
+  one's ``(actor, tick)`` must be covered by the later actor's clock.  Otherwise
+  :class:`HazardError` names both.
+
+Accesses are tracked per allocation and byte range.  A range keeps its last write and, per
+actor, its last read: a later read by the same actor is ordered after an earlier one, so
+the older record can go, which keeps the tables as small as the number of live ranges.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import HazardError
+from .memory import Allocation
+
+__all__ = ["Sanitizer", "Clock", "HOST"]
+
+HOST = "host"
+Clock = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Access:
+    start: int
+    end: int
+    write: bool
+    actor: str
+    tick: int
+    what: str
+
+    def describe(self) -> str:
+        kind = "write" if self.write else "read"
+        where = "on the host" if self.actor == HOST else f"on stream {self.actor}"
+        return f"{kind} of bytes [{self.start:#x}, {self.end:#x}) by {self.what} {where} (tick {self.tick})"
+
+
+class _RangeState:
+    __slots__ = ("last_write", "reads")
+
+    def __init__(self) -> None:
+        self.last_write: Access | None = None
+        self.reads: dict[str, Access] = {}
+
+
+def _merge(into: Clock, other: Clock) -> None:
+    for actor, tick in other.items():
+        if into.get(actor, 0) < tick:
+            into[actor] = tick
+
+
+class Sanitizer:
+    """Vector-clock race detector for one device."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clocks: dict[str, Clock] = {HOST: {HOST: 0}}
+        self.checked = 0
+
+    # -- clocks ------------------------------------------------------------------------------
+    def add_stream(self, stream: str) -> None:
+        with self._lock:
+            self._clocks[stream] = {stream: 0}
+
+    def enqueue(self, stream: str) -> Clock:
+        """Tick ``stream`` for a new task enqueued by the host; returns the task's clock (a copy)."""
+        with self._lock:
+            clock = self._clocks[stream]
+            _merge(clock, self._clocks[HOST])
+            clock[stream] = clock.get(stream, 0) + 1
+            return dict(clock)
+
+    def snapshot(self, stream: str) -> Clock:
+        with self._lock:
+            clock = self._clocks[stream]
+            _merge(clock, self._clocks[HOST])
+            return dict(clock)
+
+    def wait(self, stream: str, snapshot: Clock) -> None:
+        with self._lock:
+            _merge(self._clocks[stream], snapshot)
+
+    def host_learns(self, snapshot: Clock) -> None:
+        """The host now knows everything ``snapshot`` covers (a sync returned, a callback ran)."""
+        with self._lock:
+            _merge(self._clocks[HOST], snapshot)
+
+    def host_tick(self) -> Clock:
+        with self._lock:
+            clock = self._clocks[HOST]
+            clock[HOST] += 1
+            return dict(clock)
+
+    # -- accesses ----------------------------------------------------------------------------
+    def access(self, allocation: Allocation, start: int, nbytes: int, *, write: bool, actor: str,
+               clock: Clock, what: str) -> None:
+        """Check one access made with ``clock`` by ``actor`` and remember it."""
+        if nbytes <= 0:
+            return
+        access = Access(start, start + nbytes, write, actor, clock.get(actor, 0), what)
+        with self._lock:
+            self.checked += 1
+            table: dict[tuple[int, int], _RangeState] | None = allocation.sanitizer_state
+            if table is None:
+                table = allocation.sanitizer_state = {}
+            for (lo, hi), state in table.items():
+                if lo < access.end and access.start < hi:
+                    self._check(state, access, clock, allocation)
+            state = table.get((access.start, access.end))
+            if state is None:
+                state = table[(access.start, access.end)] = _RangeState()
+            if write:
+                state.last_write = access
+                state.reads.clear()
+                self._forget_covered(table, access, clock)
+            else:
+                state.reads[actor] = access
+
+    def _check(self, state: _RangeState, access: Access, clock: Clock, allocation: Allocation) -> None:
+        earlier = [state.last_write] if state.last_write else []
+        if access.write:
+            earlier.extend(state.reads.values())
+        for previous in earlier:
+            if previous.actor == access.actor or clock.get(previous.actor, 0) >= previous.tick:
+                continue
+            raise HazardError(
+                f"data race on {allocation.describe()}: {access.describe()} is not ordered after "
+                f"{previous.describe()}; add an event wait between the streams or synchronize first",
+                first=previous.describe(), second=access.describe())
+
+    @staticmethod
+    def _forget_covered(table: dict[tuple[int, int], _RangeState], write: Access, clock: Clock) -> None:
+        # Ranges inside this write whose accesses are all ordered before it can never race with
+        # anything the write does not already race with: drop them.
+        for key in [k for k in table if write.start <= k[0] and k[1] <= write.end and k != (write.start, write.end)]:
+            state = table[key]
+            accesses = list(state.reads.values()) + ([state.last_write] if state.last_write else [])
+            if all(clock.get(a.actor, 0) >= a.tick or a.actor == write.actor for a in accesses):
+                del table[key]
+
+    def host_access(self, allocation: Allocation, start: int, nbytes: int, *, write: bool, what: str) -> None:
+        self.access(allocation, start, nbytes, write=write, actor=HOST, clock=self.host_tick(), what=what)
+
+    def stats(self) -> dict[str, Any]:
+        return {"checked": self.checked, "actors": len(self._clocks)}

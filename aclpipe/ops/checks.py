@@ -1,0 +1,131 @@
+"""Phase-one argument checks shared by every operator family.
+
+Each check raises :func:`op_error` (aclnn 161001/161002) with the op, the argument, what was
+expected and what was seen.  Kernel helpers at the bottom convert between storage dtypes
+and the compute dtype (fp16/bf16 accumulate in fp32) and write results into output views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType
+from ..tensor import MAX_DIMS, TensorDesc
+from .base import op_error
+
+__all__ = [
+    "need", "need_dtype", "need_same_dtype", "broadcast_shapes", "need_output", "normalize_dim",
+    "normalize_dims", "need_rank", "FLOATS", "INTS", "NUMERIC", "ALL", "compute_view", "store",
+    "elementwise_cost", "optional_attr",
+]
+
+FLOATS = frozenset({DType.float32, DType.float16, DType.bfloat16})
+INTS = frozenset({DType.int8, DType.uint8, DType.int32, DType.int64})
+NUMERIC = FLOATS | INTS
+ALL = NUMERIC | {DType.bool}
+
+
+def need(op: str, name: str, tensor: TensorDesc | None) -> TensorDesc:
+    if tensor is None:
+        raise op_error(op, name, "a tensor", "NULL", null=True)
+    if tensor.ndim > MAX_DIMS:
+        raise op_error(op, name, f"at most {MAX_DIMS} dims", f"{tensor.ndim} dims {list(tensor.shape)}")
+    return tensor
+
+
+def need_dtype(op: str, name: str, tensor: TensorDesc, allowed: Iterable[DType]) -> None:
+    allowed = frozenset(allowed)
+    if tensor.dtype not in allowed:
+        names = ", ".join(sorted(d.name for d in allowed))
+        raise op_error(op, name, f"dtype in {{{names}}}", tensor.dtype.name)
+
+
+def need_same_dtype(op: str, names: Sequence[str], tensors: Sequence[TensorDesc]) -> None:
+    first = tensors[0].dtype
+    for name, tensor in zip(names[1:], tensors[1:]):
+        if tensor.dtype != first:
+            raise op_error(op, name, f"dtype {first.name} (same as {names[0]})", tensor.dtype.name)
+
+
+def need_rank(op: str, name: str, tensor: TensorDesc, ranks: Iterable[int]) -> None:
+    ranks = tuple(ranks)
+    if tensor.ndim not in ranks:
+        raise op_error(op, name, f"rank in {ranks}", f"rank {tensor.ndim} {list(tensor.shape)}")
+
+
+def broadcast_shapes(op: str, named: Sequence[tuple[str, tuple[int, ...]]]) -> tuple[int, ...]:
+    """NumPy/PyTorch broadcasting of several shapes, with an op error naming the culprit."""
+    ndim = max(len(shape) for _, shape in named)
+    result = [1] * ndim
+    for name, shape in named:
+        padded = (1,) * (ndim - len(shape)) + tuple(shape)
+        for axis, dim in enumerate(padded):
+            if dim == result[axis] or dim == 1:
+                continue
+            if result[axis] == 1:
+                result[axis] = dim
+                continue
+            shapes = ", ".join(f"{n}{list(s)}" for n, s in named)
+            raise op_error(op, name, "shapes that broadcast together", shapes)
+    if ndim > MAX_DIMS:
+        raise op_error(op, "broadcast", f"at most {MAX_DIMS} dims", ndim)
+    return tuple(result)
+
+
+def need_output(op: str, name: str, out: TensorDesc | None, shape: tuple[int, ...],
+                dtypes: DType | Iterable[DType]) -> TensorDesc:
+    """The output must exist, have exactly ``shape`` and one of ``dtypes``."""
+    out = need(op, name, out)
+    if tuple(out.shape) != tuple(shape):
+        raise op_error(op, name, f"shape {list(shape)}", list(out.shape))
+    allowed = frozenset([dtypes] if isinstance(dtypes, DType) else dtypes)
+    if out.dtype not in allowed:
+        raise op_error(op, name, f"dtype in {{{', '.join(sorted(d.name for d in allowed))}}}", out.dtype.name)
+    return out
+
+
+def normalize_dim(op: str, name: str, dim: Any, ndim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+        raise op_error(op, name, "an integer dim", repr(dim))
+    low = -max(ndim, 1)
+    high = max(ndim, 1) - 1
+    if not low <= dim <= high:
+        raise op_error(op, name, f"dim in [{low}, {high}]", dim)
+    return int(dim) % max(ndim, 1)
+
+
+def normalize_dims(op: str, name: str, dims: Any, ndim: int) -> tuple[int, ...]:
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, (int, np.integer)):
+        dims = [dims]
+    result = tuple(normalize_dim(op, name, d, ndim) for d in dims)
+    if len(set(result)) != len(result):
+        raise op_error(op, name, "distinct dims", list(dims))
+    return result
+
+
+def optional_attr(attrs: dict[str, Any], key: str, default: Any) -> Any:
+    value = attrs.get(key, default)
+    return default if value is None else value
+
+
+# -- kernel helpers ------------------------------------------------------------------------
+def compute_view(array: np.ndarray, dtype: DType) -> np.ndarray:
+    """``array`` in the dtype kernels compute in (fp16/bf16 -> fp32; others unchanged)."""
+    target = dtype.compute
+    return array.astype(target) if array.dtype != target else array
+
+
+def store(out: np.ndarray, value: Any) -> None:
+    """Write ``value`` into the output view, casting to its dtype (round-to-nearest)."""
+    np.copyto(out, np.asarray(value).astype(out.dtype, copy=False), casting="unsafe")
+
+
+def elementwise_cost(numel: int, tensors: Sequence[TensorDesc | None], flops_per_element: float = 1.0) -> tuple[float, float]:
+    """(flops, bytes) of an elementwise kernel over ``numel`` outputs touching ``tensors``."""
+    traffic = sum(t.numel * t.dtype.itemsize for t in tensors if t is not None)
+    return numel * flops_per_element, float(traffic)

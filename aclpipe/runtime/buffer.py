@@ -1,0 +1,114 @@
+"""Device and pinned host buffers: owned memory, freed by ``close()`` or when collected.
+
+A :class:`DeviceBuffer` is an opaque device address and a size; the host reaches its bytes
+only through stream copies.  A :class:`HostBuffer` is pinned host memory (``aclrtMallocHost``)
+that async copies read and write; :meth:`HostBuffer.numpy` hands out a numpy view and, on
+a sanitizing device, checks that no copy still in flight touches those bytes.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from ..errors import ClosedResourceError
+
+if TYPE_CHECKING:
+    from .device import Device
+
+__all__ = ["DeviceBuffer", "HostBuffer"]
+
+
+def _free_device(backend: Any, address: int) -> None:
+    if not getattr(backend, "closed", False):
+        backend.mem_free(address)
+
+
+def _free_host(backend: Any, address: int) -> None:
+    if not getattr(backend, "closed", False):
+        backend.mem_free_host(address)
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory at ``address``."""
+
+    def __init__(self, device: Device, address: int, nbytes: int, label: str = ""):
+        self.device = device
+        self.address = address
+        self.nbytes = nbytes
+        self.label = label
+        self._finalizer = weakref.finalize(self, _free_device, device.backend, address)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise ClosedResourceError(f"{self!r} was freed")
+
+    def close(self) -> None:
+        """Free the memory now. The caller must know the device is done with it (the sanitizer
+        checks); idempotent."""
+        self._finalizer()
+
+    free = close
+
+    def __repr__(self) -> str:
+        state = "freed" if self.closed else f"{self.address:#x}"
+        label = f" {self.label!r}" if self.label else ""
+        return f"<DeviceBuffer{label} {self.nbytes} bytes at {state} on {self.device.name}>"
+
+
+class HostBuffer:
+    """``nbytes`` of pinned host memory."""
+
+    def __init__(self, device: Device, address: int, data: np.ndarray, label: str = ""):
+        self.device = device
+        self.address = address
+        self.nbytes = int(data.nbytes)
+        self.label = label
+        self._data = data
+        self._finalizer = weakref.finalize(self, _free_host, device.backend, address)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise ClosedResourceError(f"{self!r} was freed")
+
+    def numpy(self, dtype: Any = np.uint8, shape: tuple[int, ...] | int | None = None, *,
+              offset: int = 0) -> np.ndarray:
+        """A view of the buffer as ``dtype`` with ``shape`` (default: as many elements as fit).
+
+        Taking the view counts as a host write of those bytes: copies into or out of the
+        buffer must have completed (synchronize the stream or an event recorded after them).
+        """
+        self.check_open()
+        numpy_dtype = as_dtype(dtype).numpy
+        if shape is None:
+            count = (self.nbytes - offset) // numpy_dtype.itemsize
+            shape = (count,)
+        elif isinstance(shape, int):
+            shape = (shape,)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype.itemsize
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"a {numpy_dtype} view of shape {tuple(shape)} at offset {offset} needs "
+                             f"{offset + nbytes} bytes; the buffer has {self.nbytes}")
+        self.device.backend.host_access(self.address + offset, max(nbytes, 1), write=True,
+                                        what=f"host view of {self.label or 'HostBuffer'}")
+        return self._data[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    free = close
+
+    def __repr__(self) -> str:
+        state = "freed" if self.closed else f"{self.address:#x}"
+        return f"<HostBuffer {self.nbytes} bytes at {state}>"

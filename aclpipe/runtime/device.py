@@ -1,0 +1,184 @@
+"""The device object model, written once over any backend (cuda.core-style).
+
+``dev = open_device("sim")``; ``s = dev.create_stream()``; ``buf = dev.alloc(n)``;
+``ev = s.record()``; ``other.wait(ev)``; ``dev.close()``.  Everything is explicit: there is
+no current device or stream.  ``close()`` is idempotent everywhere and backed by
+``weakref.finalize``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backends import get_backend_class, parse_device
+from ..dtypes import as_dtype
+from ..errors import ClosedResourceError
+from .buffer import DeviceBuffer, HostBuffer
+from .event import Event, _ms
+from .stream import Stream
+
+__all__ = ["Device", "MemInfo", "open_device", "device_count"]
+
+
+@dataclass(frozen=True)
+class MemInfo:
+    """Device memory in bytes."""
+
+    free: int
+    total: int
+
+    @property
+    def used(self) -> int:
+        return self.total - self.free
+
+
+def _close_backend(backend: Any) -> None:
+    backend.close()
+
+
+class Device:
+    """One opened device.  Create it with :func:`open_device`."""
+
+    def __init__(self, backend: Any, name: str):
+        self.backend = backend
+        self.name = name
+        self._transfer: Stream | None = None
+        self._transfer_lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_backend, backend)
+
+    # -- lifetime ---------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def _check(self) -> None:
+        if self.closed:
+            raise ClosedResourceError(f"device {self.name} is closed")
+
+    def close(self) -> None:
+        """Stop every stream and release the device; idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def capabilities(self) -> Any:
+        return self.backend.capabilities
+
+    def describe(self) -> str:
+        describe = getattr(self.backend, "describe", None)
+        return f"{self.name}: {describe() if describe else self.backend.name}"
+
+    # -- factories ----------------------------------------------------------------------------
+    def create_stream(self, priority: int = 0) -> Stream:
+        self._check()
+        return Stream(self, self.backend.stream_create(priority), priority)
+
+    def create_event(self, timing: bool = False) -> Event:
+        self._check()
+        return Event(self, self.backend.event_create(timing), timing)
+
+    def alloc(self, nbytes: int, *, label: str = "") -> DeviceBuffer:
+        """Allocate device memory (raises :class:`DeviceOutOfMemory` when full)."""
+        self._check()
+        if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool):
+            raise TypeError(f"nbytes must be an integer, got {type(nbytes).__name__}")
+        if nbytes <= 0:
+            raise ValueError(f"nbytes must be positive, got {nbytes}")
+        return DeviceBuffer(self, self.backend.mem_alloc(int(nbytes), label), int(nbytes), label)
+
+    def alloc_host(self, nbytes: int, *, label: str = "") -> HostBuffer:
+        """Allocate pinned host memory for async copies."""
+        self._check()
+        if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes <= 0:
+            raise ValueError(f"nbytes must be a positive integer, got {nbytes!r}")
+        address, data = self.backend.mem_alloc_host(int(nbytes), label)
+        return HostBuffer(self, address, data, label)
+
+    # -- whole-device --------------------------------------------------------------------------
+    def sync(self, timeout: float | None = None) -> None:
+        """Wait for every stream; raises the first sticky error found."""
+        self._check()
+        self.backend.device_sync(_ms(timeout))
+
+    def mem_info(self) -> MemInfo:
+        self._check()
+        free, total = self.backend.mem_info()
+        return MemInfo(int(free), int(total))
+
+    # -- synchronous conveniences ---------------------------------------------------------------
+    def _transfer_stream(self) -> Stream:
+        with self._transfer_lock:
+            if self._transfer is None:
+                self._transfer = self.create_stream()
+            return self._transfer
+
+    def upload(self, array: np.ndarray, *, label: str = "") -> DeviceBuffer:
+        """Copy ``array`` to new device memory and wait (for constants and tests)."""
+        array = np.ascontiguousarray(array)
+        as_dtype(array.dtype)  # refuse dtypes the device does not have
+        buffer = self.alloc(max(array.nbytes, 1), label=label)
+        if array.nbytes:
+            staging = self.alloc_host(array.nbytes, label="upload staging")
+            staging.numpy()[...] = array.reshape(-1).view(np.uint8)
+            stream = self._transfer_stream()
+            stream.memcpy(buffer, staging, array.nbytes)
+            stream.sync()
+            staging.close()
+        return buffer
+
+    def download(self, buffer: DeviceBuffer, dtype: Any, shape: tuple[int, ...], *, offset: int = 0) -> np.ndarray:
+        """Copy device memory back into a new numpy array and wait."""
+        numpy_dtype = as_dtype(dtype).numpy
+        nbytes = math.prod(shape) * numpy_dtype.itemsize
+        result = np.empty(shape, dtype=numpy_dtype)
+        if nbytes:
+            staging = self.alloc_host(nbytes, label="download staging")
+            stream = self._transfer_stream()
+            stream.memcpy(staging, buffer, nbytes, src_offset=offset)
+            stream.sync()
+            result.reshape(-1).view(np.uint8)[...] = staging.numpy()
+            staging.close()
+        return result
+
+    # -- simulator extras --------------------------------------------------------------------
+    def inject_fault(self, kind: str, match: str | None = None, **options: Any) -> Any:
+        """Plant a fault (backends with ``capabilities.fault_injection`` only)."""
+        self._check()
+        if not self.capabilities.fault_injection:
+            raise NotImplementedError(f"{self.name} cannot inject faults; use the 'sim' backend")
+        return self.backend.inject_fault(kind, match, **options)
+
+    def release_hangs(self) -> None:
+        if self.capabilities.fault_injection:
+            self.backend.release_hangs()
+
+    def __repr__(self) -> str:
+        return f"<Device {self.name}{' closed' if self.closed else ''}>"
+
+
+def open_device(spec: str | None = None, **options: Any) -> Device:
+    """Open a device by name: ``"sim"``, ``"sim:1"``, ``"ascend:0"``; default from
+    ``ACLPIPE_DEVICE``, else ``"sim"``.  Options go to the backend (for the simulator:
+    ``timing``, ``time_scale``, ``sanitizer``, ``capacity``, ``spec``)."""
+    name, index = parse_device(spec)
+    cls = get_backend_class(name)
+    return Device(cls(index, **options), f"{name}:{index}")
+
+
+def device_count(backend: str = "sim") -> int:
+    """How many devices ``backend`` has (0 when it cannot be loaded)."""
+    try:
+        return int(get_backend_class(backend).device_count())
+    except LookupError:
+        return 0
