@@ -1,8 +1,18 @@
-"""The operator catalog: per family one module with OpSpecs and numpy reference kernels."""
+"""The operator catalog: per family one module with OpSpecs and numpy reference kernels.
+
+Importing this package registers every family; ``get_op(name)`` finds an op by its aclnn
+name (``"Add"``, ``"LayerNorm"``, ...).
+"""
 
 from __future__ import annotations
+
+import importlib
 
 from .base import OpPlan, OpSpec, op_error
 from .registry import get_op, op_names, register
 
 __all__ = ["OpPlan", "OpSpec", "op_error", "get_op", "op_names", "register"]
+
+_FAMILIES = ("elementwise", "activation", "norm", "reduce", "matmul", "conv", "pool", "shape", "index", "views")
+for _family in _FAMILIES:
+    importlib.import_module(f"{__name__}.{_family}")
