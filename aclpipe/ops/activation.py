@@ -1,1 +1,144 @@
-"""(being written)"""
+"""Activations: ``Relu``, ``Gelu``, ``GeluV2``, ``Silu``, ``Sigmoid``, ``Tanh``, ``Softmax``,
+``LogSoftmax``.
+
+The pointwise ones are rows of the elementwise :class:`~aclpipe.ops.elementwise.UnaryOp`
+table.  Dtypes: ``Relu`` keeps any float or integer dtype; ``Gelu``, ``GeluV2`` and ``Silu``
+take floats only; ``Sigmoid`` and ``Tanh`` also take integers and bool and return float32,
+as PyTorch does.  ``Gelu`` is the exact (erf) form; ``GeluV2``'s ``approximate`` is 0 or
+``"none"`` (erf) or 1 or ``"tanh"``.
+
+``Softmax`` and ``LogSoftmax`` (attribute ``dim``, default -1) take floats.  They keep their
+per-row statistics, the row maximum and the row sum of exponentials, in fp32 in the
+workspace (``2 * rows * 4`` bytes, each region 32-byte aligned), written and read back there
+by the kernel, so a short workspace is refused at launch and a shared one is a hazard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..tensor import TensorDesc
+from .base import OpPlan, OpSpec, op_error
+from .checks import (ALL, FLOATS, NUMERIC, argument, compute_view, need, need_dtype, need_output,
+                     normalize_dim, scratch_layout, scratch_view, store)
+from .elementwise import UnaryOp, erf, float_result, keep_dtype, sigmoid
+from .registry import register
+
+__all__ = ["SoftmaxOp", "gelu", "gelu_tanh"]
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """Exact GELU: ``x * Phi(x)`` with the normal CDF written through erf."""
+    return 0.5 * x * (1.0 + erf(x * _SQRT_HALF))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """The tanh approximation of GELU (``approximate="tanh"``)."""
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+
+
+_APPROXIMATE = {0: "none", 1: "tanh", "none": "none", "tanh": "tanh"}
+
+
+def _gelu_v2_attrs(op: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    value = attrs.get("approximate", 0)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or value not in _APPROXIMATE:
+        raise op_error(op, "approximate", '0 or "none" (erf), 1 or "tanh"', repr(value))
+    return {"approximate": _APPROXIMATE[value]}
+
+
+def _gelu_v2(x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
+    return gelu_tanh(x) if params["approximate"] == "tanh" else gelu(x)
+
+
+_POINTWISE = (
+    UnaryOp("Relu", lambda x, params: np.maximum(x, x.dtype.type(0)), NUMERIC, keep_dtype),
+    UnaryOp("Gelu", lambda x, params: gelu(x), FLOATS, keep_dtype, flops=20.0),
+    UnaryOp("GeluV2", _gelu_v2, FLOATS, keep_dtype, flops=20.0, parse_attrs=_gelu_v2_attrs,
+            names=("x", "y"), attrs={"approximate": 0}),
+    UnaryOp("Silu", lambda x, params: x * sigmoid(x), FLOATS, keep_dtype, flops=5.0),
+    UnaryOp("Sigmoid", lambda x, params: sigmoid(x), ALL, float_result, flops=4.0),
+    UnaryOp("Tanh", lambda x, params: np.tanh(x), ALL, float_result, flops=6.0),
+)
+
+
+def _as_rows(array: np.ndarray, dim: int) -> np.ndarray:
+    """``array`` with ``dim`` moved last and the rest flattened: shape ``(rows, length)``."""
+    if array.ndim == 0:
+        return array.reshape(1, 1)
+    moved = np.moveaxis(array, dim, -1)
+    return moved.reshape(-1, moved.shape[-1])
+
+
+def _from_rows(rows: np.ndarray, shape: tuple[int, ...], dim: int) -> np.ndarray:
+    """Undo :func:`_as_rows`."""
+    if not shape:
+        return rows.reshape(())
+    moved_shape = shape[:dim] + shape[dim + 1:] + (shape[dim],)
+    return np.moveaxis(rows.reshape(moved_shape), -1, dim)
+
+
+class SoftmaxOp(OpSpec):
+    """``Softmax`` / ``LogSoftmax`` along ``dim`` with fp32 row statistics in the workspace."""
+
+    inputs = ("self",)
+    outputs = ("out",)
+    attrs = {"dim": -1}
+
+    def __init__(self, name: str, *, log: bool):
+        self.name = name
+        self.log = log
+
+    def _check(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> tuple[TensorDesc, int]:
+        x = need(self.name, "self", argument(inputs, 0))
+        need_dtype(self.name, "self", x, FLOATS)
+        dim = attrs.get("dim", -1)
+        if isinstance(dim, np.integer):
+            dim = int(dim)
+        return x, normalize_dim(self.name, "dim", dim, x.ndim)
+
+    def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+        x, _ = self._check(inputs, attrs)
+        return [TensorDesc.contiguous(x.shape, x.dtype)]
+
+    def prepare(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
+                attrs: Mapping[str, Any]) -> OpPlan:
+        x, dim = self._check(inputs, attrs)
+        out = need_output(self.name, "out", argument(outputs, 0), x.shape, x.dtype)
+        length = x.shape[dim] if x.ndim else 1
+        rows = x.numel // length if length else 0
+        workspace_size, (max_at, sum_at) = scratch_layout(rows * 4, rows * 4)
+        log, dtype, shape = self.log, x.dtype, x.shape
+
+        def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+                   workspace: np.ndarray | None) -> None:
+            assert ins[0] is not None and outs[0] is not None
+            if outs[0].size == 0:
+                return
+            values = _as_rows(compute_view(ins[0], dtype), dim)
+            row_max = scratch_view(workspace, max_at, (rows,), np.float32)
+            row_sum = scratch_view(workspace, sum_at, (rows,), np.float32)
+            with np.errstate(all="ignore"):  # rows of -inf give nan, as in PyTorch
+                np.max(values, axis=1, out=row_max)
+                shifted = values - row_max[:, None]
+                exponentials = np.exp(shifted)
+                np.sum(exponentials, axis=1, out=row_sum)
+                result = shifted - np.log(row_sum)[:, None] if log else exponentials / row_sum[:, None]
+            store(outs[0], _from_rows(result, shape, dim))
+
+        flops = 5.0 * x.numel
+        traffic = float(x.nbytes + out.nbytes + 2 * workspace_size)
+        return OpPlan(kernel, workspace_size, flops, traffic, variant="rows-fp32-stats")
+
+
+for _spec in (*_POINTWISE, SoftmaxOp("Softmax", log=False), SoftmaxOp("LogSoftmax", log=True)):
+    register(_spec)

@@ -129,3 +129,43 @@ def elementwise_cost(numel: int, tensors: Sequence[TensorDesc | None], flops_per
     """(flops, bytes) of an elementwise kernel over ``numel`` outputs touching ``tensors``."""
     traffic = sum(t.numel * t.dtype.itemsize for t in tensors if t is not None)
     return numel * flops_per_element, float(traffic)
+
+
+# -- workspace scratch (appended for the elementwise/activation/norm/reduce families) ---------
+SCRATCH_ALIGN = 32  # every scratch region starts 32-byte aligned, like a device allocation
+
+
+def scratch_layout(*region_bytes: int) -> tuple[int, tuple[int, ...]]:
+    """Lay out consecutive scratch regions in one workspace.
+
+    Returns the total workspace size and each region's byte offset; each region is rounded
+    up to :data:`SCRATCH_ALIGN` so a region never shares bytes with the next one.
+    """
+    offsets = []
+    total = 0
+    for nbytes in region_bytes:
+        offsets.append(total)
+        total += -(-int(nbytes) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return total, tuple(offsets)
+
+
+def scratch_view(workspace: np.ndarray | None, offset: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A typed view of ``shape`` elements of the workspace bytes at ``offset``.
+
+    Kernels keep their statistics here (not in private numpy memory) so that a workspace that
+    is short, or shared with a concurrent kernel, is caught at launch or by the sanitizer.
+    """
+    numpy_dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype.itemsize
+    if workspace is None or offset + nbytes > workspace.size:
+        have = 0 if workspace is None else workspace.size
+        raise ValueError(f"workspace of {have} bytes cannot hold {nbytes} bytes at offset {offset}")
+    return workspace[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
+
+
+def argument(values: Sequence[Any], index: int) -> Any:
+    """``values[index]``, or None when the caller passed fewer arguments (an absent optional)."""
+    return values[index] if index < len(values) else None
+
+
+__all__ += ["SCRATCH_ALIGN", "scratch_layout", "scratch_view", "argument"]

@@ -1,1 +1,350 @@
-"""(being written)"""
+"""Elementwise math: binary ops, their scalar forms, and unary functions.
+
+Binary: ``Add``/``Sub`` (``out = self ± alpha * other``), ``Mul``, ``Div``, ``Maximum``,
+``Minimum``, ``Pow``; scalar forms ``Adds``, ``Subs``, ``Muls``, ``Divs`` take the scalar
+as the attribute ``other`` (a Python number).  Unary: ``Neg``, ``Abs``, ``Exp``, ``Log``,
+``Sqrt``, ``Rsqrt``, ``Reciprocal``, ``Erf``.
+
+Dtype rules follow aclnn, which follows PyTorch:
+
+- two tensors promote with :func:`~aclpipe.dtypes.promote_types`; a tensor and a scalar with
+  :func:`~aclpipe.dtypes.result_type_with_scalar` (an integer tensor plus a float scalar
+  gives float32); tensors broadcast NumPy-style;
+- ``Div``/``Divs`` are true division: integer operands give float32, like ``torch.div``;
+- ``Exp``, ``Log``, ``Sqrt``, ``Rsqrt``, ``Reciprocal`` and ``Erf`` accept integer and bool
+  tensors and return float32 (``torch.exp(int_tensor)`` is float32);
+- ``Add``/``Sub``/``Div``/``Pow``/``Neg``/``Abs`` take floats and integers; ``Mul``,
+  ``Maximum`` and ``Minimum`` also take bool (logical and / or / and);
+- ``alpha`` and scalar operands must be representable in the result dtype: a float ``alpha``
+  with integer tensors, or an integer too large for the integer result, is refused (161002)
+  rather than silently wrapped;
+- ``Pow`` raises ``self`` to the tensor ``other``, or, when ``other`` is absent, to the scalar
+  attribute ``exponent``.  Integer powers with a negative exponent truncate toward zero as
+  PyTorch's integer ``pow`` does (``2 ** -1 == 0``, ``(-1) ** -3 == -1``).
+
+The output dtype must equal the inferred dtype.  fp16/bf16 compute in fp32 and round once
+when stored.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType, promote_types, result_type_with_scalar
+from ..tensor import TensorDesc
+from .base import OpPlan, OpSpec, op_error
+from .checks import (ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype,
+                     need_output, store)
+from .registry import register
+
+__all__ = ["UnaryOp", "BinaryOp", "keep_dtype", "float_result", "erf", "sigmoid"]
+
+UnaryFn = Callable[[np.ndarray, Mapping[str, Any]], Any]
+BinaryFn = Callable[[Any, Any, Mapping[str, Any]], Any]
+DTypeRule = Callable[[DType], DType]
+AttrParser = Callable[[str, Mapping[str, Any]], dict[str, Any]]
+
+
+# -- dtype rules ----------------------------------------------------------------------------
+def keep_dtype(dtype: DType) -> DType:
+    """The result has the input's dtype."""
+    return dtype
+
+
+def float_result(dtype: DType) -> DType:
+    """Floats keep their dtype; integers and bool give float32 (PyTorch's default float)."""
+    return dtype if dtype.is_floating else DType.float32
+
+
+# -- math numpy lacks -----------------------------------------------------------------------
+# Numerical Recipes' erfc Chebyshev fit (fractional error < 1.2e-7 everywhere), coefficients
+# from the constant term up.
+_ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+             0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+_SERIES_LIMIT = 0.5  # below this, 1 - erfc cancels digits; the Maclaurin series is exact there
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function, in float64, accurate to about 1e-7 relative (enough for fp32)."""
+    x64 = np.asarray(x, dtype=np.float64)
+    magnitude = np.abs(x64)
+    t = 1.0 / (1.0 + 0.5 * magnitude)
+    poly = np.zeros_like(t)
+    for coefficient in reversed(_ERFC_FIT):
+        poly = poly * t + coefficient
+    tail = np.copysign(1.0 - t * np.exp(poly - magnitude * magnitude), x64)
+    small = np.where(magnitude < _SERIES_LIMIT, x64, 0.0)
+    square, term, series = small * small, small.copy(), small.copy()
+    for n in range(1, 12):  # terms shrink by x^2 / n <= 0.25 / n: 11 terms reach 1e-16
+        term = term * -square / n
+        series = series + term / (2 * n + 1)
+    return np.where(magnitude < _SERIES_LIMIT, series * (2.0 / math.sqrt(math.pi)), tail)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """``1 / (1 + exp(-x))`` without overflow warnings mattering (kernels run under errstate)."""
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# -- scalar attributes ----------------------------------------------------------------------
+_MISSING = object()
+
+
+def scalar_attr(op: str, name: str, attrs: Mapping[str, Any], default: Any = _MISSING) -> int | float | bool:
+    """A Python-number attribute (aclScalar); NULL is 161001, anything else not a number 161002."""
+    value = attrs.get(name, default)
+    if value is None or value is _MISSING:
+        raise op_error(op, name, "a scalar", "NULL", null=True)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (bool, numbers.Integral, numbers.Real)):
+        raise op_error(op, name, "a Python number (bool, int or float)", repr(value))
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return value if isinstance(value, bool) else float(value)
+
+
+def cast_scalar(op: str, name: str, value: int | float | bool, dtype: DType) -> Any:
+    """``value`` as a numpy scalar of ``dtype``'s compute type, refusing values it cannot hold."""
+    if dtype.is_integer:
+        if isinstance(value, float):
+            raise op_error(op, name, f"an integer for {dtype.name} tensors", repr(value))
+        info = np.iinfo(dtype.numpy)
+        if not info.min <= int(value) <= info.max:
+            raise op_error(op, name, f"a value in [{info.min}, {info.max}] ({dtype.name})", value)
+    if dtype == DType.bool and not isinstance(value, bool):
+        raise op_error(op, name, "a bool for bool tensors", repr(value))
+    return dtype.compute.type(value)
+
+
+# -- unary ----------------------------------------------------------------------------------
+class UnaryOp(OpSpec):
+    """An elementwise function of one tensor, described by a table row.
+
+    Parameters
+    ----------
+    name:
+        The aclnn name (``"Exp"`` for ``aclnnExp``).
+    function:
+        ``function(x, params)``: ``x`` is the input in the compute dtype, ``params`` what
+        ``parse_attrs`` returned.
+    allowed:
+        Input dtypes the op accepts.
+    result:
+        The output dtype as a function of the input dtype.
+    flops:
+        Cost-model FLOPs per element.
+    parse_attrs:
+        Validates the attributes and returns the kernel's parameters (none by default).
+    """
+
+    def __init__(self, name: str, function: UnaryFn, allowed: Iterable[DType], result: DTypeRule = keep_dtype,
+                 *, flops: float = 1.0, parse_attrs: AttrParser | None = None,
+                 names: tuple[str, str] = ("self", "out"), attrs: Mapping[str, Any] | None = None):
+        self.name = name
+        self.function = function
+        self.allowed = frozenset(allowed)
+        self.result = result
+        self.flops = flops
+        self.parse_attrs = parse_attrs
+        self.inputs = (names[0],)
+        self.outputs = (names[1],)
+        self.attrs = dict(attrs or {})
+
+    def _check(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]
+               ) -> tuple[TensorDesc, DType, dict[str, Any]]:
+        x = need(self.name, self.inputs[0], argument(inputs, 0))
+        need_dtype(self.name, self.inputs[0], x, self.allowed)
+        params = self.parse_attrs(self.name, attrs) if self.parse_attrs else {}
+        return x, self.result(x.dtype), params
+
+    def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+        x, dtype, _ = self._check(inputs, attrs)
+        return [TensorDesc.contiguous(x.shape, dtype)]
+
+    def prepare(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
+                attrs: Mapping[str, Any]) -> OpPlan:
+        x, dtype, params = self._check(inputs, attrs)
+        out = need_output(self.name, self.outputs[0], argument(outputs, 0), x.shape, dtype)
+        function, compute = self.function, dtype.compute
+
+        def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+                   workspace: np.ndarray | None) -> None:
+            assert ins[0] is not None and outs[0] is not None
+            with np.errstate(all="ignore"):  # inf/nan results are data, as on the device
+                store(outs[0], function(ins[0].astype(compute, copy=False), params))
+
+        flops, traffic = elementwise_cost(out.numel, [x, out], self.flops)
+        return OpPlan(kernel, 0, flops, traffic)
+
+
+# -- binary ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _BinaryCall:
+    """A validated binary call: the tensors read, the output shape and dtype, kernel params."""
+
+    tensors: tuple[TensorDesc, ...]
+    shape: tuple[int, ...]
+    dtype: DType
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+class BinaryOp(OpSpec):
+    """An elementwise function of two operands (a tensor and a tensor or a scalar attribute).
+
+    Parameters
+    ----------
+    name:
+        The aclnn name.
+    function:
+        ``function(a, b, params)`` on operands already cast to the result's compute dtype;
+        ``b`` is an array, or for scalar forms a numpy scalar.  ``params`` holds ``alpha``.
+    allowed:
+        Dtypes each tensor operand may have.
+    tensor:
+        The op takes a second tensor ``other``.
+    scalar:
+        Attribute holding a scalar second operand: used when ``other`` is absent.
+    alpha:
+        The op takes ``alpha`` (default 1).
+    true_divide:
+        Integer results become float32.
+    """
+
+    def __init__(self, name: str, function: BinaryFn, allowed: Iterable[DType], *, tensor: bool = True,
+                 scalar: str | None = None, alpha: bool = False, true_divide: bool = False, flops: float = 1.0):
+        self.name = name
+        self.function = function
+        self.allowed = frozenset(allowed)
+        self.tensor = tensor
+        self.scalar = scalar
+        self.alpha = alpha
+        self.true_divide = true_divide
+        self.flops = flops
+        self.inputs = ("self", "other") if tensor else ("self",)
+        attrs: dict[str, Any] = {}
+        if scalar:
+            attrs[scalar] = None
+        if alpha:
+            attrs["alpha"] = 1
+        self.attrs = attrs
+
+    def _check(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> _BinaryCall:
+        x = need(self.name, "self", argument(inputs, 0))
+        need_dtype(self.name, "self", x, self.allowed)
+        other = argument(inputs, 1) if self.tensor else None
+        if other is None and self.tensor and (self.scalar is None or attrs.get(self.scalar) is None):
+            raise op_error(self.name, "other", "a tensor" + (f" or the {self.scalar} attribute" if self.scalar
+                                                              else ""), "NULL", null=True)
+        if other is not None and self.scalar and attrs.get(self.scalar) is not None:
+            raise op_error(self.name, self.scalar, "no scalar when the tensor other is given", attrs[self.scalar])
+        call = self._with_tensor(x, other) if other is not None else self._with_scalar(x, attrs)
+        if self.alpha:
+            call.params["alpha"] = cast_scalar(self.name, "alpha", scalar_attr(self.name, "alpha", attrs, 1),
+                                               call.dtype)
+        return call
+
+    def _with_tensor(self, x: TensorDesc, other: TensorDesc) -> _BinaryCall:
+        need(self.name, "other", other)
+        need_dtype(self.name, "other", other, self.allowed)
+        shape = broadcast_shapes(self.name, [("self", x.shape), ("other", other.shape)])
+        return _BinaryCall((x, other), shape, self._result(promote_types(x.dtype, other.dtype)))
+
+    def _with_scalar(self, x: TensorDesc, attrs: Mapping[str, Any]) -> _BinaryCall:
+        assert self.scalar is not None
+        value = scalar_attr(self.name, self.scalar, attrs)
+        dtype = self._result(result_type_with_scalar(x.dtype, value))
+        return _BinaryCall((x,), x.shape, dtype, {"scalar": cast_scalar(self.name, self.scalar, value, dtype)})
+
+    def _result(self, dtype: DType) -> DType:
+        return float_result(dtype) if self.true_divide else dtype
+
+    def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+        call = self._check(inputs, attrs)
+        return [TensorDesc.contiguous(call.shape, call.dtype)]
+
+    def prepare(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
+                attrs: Mapping[str, Any]) -> OpPlan:
+        call = self._check(inputs, attrs)
+        out = need_output(self.name, "out", argument(outputs, 0), call.shape, call.dtype)
+        function, compute, params = self.function, call.dtype.compute, call.params
+        scalar_operand = "scalar" in params
+
+        def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+                   workspace: np.ndarray | None) -> None:
+            assert ins[0] is not None and outs[0] is not None
+            first = ins[0].astype(compute, copy=False)
+            second = params["scalar"] if scalar_operand else np.asarray(ins[1]).astype(compute, copy=False)
+            with np.errstate(all="ignore"):  # x/0, overflow: inf/nan are data, as on the device
+                store(outs[0], function(first, second, params))
+
+        flops, traffic = elementwise_cost(out.numel, [*call.tensors, out], self.flops)
+        return OpPlan(kernel, 0, flops, traffic)
+
+
+# -- kernels --------------------------------------------------------------------------------
+def _add(a: Any, b: Any, params: Mapping[str, Any]) -> Any:
+    alpha = params["alpha"]
+    return a + b if alpha == 1 else a + b * alpha  # alpha == 1 skips a multiply (bit-exact)
+
+
+def _sub(a: Any, b: Any, params: Mapping[str, Any]) -> Any:
+    alpha = params["alpha"]
+    return a - b if alpha == 1 else a - b * alpha
+
+
+def _ufunc2(ufunc: np.ufunc) -> BinaryFn:
+    return lambda a, b, params: ufunc(a, b)
+
+
+def _ufunc1(ufunc: Callable[[np.ndarray], Any]) -> UnaryFn:
+    return lambda x, params: ufunc(x)
+
+
+def _power(base: Any, exponent: Any, params: Mapping[str, Any]) -> Any:
+    if not np.issubdtype(np.result_type(base, exponent), np.integer):
+        return np.power(base, exponent)
+    base, exponent = np.broadcast_arrays(np.asarray(base), np.asarray(exponent))
+    negative = exponent < 0
+    result = np.power(base, np.where(negative, 0, exponent).astype(exponent.dtype))
+    # PyTorch's integer pow: 1/base**n truncated toward zero, so only |base| == 1 survives.
+    odd = exponent % 2 != 0
+    inverse = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
+    return np.where(negative, inverse.astype(result.dtype), result)
+
+
+_LOGICAL = ALL  # Mul, Maximum, Minimum on bool act as and, or, and
+
+_BINARY_OPS = (
+    BinaryOp("Add", _add, NUMERIC, alpha=True),
+    BinaryOp("Adds", _add, NUMERIC, tensor=False, scalar="other", alpha=True),
+    BinaryOp("Sub", _sub, NUMERIC, alpha=True),
+    BinaryOp("Subs", _sub, NUMERIC, tensor=False, scalar="other", alpha=True),
+    BinaryOp("Mul", _ufunc2(np.multiply), _LOGICAL),
+    BinaryOp("Muls", _ufunc2(np.multiply), _LOGICAL, tensor=False, scalar="other"),
+    BinaryOp("Div", _ufunc2(np.true_divide), NUMERIC, true_divide=True),
+    BinaryOp("Divs", _ufunc2(np.true_divide), NUMERIC, tensor=False, scalar="other", true_divide=True),
+    BinaryOp("Maximum", _ufunc2(np.maximum), _LOGICAL),
+    BinaryOp("Minimum", _ufunc2(np.minimum), _LOGICAL),
+    BinaryOp("Pow", _power, NUMERIC, scalar="exponent", flops=8.0),
+)
+
+_UNARY_OPS = (
+    UnaryOp("Neg", _ufunc1(np.negative), NUMERIC),
+    UnaryOp("Abs", _ufunc1(np.abs), NUMERIC),
+    UnaryOp("Exp", _ufunc1(np.exp), ALL, float_result, flops=4.0),
+    UnaryOp("Log", _ufunc1(np.log), ALL, float_result, flops=4.0),
+    UnaryOp("Sqrt", _ufunc1(np.sqrt), ALL, float_result, flops=2.0),
+    UnaryOp("Rsqrt", lambda x, params: 1.0 / np.sqrt(x), ALL, float_result, flops=3.0),
+    UnaryOp("Reciprocal", lambda x, params: 1.0 / x, ALL, float_result),
+    UnaryOp("Erf", lambda x, params: erf(x), ALL, float_result, flops=20.0),
+)
+
+for _spec in (*_BINARY_OPS, *_UNARY_OPS):
+    register(_spec)

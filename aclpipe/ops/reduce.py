@@ -1,1 +1,180 @@
-"""(being written)"""
+"""Reductions: ``Mean``, ``ReduceSum`` and ``Amax``.
+
+Attributes use aclnn's names: ``Mean(dim, keepDim, dtype)``, ``ReduceSum(dims, keepDims,
+dtype)``, ``Amax(dim, keepdim)``.  A dim list of None or ``[]`` reduces every dim (as
+``torch.mean(x, dim=[])`` does).  ``dtype`` is the output dtype.
+
+Dtypes (PyTorch's rules):
+
+- ``Mean`` gives a float: the input's dtype for float inputs; integer and bool inputs need a
+  float ``dtype``.  The mean of zero elements is nan.
+- ``ReduceSum`` of integers or bool gives int64 unless ``dtype`` says otherwise; floats keep
+  their dtype.  With ``dtype`` the input is cast to it before summing (``torch.sum(dtype=)``).
+- ``Amax`` keeps the input's dtype (bool included) and refuses to reduce a dim of size 0
+  when the result would not be empty (there is no maximum of nothing).
+
+The kernel accumulates into a buffer in the workspace (fp32 for float results, int64 for
+integer sums, the input's compute dtype for ``Amax``) shaped like the kept-dims result, then
+rounds once into the output: ``workspace_size`` is that buffer, 32-byte aligned.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType, as_dtype
+from ..tensor import TensorDesc
+from .base import OpPlan, OpSpec, op_error
+from .checks import (ALL, FLOATS, NUMERIC, argument, need, need_dtype, need_output, normalize_dims,
+                     scratch_layout, scratch_view, store)
+from .registry import register
+
+__all__ = ["ReduceOp"]
+
+
+@dataclass(frozen=True)
+class _Reduction:
+    """A validated reduction: what is reduced, the result, and how it accumulates."""
+
+    input: TensorDesc
+    dims: tuple[int, ...]
+    keep_shape: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: DType
+    accumulate: np.dtype[Any]
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.input.shape[d] for d in self.dims)
+
+
+def _mean_dtype(op: str, source: DType, requested: DType | None) -> DType:
+    dtype = requested or source
+    if not dtype.is_floating:
+        raise op_error(op, "dtype" if requested else "self",
+                       "a float dtype (pass dtype=float32 to average integers)", dtype.name)
+    return dtype
+
+
+def _sum_dtype(op: str, source: DType, requested: DType | None) -> DType:
+    if requested is not None:
+        if requested not in NUMERIC:
+            raise op_error(op, "dtype", "a float or integer dtype", requested.name)
+        return requested
+    return source if source.is_floating else DType.int64
+
+
+def _max_dtype(op: str, source: DType, requested: DType | None) -> DType:
+    return source
+
+
+class ReduceOp(OpSpec):
+    """A reduction over some dims, described by a table row.
+
+    Parameters
+    ----------
+    name:
+        The aclnn name.
+    kind:
+        ``"sum"``, ``"mean"`` or ``"max"``.
+    result:
+        The output dtype from the input dtype and the optional ``dtype`` attribute.
+    dims, keep:
+        Attribute names of the dim list and the keep-dims flag.
+    has_dtype:
+        The op takes a ``dtype`` attribute.
+    """
+
+    inputs = ("self",)
+    outputs = ("out",)
+
+    def __init__(self, name: str, kind: str, result: Callable[[str, DType, DType | None], DType],
+                 *, dims: str, keep: str, has_dtype: bool):
+        self.name = name
+        self.kind = kind
+        self.result = result
+        self.dims_attr = dims
+        self.keep_attr = keep
+        self.has_dtype = has_dtype
+        self.attrs = {dims: None, keep: False, **({"dtype": None} if has_dtype else {})}
+
+    def _requested_dtype(self, attrs: Mapping[str, Any]) -> DType | None:
+        value = attrs.get("dtype") if self.has_dtype else None
+        if value is None:
+            return None
+        try:
+            return as_dtype(value)
+        except TypeError as error:
+            raise op_error(self.name, "dtype", "an aclpipe dtype", repr(value)) from error
+
+    def _check(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> _Reduction:
+        x = need(self.name, "self", argument(inputs, 0))
+        need_dtype(self.name, "self", x, ALL)
+        keep = attrs.get(self.keep_attr, False)
+        if not isinstance(keep, (bool, np.bool_)):
+            raise op_error(self.name, self.keep_attr, "a bool", repr(keep))
+        requested = attrs.get(self.dims_attr)
+        all_dims = requested is None or (isinstance(requested, (list, tuple)) and not requested) or x.ndim == 0
+        dims = tuple(range(x.ndim)) if all_dims else normalize_dims(self.name, self.dims_attr, requested, x.ndim)
+        keep_shape = tuple(1 if axis in dims else size for axis, size in enumerate(x.shape))
+        shape = keep_shape if keep else tuple(size for axis, size in enumerate(x.shape) if axis not in dims)
+        dtype = self.result(self.name, x.dtype, self._requested_dtype(attrs))
+        reduction = _Reduction(x, dims, keep_shape, shape, dtype, self._accumulator(x.dtype, dtype))
+        if self.kind == "max" and reduction.count == 0 and math.prod(shape) > 0:
+            sizes = [x.shape[d] for d in dims]
+            raise op_error(self.name, self.dims_attr, "reduced dims of non-zero size", f"sizes {sizes}")
+        return reduction
+
+    def _accumulator(self, source: DType, result: DType) -> np.dtype[Any]:
+        if self.kind == "max":
+            return source.compute
+        return np.dtype(np.float32) if result.is_floating else np.dtype(np.int64)
+
+    def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+        reduction = self._check(inputs, attrs)
+        return [TensorDesc.contiguous(reduction.shape, reduction.dtype)]
+
+    def prepare(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
+                attrs: Mapping[str, Any]) -> OpPlan:
+        reduction = self._check(inputs, attrs)
+        out = need_output(self.name, "out", argument(outputs, 0), reduction.shape, reduction.dtype)
+        accumulate, keep_shape, dims = reduction.accumulate, reduction.keep_shape, reduction.dims
+        numel = math.prod(keep_shape)
+        workspace_size, (accumulator_at,) = scratch_layout(numel * accumulate.itemsize)
+        # The input is cast to the result's dtype first (torch.sum(dtype=) semantics).
+        operand = reduction.dtype.compute
+        reducer: Callable[..., Any] = np.max if self.kind == "max" else functools.partial(np.sum, dtype=accumulate)
+        divisor, shape = (reduction.count if self.kind == "mean" else None), reduction.shape
+
+        def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+                   workspace: np.ndarray | None) -> None:
+            assert ins[0] is not None and outs[0] is not None
+            if numel == 0:
+                return
+            accumulator = scratch_view(workspace, accumulator_at, keep_shape, accumulate)
+            values = ins[0].astype(operand, copy=False)
+            with np.errstate(all="ignore"):  # the mean of nothing is nan, as in PyTorch
+                # the accumulator lives in the workspace: partial results are device scratch
+                reducer(values, axis=dims, keepdims=True, out=accumulator)
+                if divisor is not None:
+                    accumulator /= divisor
+            store(outs[0], accumulator.reshape(shape))
+
+        traffic = float(reduction.input.nbytes + out.nbytes + 2 * workspace_size)
+        return OpPlan(kernel, workspace_size, float(reduction.input.numel), traffic, variant="fp32-accumulator")
+
+
+_REDUCTIONS = (
+    ReduceOp("Mean", "mean", _mean_dtype, dims="dim", keep="keepDim", has_dtype=True),
+    ReduceOp("ReduceSum", "sum", _sum_dtype, dims="dims", keep="keepDims", has_dtype=True),
+    ReduceOp("Amax", "max", _max_dtype, dims="dim", keep="keepdim", has_dtype=False),
+)
+
+for _spec in _REDUCTIONS:
+    register(_spec)
