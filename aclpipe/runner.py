@@ -1,0 +1,467 @@
+"""OpRunner: run one aclnn operator, builder style (prepare -> workspace -> execute -> sync).
+
+.. code-block:: python
+
+    runner = OpRunner("Add", stream).input(x).input(y).output().attr(alpha=1.0)
+    (z,) = runner.run()                 # numpy in, numpy out
+    (z,) = await runner.run_async()     # the same without blocking the event loop
+
+Arguments
+---------
+``.input(array)`` uploads a numpy array (any scalar or array-like works too);
+``.input(buffer, shape=..., dtype=..., strides=..., offset=...)`` passes device memory
+described explicitly; ``.input(None)`` passes an absent optional tensor.  ``.output()``
+allocates an output whose shape and dtype the op infers (or give ``shape=``/``dtype=``);
+``.output(buffer, shape=..., dtype=...)`` writes into device memory you own;
+``.output(None)`` leaves an optional output out.  Trailing arguments not given are absent.
+``.run()`` returns the outputs the runner allocated, downloaded as numpy arrays, in order.
+
+What a run does
+---------------
+Phase one goes through the device's :class:`~aclpipe.executor_cache.ExecutorCache` (a call
+with the same signature skips it; a changed shape gets a new phase one, never a stale
+executor), the workspace comes from the chosen strategy (``"per-call"``, ``"cached"`` or
+``"pool"``, see :mod:`aclpipe.workspace`), inputs are copied and the op launched on the
+runner's stream, outputs copied back, and the run completes:
+
+- :meth:`OpRunner.run` synchronizes the stream;
+- :meth:`OpRunner.run_async` records an event and polls it with :func:`anyio.sleep` backoff
+  (50 us doubling to 5 ms), so the event loop never blocks and no runtime thread enters it.
+  If the awaiting task is cancelled, the run still waits (shielded) until the stream has
+  passed it before freeing its memory, because the device may still be using it.
+
+Either way a failure on the stream is raised (and cleared from the stream), and every error
+names the op and summarizes the call: ``Add(self: float32[2, 3], other: float32[4];
+out: float32[2, 3]; alpha=1.0)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import numpy as np
+
+from .dtypes import Format, as_dtype
+from .errors import AclpipeError, BackendError, error_from_code
+from .executor_cache import ExecutorCache, PreparedCall
+from .ops import get_op
+from .runtime import DeviceBuffer, HostBuffer, Stream
+from .tensor import TensorDesc
+from .workspace import NO_WORKSPACE, Workspace, WorkspaceStrategy, workspace_strategy
+
+if TYPE_CHECKING:
+    from .runtime import Event
+
+__all__ = ["OpRunner"]
+
+_SYNC_TIMEOUT = 507046  # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+_FIRST_POLL_S = 50e-6
+_MAX_POLL_S = 5e-3
+
+
+class _Allocate:
+    """Marker: ``.output()`` with no buffer means 'allocate it for me'."""
+
+
+_ALLOCATE = _Allocate()
+
+
+@dataclass
+class _Arg:
+    """One tensor argument as declared (nothing on the device yet)."""
+
+    array: np.ndarray | None = None  # numpy data to upload (inputs)
+    buffer: DeviceBuffer | None = None  # caller-owned device memory
+    desc: TensorDesc | None = None  # shape/dtype/strides/offset/format; address 0 until bound
+    allocate: bool = False  # a runner-allocated output, returned as numpy
+    shape: tuple[int, ...] | None = None  # what the caller fixed of an inferred output
+    dtype: Any = None
+
+
+@dataclass
+class _Bound:
+    """A run's device state: descriptors with addresses, and what the run owns."""
+
+    inputs: list[TensorDesc | None]
+    outputs: list[TensorDesc | None]
+    owned: list[DeviceBuffer]
+    uploads: list[tuple[DeviceBuffer, np.ndarray]]
+    returned: list[tuple[int, DeviceBuffer]]  # (output index, buffer) to download
+
+
+class OpRunner:
+    """A single aclnn operator call, built argument by argument.
+
+    Parameters
+    ----------
+    op:
+        The catalog name (``"Add"``, ``"Softmax"``, ...).
+    stream:
+        The stream the op (and its copies) run on.
+    workspace:
+        ``"per-call"``, ``"cached"`` (default) or ``"pool"`` (the device's shared instance), or
+        a :class:`~aclpipe.workspace.WorkspaceStrategy` of your own.
+    cache:
+        The executor cache (default: the device's shared one).
+    node:
+        A name for the launch, shown in errors and sanitizer reports.
+
+    Raises
+    ------
+    UnsupportedOpError
+        When ``op`` is not in the catalog.
+    """
+
+    def __init__(self, op: str, stream: Stream, *, workspace: str | WorkspaceStrategy = "cached",
+                 cache: ExecutorCache | None = None, node: str | None = None):
+        if not isinstance(stream, Stream):
+            raise TypeError(f"OpRunner needs a Stream, got {type(stream).__name__}")
+        self.op = op
+        self.spec = get_op(op)
+        self.stream = stream
+        self.device = stream.device
+        self.workspace = (workspace if isinstance(workspace, WorkspaceStrategy)
+                          else workspace_strategy(self.device, workspace))
+        self.cache = cache if cache is not None else ExecutorCache.for_device(self.device)
+        self.node = node or f"OpRunner {op}"
+        self._inputs: list[_Arg | None] = []
+        self._outputs: list[_Arg | None] = []
+        self._attrs: dict[str, Any] = {}
+        self._parked: list[_Bound] = []  # memory of runs whose sync timed out
+
+    # -- building ---------------------------------------------------------------------------
+    def input(self, value: Any, *, shape: tuple[int, ...] | None = None, dtype: Any = None,
+              strides: tuple[int, ...] | None = None, offset: int = 0, format: Format | str | None = None,
+              ) -> OpRunner:
+        """Add the next input: a numpy array (uploaded), a :class:`DeviceBuffer` with ``shape``
+        and ``dtype``, or None for an absent optional input."""
+        if value is None:
+            self._inputs.append(None)
+        elif isinstance(value, DeviceBuffer):
+            self._inputs.append(_Arg(buffer=value, desc=self._describe(value, shape, dtype, strides, offset, format)))
+        elif isinstance(value, (HostBuffer, TensorDesc)):
+            raise TypeError(f"{self.op} input {len(self._inputs)}: pass a numpy array or a DeviceBuffer, "
+                            f"not a {type(value).__name__}")
+        else:
+            array = np.asarray(value)
+            if dtype is not None:
+                array = array.astype(as_dtype(dtype).numpy)
+            array = np.ascontiguousarray(array)
+            desc = TensorDesc(array.shape, as_dtype(array.dtype), format=_format(format))
+            self._inputs.append(_Arg(array=array, desc=desc))
+        return self
+
+    def output(self, value: DeviceBuffer | None | _Allocate = _ALLOCATE, *, shape: tuple[int, ...] | None = None,
+               dtype: Any = None, strides: tuple[int, ...] | None = None, offset: int = 0,
+               format: Format | str | None = None) -> OpRunner:
+        """Add the next output: allocated by the runner (default; shape and dtype inferred unless
+        given) and returned by :meth:`run`, a :class:`DeviceBuffer` you own with ``shape`` and
+        ``dtype``, or None for an absent optional output."""
+        if value is None:
+            self._outputs.append(None)
+        elif isinstance(value, DeviceBuffer):
+            self._outputs.append(_Arg(buffer=value, desc=self._describe(value, shape, dtype, strides, offset, format)))
+        elif isinstance(value, _Allocate):
+            desc = None
+            if shape is not None and dtype is not None:
+                desc = TensorDesc(tuple(shape), as_dtype(dtype), format=_format(format))
+            self._outputs.append(_Arg(desc=desc, allocate=True, shape=None if shape is None else tuple(shape),
+                                      dtype=None if dtype is None else as_dtype(dtype)))
+        else:
+            raise TypeError(f"{self.op} output {len(self._outputs)}: pass a DeviceBuffer, None, or nothing "
+                            f"(to have it allocated), not a {type(value).__name__}")
+        return self
+
+    def attr(self, **attrs: Any) -> OpRunner:
+        """Set attributes (later calls override earlier values)."""
+        self._attrs.update(attrs)
+        return self
+
+    def _describe(self, buffer: DeviceBuffer, shape: tuple[int, ...] | None, dtype: Any,
+                  strides: tuple[int, ...] | None, offset: int, format: Format | str | None) -> TensorDesc:
+        if shape is None or dtype is None:
+            raise ValueError(f"{self.op}: a DeviceBuffer argument needs shape= and dtype= (the buffer is "
+                             "untyped bytes)")
+        if buffer.device is not self.device:
+            raise ValueError(f"{self.op}: {buffer!r} belongs to {buffer.device.name}, the stream to "
+                             f"{self.device.name}")
+        desc = TensorDesc(tuple(shape), as_dtype(dtype), tuple(strides or ()), offset, _format(format))
+        if desc.extent_bytes > buffer.nbytes:
+            raise ValueError(f"{self.op}: {desc} needs {desc.extent_bytes} bytes, the buffer has "
+                             f"{buffer.nbytes}")
+        return desc
+
+    # -- description ------------------------------------------------------------------------
+    def summary(self) -> str:
+        """``Op(name: dtype[shape], ...; out: dtype[shape]; attr=value)`` for error messages."""
+        def names(declared: tuple[str, ...], count: int, prefix: str) -> list[str]:
+            return [declared[i] if i < len(declared) else f"{prefix}{i}" for i in range(count)]
+
+        def text(arg: _Arg | None) -> str:
+            if arg is None:
+                return "None"
+            return str(arg.desc) if arg.desc is not None else "(inferred)"
+
+        ins = ", ".join(f"{n}: {text(a)}" for n, a in zip(names(self.spec.inputs, len(self._inputs), "input"),
+                                                          self._inputs))
+        outs = ", ".join(f"{n}: {text(a)}" for n, a in zip(names(self.spec.outputs, len(self._outputs), "out"),
+                                                           self._outputs))
+        attrs = ", ".join(f"{k}={v!r}" for k, v in self._attrs.items())
+        return f"{self.op}({'; '.join(part for part in (ins, outs, attrs) if part)})"
+
+    def __repr__(self) -> str:
+        return f"<OpRunner {self.summary()} on {self.stream.name}>"
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, *, timeout: float | None = None) -> list[np.ndarray]:
+        """Run the op and wait; returns the runner-allocated outputs as numpy arrays.
+
+        ``timeout`` (seconds) bounds the final stream synchronization; when it expires the
+        run's memory is kept (the device may still use it) until a later run on this runner
+        completes, and the timeout error is raised.
+        """
+        bound, call, workspace = None, None, NO_WORKSPACE
+        try:
+            bound = self._bind()
+            call = self._prepare(bound)
+            workspace = self.workspace.acquire(call.workspace_size, self.stream, call.key)
+            staging = self._enqueue(bound, call, workspace)
+            self.stream.sync(timeout)
+            self._release_parked()  # the stream passed every earlier run too
+            return self._collect(bound, staging)
+        except BaseException as error:
+            if isinstance(error, BackendError) and error.code == _SYNC_TIMEOUT and bound is not None:
+                # The device may still use this run's memory: keep it until a later run on
+                # this stream completes instead of waiting here for a launch that may hang.
+                self._parked.append(bound)
+                bound = None
+            self._fail(bound, call, workspace, drain=True)
+            explained = self._explain(error)
+            if explained is error:
+                raise
+            raise explained from error
+        finally:
+            self._free(bound)
+
+    async def run_async(self) -> list[np.ndarray]:
+        """Run the op without blocking the event loop; returns as :meth:`run` does."""
+        bound, call, workspace = None, None, NO_WORKSPACE
+        try:
+            bound = self._bind()
+            call = self._prepare(bound)
+            workspace = await self.workspace.acquire_async(call.workspace_size, self.stream, call.key)
+            staging = self._enqueue(bound, call, workspace, deferred_release=True)
+            await _completion(self.stream.record(), self.stream)
+            self._release_parked()
+            if not workspace._released:
+                self.workspace.release_after(workspace, self.stream)  # the stream passed it: no wait
+            return self._collect(bound, staging)
+        except BaseException as error:
+            with anyio.CancelScope(shield=True):
+                if bound is not None:
+                    await _drained(self.stream)
+                self._fail(bound, call, workspace, drain=False)
+            explained = self._explain(error)
+            if explained is error:
+                raise
+            raise explained from error
+        finally:
+            self._free(bound)
+
+    def _bind(self) -> _Bound:
+        """Allocate device memory for uploads and runner-owned outputs; nothing is enqueued."""
+        owned: list[DeviceBuffer] = []
+        bound = _Bound([], [], owned, [], [])
+        try:
+            for arg in self._inputs:
+                bound.inputs.append(self._bind_input(arg, bound))
+            self._pad(bound.inputs, self.spec.inputs)
+            for index, (arg, desc) in enumerate(zip(self._outputs, self._output_descs(bound.inputs))):
+                bound.outputs.append(self._bind_output(index, arg, desc, bound))
+            self._pad(bound.outputs, self.spec.outputs)
+        except BaseException:
+            self._free(bound)
+            raise
+        return bound
+
+    def _bind_input(self, arg: _Arg | None, bound: _Bound) -> TensorDesc | None:
+        if arg is None:
+            return None
+        assert arg.desc is not None
+        if arg.buffer is not None:
+            arg.buffer.check_open()
+            return arg.desc.at(arg.buffer.address)
+        assert arg.array is not None
+        buffer = self.device.alloc(max(arg.array.nbytes, 1), label=f"{self.node} input")
+        bound.owned.append(buffer)
+        bound.uploads.append((buffer, arg.array))
+        return arg.desc.at(buffer.address)
+
+    def _bind_output(self, index: int, arg: _Arg | None, desc: TensorDesc | None,
+                     bound: _Bound) -> TensorDesc | None:
+        if arg is None or desc is None:
+            return None
+        if arg.buffer is not None:
+            arg.buffer.check_open()
+            return desc.at(arg.buffer.address)
+        buffer = self.device.alloc(max(desc.nbytes, 1), label=f"{self.node} output {index}")
+        bound.owned.append(buffer)
+        bound.returned.append((index, buffer))
+        return desc.at(buffer.address)
+
+    def _output_descs(self, inputs: list[TensorDesc | None]) -> list[TensorDesc | None]:
+        """Each declared output's descriptor; outputs left to the runner are inferred by the op."""
+        inferred: list[TensorDesc | None] | None = None
+        descs: list[TensorDesc | None] = []
+        for index, arg in enumerate(self._outputs):
+            if arg is None or arg.desc is not None:
+                descs.append(None if arg is None else arg.desc)
+                continue
+            if inferred is None:
+                inferred = list(self.spec.infer(inputs, dict(self._attrs)))
+            guess = inferred[index] if index < len(inferred) else None
+            if guess is None:
+                raise ValueError(f"{self.op} does not infer output {index} for these arguments; "
+                                 "give its shape= and dtype=")
+            descs.append(TensorDesc(guess.shape if arg.shape is None else arg.shape,
+                                    guess.dtype if arg.dtype is None else arg.dtype, format=guess.format))
+        return descs
+
+    def _pad(self, tensors: list[TensorDesc | None], declared: tuple[str, ...]) -> None:
+        # aclnn signatures are fixed; trailing optionals the caller left out are NULL.  A
+        # single declared name may be a tensor list (Cat's ``tensors``, Split's ``outs``), so
+        # only signatures of several names bound the count.
+        if len(declared) > 1 and len(tensors) > len(declared):
+            raise TypeError(f"{self.op} takes {len(declared)} tensors here ({', '.join(declared)}), "
+                            f"got {len(tensors)}")
+        tensors.extend([None] * (len(declared) - len(tensors)))
+
+    def _prepare(self, bound: _Bound) -> PreparedCall:
+        return self.cache.prepare(self.op, bound.inputs, bound.outputs, self._attrs)
+
+    def _enqueue(self, bound: _Bound, call: PreparedCall, workspace: Workspace, *,
+                 deferred_release: bool = False) -> list[tuple[int, HostBuffer]]:
+        """Copy inputs in, launch, hand the workspace back after the launch, copy outputs out.
+
+        With ``deferred_release``, a strategy whose release blocks (``per-call``) is released
+        by the caller after completion instead, so that async callers never block the loop."""
+        stream = self.stream
+        for buffer, array in bound.uploads:
+            if array.nbytes:
+                staging = self._staging(array.nbytes, bound)
+                staging.numpy()[...] = array.reshape(-1).view(np.uint8)
+                stream.memcpy(buffer, staging, array.nbytes)
+        self.cache.launch(call, bound.inputs, bound.outputs, workspace.address, workspace.nbytes, stream,
+                          {"node": self.node})
+        if not (deferred_release and self.workspace.blocking_release):
+            self.workspace.release_after(workspace, stream)
+        downloads: list[tuple[int, HostBuffer]] = []
+        for index, buffer in bound.returned:
+            desc = bound.outputs[index]
+            assert desc is not None
+            staging = self._staging(max(desc.nbytes, 1), bound)
+            if desc.nbytes:
+                stream.memcpy(staging, buffer, desc.nbytes)
+            downloads.append((index, staging))
+        return downloads
+
+    def _staging(self, nbytes: int, bound: _Bound) -> HostBuffer:
+        staging = self.device.alloc_host(nbytes, label=f"{self.node} staging")
+        bound.owned.append(staging)  # type: ignore[arg-type]
+        return staging
+
+    @staticmethod
+    def _collect(bound: _Bound, downloads: list[tuple[int, HostBuffer]]) -> list[np.ndarray]:
+        results = []
+        for index, staging in downloads:
+            desc = bound.outputs[index]
+            assert desc is not None
+            if desc.numel:
+                results.append(staging.numpy(desc.dtype, desc.shape).copy())
+            else:
+                results.append(np.empty(desc.shape, desc.dtype.numpy))
+        return results
+
+    # -- failure ----------------------------------------------------------------------------
+    def _fail(self, bound: _Bound | None, call: PreparedCall | None, workspace: Workspace, *,
+              drain: bool) -> None:
+        """Undo what a failed run holds; the device must be done before memory is freed."""
+        if call is not None:
+            self.cache.abandon(call)
+        if workspace is not NO_WORKSPACE and not workspace._released:
+            try:
+                self.workspace.release_after(workspace, self.stream)
+            except BackendError:
+                pass
+        if bound is not None and drain:
+            _drain(self.stream)
+
+    def _explain(self, error: BaseException) -> BaseException:
+        """The same error, saying which call failed."""
+        if isinstance(error, BackendError):
+            detail = f"{error.detail}; in {self.summary()}" if error.detail else f"in {self.summary()}"
+            explained = error_from_code(error.code, detail, {"op": self.op, **error.context})
+            if type(explained) is type(error):
+                return explained
+        if isinstance(error, (AclpipeError, ValueError, TypeError)):
+            error.add_note(f"while running {self.summary()}")
+        return error
+
+    def _release_parked(self) -> None:
+        while self._parked:
+            self._free(self._parked.pop())
+
+    @staticmethod
+    def _free(bound: _Bound | None) -> None:
+        if bound is None:
+            return
+        for buffer in bound.owned:
+            buffer.close()
+        bound.owned.clear()
+
+
+def _format(value: Format | str | None) -> Format:
+    if value is None:
+        return Format.ND
+    if isinstance(value, Format):
+        return value
+    try:
+        return Format[str(value).upper()]
+    except KeyError:
+        raise ValueError(f"unknown format {value!r}: expected one of {', '.join(f.name for f in Format)}") from None
+
+
+def _drain(stream: Stream) -> None:
+    """Wait until ``stream`` passed everything enqueued so far, leaving its error in place."""
+    event = stream.record()
+    try:
+        event.sync()
+    except BackendError:
+        pass
+
+
+async def _drained(stream: Stream) -> None:
+    try:
+        event = stream.record()
+    except AclpipeError:
+        return
+    await _poll(event)
+
+
+async def _poll(event: Event) -> None:
+    delay = _FIRST_POLL_S
+    while not event.is_done:
+        await anyio.sleep(delay)
+        delay = min(delay * 2, _MAX_POLL_S)
+
+
+async def _completion(event: Event, stream: Stream) -> None:
+    """Await ``event`` and raise the stream's error, clearing it so the stream can take new work."""
+    await _poll(event)
+    try:
+        event.sync()
+    except BackendError:
+        stream.take_error()
+        raise
