@@ -23,8 +23,20 @@ import numpy as np
 
 from ..tensor import TensorDesc
 from .base import OpPlan, OpSpec, op_error
-from .checks import (ALL, FLOATS, NUMERIC, argument, compute_view, need, need_dtype, need_output,
-                     normalize_dim, scratch_layout, scratch_view, store)
+from .checks import (
+    ALL,
+    FLOATS,
+    NUMERIC,
+    argument,
+    compute_view,
+    need,
+    need_dtype,
+    need_output,
+    normalize_dim,
+    scratch_layout,
+    scratch_view,
+    store,
+)
 from .elementwise import UnaryOp, erf, float_result, keep_dtype, sigmoid
 from .registry import register
 
@@ -36,12 +48,12 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """Exact GELU: ``x * Phi(x)`` with the normal CDF written through erf."""
-    return 0.5 * x * (1.0 + erf(x * _SQRT_HALF))
+    return np.asarray(0.5 * x * (1.0 + erf(x * _SQRT_HALF)))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """The tanh approximation of GELU (``approximate="tanh"``)."""
-    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    return np.asarray(0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))))
 
 
 _APPROXIMATE = {0: "none", 1: "tanh", "none": "none", "tanh": "tanh"}

@@ -39,8 +39,7 @@ import numpy as np
 from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
 from .base import OpPlan, OpSpec, op_error
-from .checks import (ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype,
-                     need_output, store)
+from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
 from .registry import register
 
 __all__ = ["UnaryOp", "BinaryOp", "keep_dtype", "float_result", "erf", "sigmoid"]
@@ -88,8 +87,9 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """``1 / (1 + exp(-x))`` without overflow warnings mattering (kernels run under errstate)."""
-    return 1.0 / (1.0 + np.exp(-x))
+    """``1 / (1 + exp(-x))``; exp overflow for very negative x gives the right 0 (kernels run
+    under ``np.errstate``, so the overflow is not an error)."""
+    return np.asarray(1.0 / (1.0 + np.exp(-x)))
 
 
 # -- scalar attributes ----------------------------------------------------------------------

@@ -30,8 +30,18 @@ import numpy as np
 from ..dtypes import DType, Format
 from ..tensor import TensorDesc
 from .base import OpPlan, OpSpec, op_error
-from .checks import (FLOATS, argument, compute_view, need, need_dtype, need_output, need_rank, scratch_layout,
-                     scratch_view, store)
+from .checks import (
+    FLOATS,
+    argument,
+    compute_view,
+    need,
+    need_dtype,
+    need_output,
+    need_rank,
+    scratch_layout,
+    scratch_view,
+    store,
+)
 from .registry import register
 
 __all__ = ["LayerNormOp", "RmsNormOp", "BatchNormOp"]
@@ -204,8 +214,9 @@ class RmsNormOp(OpSpec):
                 np.reciprocal(rstd, out=rstd)
                 result = values * rstd[:, None] * _flat(argument(ins, 1), columns, 1.0)
             store(outs[0], result.reshape(shape))
-            if argument(outs, 1) is not None:
-                store(outs[1], rstd.reshape(stats_shape))
+            rstd_target = argument(outs, 1)
+            if rstd_target is not None:
+                store(rstd_target, rstd.reshape(stats_shape))
 
         flops, traffic = _cost([*inputs, out, rstd_out], 4.0, x.numel)
         return OpPlan(kernel, workspace_size, flops, traffic, variant="rows-fp32-stats")

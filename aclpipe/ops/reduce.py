@@ -31,8 +31,18 @@ import numpy as np
 from ..dtypes import DType, as_dtype
 from ..tensor import TensorDesc
 from .base import OpPlan, OpSpec, op_error
-from .checks import (ALL, FLOATS, NUMERIC, argument, need, need_dtype, need_output, normalize_dims,
-                     scratch_layout, scratch_view, store)
+from .checks import (
+    ALL,
+    NUMERIC,
+    argument,
+    need,
+    need_dtype,
+    need_output,
+    normalize_dims,
+    scratch_layout,
+    scratch_view,
+    store,
+)
 from .registry import register
 
 __all__ = ["ReduceOp"]
@@ -55,9 +65,9 @@ class _Reduction:
 
 
 def _mean_dtype(op: str, source: DType, requested: DType | None) -> DType:
-    dtype = requested or source
+    dtype = requested if requested is not None else source  # DType.float32 is 0: never test truthiness
     if not dtype.is_floating:
-        raise op_error(op, "dtype" if requested else "self",
+        raise op_error(op, "self" if requested is None else "dtype",
                        "a float dtype (pass dtype=float32 to average integers)", dtype.name)
     return dtype
 
@@ -167,7 +177,7 @@ class ReduceOp(OpSpec):
             store(outs[0], accumulator.reshape(shape))
 
         traffic = float(reduction.input.nbytes + out.nbytes + 2 * workspace_size)
-        return OpPlan(kernel, workspace_size, float(reduction.input.numel), traffic, variant="fp32-accumulator")
+        return OpPlan(kernel, workspace_size, float(reduction.input.numel), traffic, variant="workspace-accumulator")
 
 
 _REDUCTIONS = (
