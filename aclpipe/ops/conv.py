@@ -1,1 +1,188 @@
-"""(being written)"""
+"""Convolution (aclnnConvolution), 1-D over NCL and 2-D over NCHW, as im2col + matmul.
+
+Phase one sizes the workspace to hold the im2col buffer in float32 (the compute dtype for
+every supported input dtype): ``N * C_in * prod(kernel) * prod(out_spatial) * 4`` bytes.
+The kernel unfolds the (zero-padded) input into exactly those workspace bytes and
+multiplies the weight by them per group, so a short or shared workspace gives an error or
+wrong results.  ``cubeMathType`` acts as in :mod:`aclpipe.ops.matmul`.
+
+Transposed convolution (``transposed=True``) is not implemented: phase one refuses it with
+161002.  ``outputPadding`` is validated (non-negative, one value or one per spatial dim)
+but only matters for transposed convolution, so it is otherwise unused.
+
+Geometry helpers (:func:`int_list`, :func:`window_output_size`, :func:`window_slices`) are
+shared with :mod:`aclpipe.ops.pool`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType, Format
+from ..tensor import TensorDesc
+from .base import Kernel, OpPlan, OpSpec, op_error
+from .checks import FLOATS, need, need_dtype, need_output, need_same_dtype, store
+from .matmul import cube_math_type, cube_operand
+from .registry import register
+
+__all__ = ["Convolution", "int_list", "spatial_format", "window_output_size", "window_slices"]
+
+_SPATIAL_FORMAT = {1: Format.NCL, 2: Format.NCHW}
+
+
+def int_list(op: str, name: str, value: Any, count: int, minimum: int) -> tuple[int, ...]:
+    """``value`` (an int, or a list of 1 or ``count`` ints, each >= ``minimum``) as ``count`` ints."""
+    items = [value] if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    try:
+        items = list(items)
+    except TypeError:
+        raise op_error(op, name, f"a list of {count} ints", repr(value)) from None
+    valid = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= minimum for v in items)
+    if not valid or len(items) not in (1, count):
+        raise op_error(op, name, f"1 or {count} ints >= {minimum}", repr(value))
+    return tuple(int(v) for v in items) * (count if len(items) == 1 else 1)
+
+
+def window_output_size(op: str, name: str, size: int, kernel: int, stride: int, padding: int,
+                       dilation: int, ceil_mode: bool = False) -> int:
+    """PyTorch's output length of a sliding window (convolution and pooling)."""
+    span = dilation * (kernel - 1) + 1
+    room = size + 2 * padding - span
+    if room < 0:
+        raise op_error(op, name, f"an input of at least {span - 2 * padding} along each spatial dim "
+                       f"(kernel span {span}, padding {padding})", size)
+    out = (-(-room // stride) if ceil_mode else room // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1  # the last window must start inside the input or the left padding
+    return out
+
+
+def window_slices(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+                  out: Sequence[int]) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
+    """For each kernel position, its index and the slices of the padded input it meets."""
+    for position in itertools.product(*(range(k) for k in kernel)):
+        yield position, tuple(slice(p * d, p * d + s * (o - 1) + 1, s)
+                              for p, s, d, o in zip(position, stride, dilation, out))
+
+
+def spatial_format(op: str, name: str, tensor: TensorDesc, spatial_dims: Sequence[int]) -> int:
+    """Spatial rank of an NCL / NCHW (or ND) tensor; refuses other layouts."""
+    dims = tensor.ndim - 2
+    if dims not in spatial_dims:
+        layouts = " or ".join(f"{d + 2}-D ({_SPATIAL_FORMAT[d].name})" for d in spatial_dims)
+        raise op_error(op, name, layouts, f"{tensor.ndim}-D {list(tensor.shape)}")
+    if tensor.format not in (Format.ND, _SPATIAL_FORMAT[dims]):
+        raise op_error(op, name, f"format ND or {_SPATIAL_FORMAT[dims].name}", tensor.format.name)
+    return dims
+
+
+class Convolution(OpSpec):
+    """``torch.nn.functional.conv1d`` / ``conv2d`` with ``groups``; ``bias`` is optional."""
+
+    name = "Convolution"
+    inputs = ("input", "weight", "bias")
+    outputs = ("output",)
+    attrs = {"stride": [1], "padding": [0], "dilation": [1], "transposed": False, "outputPadding": [0],
+             "groups": 1, "cubeMathType": 0}
+
+    def _geometry(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, Any]:
+        op = self.name
+        if len(inputs) not in (2, 3):
+            raise op_error(op, "inputs", "input, weight and an optional bias", f"{len(inputs)} tensors")
+        x, weight = need(op, "input", inputs[0]), need(op, "weight", inputs[1])
+        bias = inputs[2] if len(inputs) == 3 else None
+        dims = spatial_format(op, "input", x, (1, 2))
+        for name, tensor in (("input", x), ("weight", weight), ("bias", bias)):
+            if tensor is not None:
+                need_dtype(op, name, tensor, FLOATS)
+        need_same_dtype(op, ("input", "weight"), (x, weight))
+        if attrs.get("transposed", False):
+            raise op_error(op, "transposed", "False (transposed convolution is not implemented in aclpipe)",
+                           attrs["transposed"])
+        stride = int_list(op, "stride", attrs.get("stride", 1), dims, 1)
+        padding = int_list(op, "padding", attrs.get("padding", 0), dims, 0)
+        dilation = int_list(op, "dilation", attrs.get("dilation", 1), dims, 1)
+        int_list(op, "outputPadding", attrs.get("outputPadding", 0), dims, 0)
+        groups = attrs.get("groups", 1)
+        channels = x.shape[1]
+        if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1 \
+                or channels % groups:
+            raise op_error(op, "groups", f"a positive divisor of the {channels} input channels", repr(groups))
+        self._check_weight(weight, bias, dims, channels, int(groups))
+        kernel = weight.shape[2:]
+        out = tuple(window_output_size(op, "input", size, k, s, p, d)
+                    for size, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
+        return {"x": x, "weight": weight, "bias": bias, "stride": stride, "padding": padding,
+                "dilation": dilation, "groups": int(groups), "kernel": kernel, "out_spatial": out,
+                "shape": (x.shape[0], weight.shape[0]) + out}
+
+    def _check_weight(self, weight: TensorDesc, bias: TensorDesc | None, dims: int, channels: int,
+                      groups: int) -> None:
+        op = self.name
+        if weight.ndim != dims + 2:
+            raise op_error(op, "weight", f"{dims + 2}-D [C_out, C_in/groups, *kernel]", list(weight.shape))
+        if weight.shape[1] * groups != channels or weight.shape[0] % groups or weight.shape[0] == 0:
+            raise op_error(op, "weight", f"[C_out (a multiple of groups={groups}), {channels // groups}, ...]",
+                           list(weight.shape))
+        if any(k < 1 for k in weight.shape[2:]):
+            raise op_error(op, "weight", "kernel dims >= 1", list(weight.shape))
+        if bias is not None and bias.shape != (weight.shape[0],):
+            raise op_error(op, "bias", f"shape [{weight.shape[0]}] (C_out)", list(bias.shape))
+
+    def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+        geometry = self._geometry(inputs, attrs)
+        cube_math_type(self.name, attrs)
+        x: TensorDesc = geometry["x"]
+        return [TensorDesc.contiguous(geometry["shape"], x.dtype, format=x.format)]
+
+    def prepare(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
+                attrs: Mapping[str, Any]) -> OpPlan:
+        geometry = self._geometry(inputs, attrs)
+        mode = cube_math_type(self.name, attrs)
+        x: TensorDesc = geometry["x"]
+        weight: TensorDesc = geometry["weight"]
+        out = need_output(self.name, "output", outputs[0] if outputs else None, geometry["shape"], x.dtype)
+        columns = x.shape[0] * x.shape[1] * math.prod(geometry["kernel"]) * math.prod(geometry["out_spatial"])
+        workspace_size = columns * np.dtype(np.float32).itemsize
+        flops = 2.0 * out.numel * weight.shape[1] * math.prod(geometry["kernel"])
+        traffic = float(x.nbytes + weight.nbytes + out.nbytes + 2 * workspace_size)
+        return OpPlan(_im2col_kernel(geometry, x.dtype, mode), workspace_size, flops, traffic, cube=True,
+                      variant=f"im2col-{len(geometry['kernel'])}d")
+
+
+def _im2col_kernel(geometry: Mapping[str, Any], dtype: DType, mode: int) -> Kernel:
+    stride, padding, dilation = geometry["stride"], geometry["padding"], geometry["dilation"]
+    kernel_size, out_spatial, groups = geometry["kernel"], geometry["out_spatial"], geometry["groups"]
+    batch, channels = geometry["x"].shape[:2]
+    out_channels = geometry["weight"].shape[0]
+    columns_shape = (batch, channels) + tuple(kernel_size) + tuple(out_spatial)
+
+    def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
+               workspace: np.ndarray | None) -> None:
+        x, weight, out = inputs[0], inputs[1], outputs[0]
+        bias = inputs[2] if len(inputs) == 3 else None
+        assert x is not None and weight is not None and out is not None
+        if out.size == 0:
+            return
+        assert workspace is not None
+        padded = np.pad(cube_operand(x, dtype, mode), [(0, 0), (0, 0)] + [(p, p) for p in padding])
+        columns = workspace.view(np.float32).reshape(columns_shape)
+        for position, window in window_slices(kernel_size, stride, dilation, out_spatial):
+            columns[(slice(None), slice(None)) + position] = padded[(slice(None), slice(None)) + window]
+        # [N, C, *k, *o] -> [N, groups, C/groups * prod(k), prod(o)]: a view of the same bytes.
+        unfolded = columns.reshape(batch, groups, -1, math.prod(out_spatial))
+        filters = cube_operand(weight, dtype, mode).reshape(groups, out_channels // groups, -1)
+        result = np.matmul(filters, unfolded).reshape(out.shape)
+        if bias is not None:
+            result = result + bias.astype(np.float32).reshape((-1,) + (1,) * len(out_spatial))
+        store(out, result)
+
+    return kernel
+
+
+register(Convolution())

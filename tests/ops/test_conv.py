@@ -1,0 +1,126 @@
+"""Convolution (1-D NCL, 2-D NCHW) on the simulator against a direct-loop float64 reference."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from _run_b import OpCall, assert_close, check_shared_workspace, desc, random, run_op
+
+from aclpipe.dtypes import Format
+from aclpipe.errors import InvalidArgumentError
+from aclpipe.ops import get_op
+
+FLOAT_DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def reference_conv(x, weight, bias, stride, padding, dilation, groups):
+    """Direct definition: every output element is a sum over its receptive field."""
+    x, weight = x.astype(np.float64), weight.astype(np.float64)
+    dims = x.ndim - 2
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    kernel = weight.shape[2:]
+    out_spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+                   for size, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)]
+    out = np.zeros((x.shape[0], weight.shape[0], *out_spatial))
+    per_group_out, per_group_in = weight.shape[0] // groups, weight.shape[1]
+    for n, o in itertools.product(range(x.shape[0]), range(weight.shape[0])):
+        group = o // per_group_out
+        channels = padded[n, group * per_group_in:(group + 1) * per_group_in]
+        for position in itertools.product(*(range(size) for size in out_spatial)):
+            field = channels[(slice(None),) + tuple(
+                slice(i * s, i * s + d * (k - 1) + 1, d) for i, s, d, k in zip(position, stride, dilation, kernel))]
+            out[(n, o) + position] = (field * weight[o]).sum() + (0.0 if bias is None else float(bias[o]))
+    assert len(out_spatial) == dims
+    return out
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 4, 7, 6), w=(6, 2, 3, 2), stride=[2, 1], padding=[1, 2], dilation=[1, 2], groups=2, bias=True),
+    dict(x=(1, 3, 5, 5), w=(4, 3, 3, 3), stride=[1], padding=[1], dilation=[1], groups=1, bias=False),
+    dict(x=(2, 4, 9), w=(4, 1, 3), stride=[2], padding=[1], dilation=[2], groups=4, bias=True),
+    dict(x=(1, 2, 6), w=(3, 2, 1), stride=[1], padding=[0], dilation=[1], groups=1, bias=False),
+])
+def test_convolution_matches_the_direct_definition(device, dtype, case):
+    x, weight = random(case["x"], dtype, 1), random(case["w"], dtype, 2)
+    bias = random((case["w"][0],), dtype, 3) if case["bias"] else None
+    dims = len(case["x"]) - 2
+    attrs = {key: case[key] for key in ("stride", "padding", "dilation", "groups")}
+    (out,) = run_op(device, "Convolution", [x, weight, bias], attrs)
+    full = [v * dims if len(v) == 1 else v for v in (case["stride"], case["padding"], case["dilation"])]
+    expected = reference_conv(x, weight, bias, *full, case["groups"])
+    assert_close(out, expected, dtype, scale=4)
+
+
+def test_non_contiguous_input_and_weight(device):
+    x = random((2, 3, 6, 5), "float32", 1).transpose(0, 1, 3, 2)  # [2, 3, 5, 6], strided
+    weight = random((3, 4, 3, 3), "float32", 2).transpose(1, 0, 2, 3)  # [4, 3, 3, 3], strided
+    (out,) = run_op(device, "Convolution", [x, weight, None], {"stride": [1, 1], "padding": [1, 1],
+                                                             "dilation": [1, 1], "groups": 1})
+    assert_close(out, reference_conv(x, weight, None, [1, 1], [1, 1], [1, 1], 1), "float32", scale=4)
+
+
+def test_workspace_is_the_im2col_buffer_and_formats_are_kept(device):
+    inputs = [desc((2, 4, 7, 6), format=Format.NCHW), desc((6, 2, 3, 2))]
+    attrs = {"stride": [2, 1], "padding": [1, 2], "dilation": [1, 2], "groups": 2}
+    (inferred,) = get_op("Convolution").infer(inputs, attrs)
+    assert inferred.shape == (2, 6, 4, 8) and inferred.format == Format.NCHW
+    plan = get_op("Convolution").prepare(inputs, [inferred], attrs)
+    assert plan.workspace_size == 2 * 4 * 3 * 2 * 4 * 8 * 4  # N*C*kh*kw*oh*ow float32
+    assert plan.cube and plan.flops == 2 * inferred.numel * 2 * 3 * 2
+    (ncl,) = get_op("Convolution").infer([desc((1, 2, 6), format=Format.NCL), desc((3, 2, 3))], {})
+    assert ncl.format == Format.NCL and ncl.shape == (1, 3, 4)
+
+
+def test_cube_math_type_fp16_rounds_float32_operands(device):
+    x, weight = random((1, 2, 5, 5), "float32", 1), random((3, 2, 3, 3), "float32", 2)
+    (out,) = run_op(device, "Convolution", [x, weight, None], {"cubeMathType": 2})
+    rounded = reference_conv(x.astype(np.float16), weight.astype(np.float16), None, [1, 1], [0, 0], [1, 1], 1)
+    assert_close(out, rounded, "float32", scale=4)
+
+
+@pytest.mark.parametrize("inputs, out, attrs, code, needle", [
+    ([None, desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {}, 161001, "input"),
+    ([desc((1, 2, 5, 5)), None], desc((1, 3, 3, 3)), {}, 161001, "weight"),
+    ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {"transposed": True}, 161002, "transposed"),
+    ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {"groups": 3}, 161002, "groups"),
+    ([desc((1, 2, 5, 5)), desc((3, 1, 3, 3))], desc((1, 3, 3, 3)), {}, 161002, "weight"),
+    ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3)), desc((2,))], desc((1, 3, 3, 3)), {}, 161002, "bias"),
+    ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {"stride": [0, 1]}, 161002, "stride"),
+    ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {"padding": [1, 1, 1]}, 161002, "padding"),
+    ([desc((1, 2, 2, 2)), desc((3, 2, 3, 3))], desc((1, 3, 1, 1)), {}, 161002, "input"),
+    ([desc((1, 2, 5, 5, 5)), desc((3, 2, 3, 3, 3))], desc((1, 3, 3, 3, 3)), {}, 161002, "4-D"),
+    ([desc((1, 2, 5, 5), format=Format.NHWC), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {}, 161002, "NHWC"),
+    ([desc((1, 2, 5, 5), "int32"), desc((3, 2, 3, 3), "int32")], desc((1, 3, 3, 3), "int32"), {}, 161002, "int32"),
+    ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 5, 5)), {}, 161002, "output"),
+    ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {"cubeMathType": -1}, 161002, "cubeMathType"),
+])
+def test_phase_one_refuses_bad_arguments(device, inputs, out, attrs, code, needle):
+    with pytest.raises(InvalidArgumentError) as caught:
+        device.backend.op_prepare("Convolution", inputs, [out], attrs)
+    assert caught.value.code == code
+    assert "aclnnConvolution" in str(caught.value) and needle in str(caught.value)
+
+
+def _conv_calls(device, count):
+    x, weight = random((1, 2, 5, 5), "float32", 1), random((3, 2, 3, 3), "float32", 2)
+    return x, weight, [OpCall(device, "Convolution", [x, weight, None]) for _ in range(count)]
+
+
+def test_short_workspace_is_refused_at_launch(device):
+    _, _, (call,) = _conv_calls(device, 1)
+    executor = call.prepare()
+    short = device.alloc(executor.workspace_size // 2)
+    with pytest.raises(InvalidArgumentError) as caught:
+        call.launch(executor, device.create_stream(), short, executor.workspace_size // 2)
+    assert caught.value.code == 161002
+
+
+def test_workspace_shared_by_unordered_streams_is_a_hazard(device):
+    x, weight, calls = _conv_calls(device, 2)
+    check_shared_workspace(device, calls)
+    expected = reference_conv(x, weight, None, [1, 1], [0, 0], [1, 1], 1)
+    for call in calls:
+        assert_close(call.results()[0], expected, "float32", scale=4)
