@@ -10,8 +10,8 @@ Transposed convolution (``transposed=True``) is not implemented: phase one refus
 161002.  ``outputPadding`` is validated (non-negative, one value or one per spatial dim)
 but only matters for transposed convolution, so it is otherwise unused.
 
-Geometry helpers (:func:`int_list`, :func:`window_output_size`, :func:`window_slices`) are
-shared with :mod:`aclpipe.ops.pool`.
+Geometry helpers (:func:`int_list`, :func:`window_output_size`, :class:`Window`) are shared
+with :mod:`aclpipe.ops.pool`.
 """
 
 from __future__ import annotations
@@ -19,18 +19,19 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..dtypes import DType, Format
+from ..dtypes import Format
 from ..tensor import TensorDesc
 from .base import Kernel, OpPlan, OpSpec, op_error
-from .checks import FLOATS, need, need_dtype, need_output, need_same_dtype, store
+from .checks import FLOATS, need, need_dtype, need_output, need_same_dtype, scratch_view, store
 from .matmul import cube_math_type, cube_operand
 from .registry import register
 
-__all__ = ["Convolution", "int_list", "spatial_format", "window_output_size", "window_slices"]
+__all__ = ["Convolution", "Window", "int_list", "spatial_format", "window_output_size"]
 
 _SPATIAL_FORMAT = {1: Format.NCL, 2: Format.NCHW}
 
@@ -62,12 +63,37 @@ def window_output_size(op: str, name: str, size: int, kernel: int, stride: int, 
     return out
 
 
-def window_slices(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
-                  out: Sequence[int]) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
-    """For each kernel position, its index and the slices of the padded input it meets."""
-    for position in itertools.product(*(range(k) for k in kernel)):
-        yield position, tuple(slice(p * d, p * d + s * (o - 1) + 1, s)
-                              for p, s, d, o in zip(position, stride, dilation, out))
+@dataclass(frozen=True)
+class Window:
+    """A sliding window over the trailing spatial dims, one entry per dim, and the output
+    length PyTorch gives for it (shared by convolution and pooling)."""
+
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    out: tuple[int, ...]
+
+    @classmethod
+    def fit(cls, op: str, name: str, sizes: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+            padding: Sequence[int], dilation: Sequence[int], ceil_mode: bool = False) -> Window:
+        out = tuple(window_output_size(op, name, size, k, s, p, d, ceil_mode)
+                    for size, k, s, p, d in zip(sizes, kernel, stride, padding, dilation))
+        return cls(tuple(kernel), tuple(stride), tuple(padding), tuple(dilation), out)
+
+    def padded(self, values: np.ndarray, fill: float) -> np.ndarray:
+        """``values`` padded on the trailing dims so that every window (ceil mode too) fits."""
+        pads = [(0, 0)] * (values.ndim - len(self.kernel))
+        for size, k, s, p, d, o in zip(values.shape[-len(self.kernel):], self.kernel, self.stride, self.padding,
+                                       self.dilation, self.out):
+            pads.append((p, max((o - 1) * s + d * (k - 1) + 1 - size - p, 0)))
+        return np.pad(values, pads, constant_values=fill)
+
+    def slices(self) -> Iterator[tuple[tuple[int, ...], tuple[slice, ...]]]:
+        """For each kernel position, its index and the slices of the padded input it meets."""
+        for position in itertools.product(*(range(k) for k in self.kernel)):
+            yield position, tuple(slice(p * d, p * d + s * (o - 1) + 1, s)
+                                  for p, s, d, o in zip(position, self.stride, self.dilation, self.out))
 
 
 def spatial_format(op: str, name: str, tensor: TensorDesc, spatial_dims: Sequence[int]) -> int:
@@ -81,8 +107,24 @@ def spatial_format(op: str, name: str, tensor: TensorDesc, spatial_dims: Sequenc
     return dims
 
 
+@dataclass(frozen=True)
+class _ConvCall:
+    """What phase one learned about one convolution call."""
+
+    x: TensorDesc
+    weight: TensorDesc
+    bias: TensorDesc | None
+    groups: int
+    window: Window
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.x.shape[0], self.weight.shape[0]) + self.window.out
+
+
 class Convolution(OpSpec):
-    """``torch.nn.functional.conv1d`` / ``conv2d`` with ``groups``; ``bias`` is optional."""
+    """``torch.nn.functional.conv1d`` / ``conv2d`` with ``groups``; ``bias`` is optional and may
+    have any float dtype."""
 
     name = "Convolution"
     inputs = ("input", "weight", "bias")
@@ -90,7 +132,7 @@ class Convolution(OpSpec):
     attrs = {"stride": [1], "padding": [0], "dilation": [1], "transposed": False, "outputPadding": [0],
              "groups": 1, "cubeMathType": 0}
 
-    def _geometry(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, Any]:
+    def _call(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> _ConvCall:
         op = self.name
         if len(inputs) not in (2, 3):
             raise op_error(op, "inputs", "input, weight and an optional bias", f"{len(inputs)} tensors")
@@ -114,12 +156,8 @@ class Convolution(OpSpec):
                 or channels % groups:
             raise op_error(op, "groups", f"a positive divisor of the {channels} input channels", repr(groups))
         self._check_weight(weight, bias, dims, channels, int(groups))
-        kernel = weight.shape[2:]
-        out = tuple(window_output_size(op, "input", size, k, s, p, d)
-                    for size, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
-        return {"x": x, "weight": weight, "bias": bias, "stride": stride, "padding": padding,
-                "dilation": dilation, "groups": int(groups), "kernel": kernel, "out_spatial": out,
-                "shape": (x.shape[0], weight.shape[0]) + out}
+        window = Window.fit(op, "input", x.shape[2:], weight.shape[2:], stride, padding, dilation)
+        return _ConvCall(x, weight, bias, int(groups), window)
 
     def _check_weight(self, weight: TensorDesc, bias: TensorDesc | None, dims: int, channels: int,
                       groups: int) -> None:
@@ -135,32 +173,30 @@ class Convolution(OpSpec):
             raise op_error(op, "bias", f"shape [{weight.shape[0]}] (C_out)", list(bias.shape))
 
     def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
-        geometry = self._geometry(inputs, attrs)
+        call = self._call(inputs, attrs)
         cube_math_type(self.name, attrs)
-        x: TensorDesc = geometry["x"]
-        return [TensorDesc.contiguous(geometry["shape"], x.dtype, format=x.format)]
+        return [TensorDesc.contiguous(call.shape, call.x.dtype, format=call.x.format)]
 
     def prepare(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
                 attrs: Mapping[str, Any]) -> OpPlan:
-        geometry = self._geometry(inputs, attrs)
+        call = self._call(inputs, attrs)
         mode = cube_math_type(self.name, attrs)
-        x: TensorDesc = geometry["x"]
-        weight: TensorDesc = geometry["weight"]
-        out = need_output(self.name, "output", outputs[0] if outputs else None, geometry["shape"], x.dtype)
-        columns = x.shape[0] * x.shape[1] * math.prod(geometry["kernel"]) * math.prod(geometry["out_spatial"])
+        x, weight, window = call.x, call.weight, call.window
+        out = need_output(self.name, "output", outputs[0] if outputs else None, call.shape, x.dtype)
+        columns = x.shape[0] * x.shape[1] * math.prod(window.kernel) * math.prod(window.out)
         workspace_size = columns * np.dtype(np.float32).itemsize
-        flops = 2.0 * out.numel * weight.shape[1] * math.prod(geometry["kernel"])
+        flops = 2.0 * out.numel * weight.shape[1] * math.prod(window.kernel)
         traffic = float(x.nbytes + weight.nbytes + out.nbytes + 2 * workspace_size)
-        return OpPlan(_im2col_kernel(geometry, x.dtype, mode), workspace_size, flops, traffic, cube=True,
-                      variant=f"im2col-{len(geometry['kernel'])}d")
+        return OpPlan(_im2col_kernel(call, mode), workspace_size, flops, traffic, cube=True,
+                      variant=f"im2col-{len(window.kernel)}d")
 
 
-def _im2col_kernel(geometry: Mapping[str, Any], dtype: DType, mode: int) -> Kernel:
-    stride, padding, dilation = geometry["stride"], geometry["padding"], geometry["dilation"]
-    kernel_size, out_spatial, groups = geometry["kernel"], geometry["out_spatial"], geometry["groups"]
-    batch, channels = geometry["x"].shape[:2]
-    out_channels = geometry["weight"].shape[0]
-    columns_shape = (batch, channels) + tuple(kernel_size) + tuple(out_spatial)
+def _im2col_kernel(call: _ConvCall, mode: int) -> Kernel:
+    window, groups, dtype = call.window, call.groups, call.x.dtype
+    batch, channels = call.x.shape[:2]
+    out_channels = call.weight.shape[0]
+    columns_shape = (batch, channels) + window.kernel + window.out
+    every_image_and_channel = (slice(None), slice(None))
 
     def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
@@ -169,17 +205,16 @@ def _im2col_kernel(geometry: Mapping[str, Any], dtype: DType, mode: int) -> Kern
         assert x is not None and weight is not None and out is not None
         if out.size == 0:
             return
-        assert workspace is not None
-        padded = np.pad(cube_operand(x, dtype, mode), [(0, 0), (0, 0)] + [(p, p) for p in padding])
-        columns = workspace.view(np.float32).reshape(columns_shape)
-        for position, window in window_slices(kernel_size, stride, dilation, out_spatial):
-            columns[(slice(None), slice(None)) + position] = padded[(slice(None), slice(None)) + window]
+        padded = window.padded(cube_operand(x, dtype, mode), 0.0)
+        columns = scratch_view(workspace, 0, columns_shape, np.float32)
+        for position, slices in window.slices():
+            columns[every_image_and_channel + position] = padded[every_image_and_channel + slices]
         # [N, C, *k, *o] -> [N, groups, C/groups * prod(k), prod(o)]: a view of the same bytes.
-        unfolded = columns.reshape(batch, groups, -1, math.prod(out_spatial))
+        unfolded = columns.reshape(batch, groups, -1, math.prod(window.out))
         filters = cube_operand(weight, dtype, mode).reshape(groups, out_channels // groups, -1)
         result = np.matmul(filters, unfolded).reshape(out.shape)
         if bias is not None:
-            result = result + bias.astype(np.float32).reshape((-1,) + (1,) * len(out_spatial))
+            result = result + bias.astype(np.float32).reshape((-1,) + (1,) * len(window.out))
         store(out, result)
 
     return kernel

@@ -88,7 +88,8 @@ class _Indexing(OpSpec):
             if result.size:
                 copy_into(result, self._gather(source, values, dim))
 
-        return copy_plan(kernel, [index, out, out])  # reads about as much data as it writes
+        # Reads the index and the gathered elements (as many as it writes).
+        return OpPlan(kernel, 0, 0.0, float(index.nbytes + 2 * out.nbytes))
 
 
 class Gather(_Indexing):
@@ -178,7 +179,8 @@ class Where(OpSpec):
                    workspace: np.ndarray | None) -> None:
             condition, first, second = views
             assert condition is not None and first is not None and second is not None and results[0] is not None
-            copy_into(results[0], np.where(condition, first.astype(numpy_dtype), second.astype(numpy_dtype)))
+            copy_into(results[0], np.where(condition, first.astype(numpy_dtype, copy=False),
+                                           second.astype(numpy_dtype, copy=False)))
 
         return copy_plan(kernel, tensors + [out])
 

@@ -27,7 +27,7 @@ from ..dtypes import Format
 from ..tensor import TensorDesc
 from .base import Kernel, OpPlan, OpSpec, op_error
 from .checks import FLOATS, compute_view, need, need_dtype, need_output, store
-from .conv import int_list, window_output_size, window_slices
+from .conv import Window, int_list
 from .matmul import cube_math_type
 from .registry import register
 
@@ -83,7 +83,7 @@ class _SlidingPool2d(_Pool2d):
 
     keys = ("kernelSize", "stride", "padding", "dilation")
 
-    def _window(self, x: TensorDesc, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    def _window(self, x: TensorDesc, attrs: Mapping[str, Any]) -> Window:
         kernel_key, stride_key, padding_key, dilation_key = self.keys
         kernel = int_list(self.name, kernel_key, attrs.get(kernel_key), 2, 1)
         stride_value = attrs.get(stride_key)
@@ -93,29 +93,19 @@ class _SlidingPool2d(_Pool2d):
         if any(2 * p > k for p, k in zip(padding, kernel)):
             raise op_error(self.name, padding_key, f"at most half the kernel size {list(kernel)}", list(padding))
         ceil_mode = _flag(self.name, "ceilMode", attrs, False)
-        out = tuple(window_output_size(self.name, "self", size, k, s, p, d, ceil_mode)
-                    for size, k, s, p, d in zip(x.shape[-2:], kernel, stride, padding, dilation))
-        return {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation, "out": out}
+        return Window.fit(self.name, "self", x.shape[-2:], kernel, stride, padding, dilation, ceil_mode)
 
     def _output_spatial(self, x: TensorDesc, attrs: Mapping[str, Any]) -> tuple[int, int]:
-        out = self._window(x, attrs)["out"]
+        out = self._window(x, attrs).out
         return out[0], out[1]
 
 
-def _padded(values: np.ndarray, window: Mapping[str, Any], fill: float) -> np.ndarray:
-    """``values`` padded on the last two dims so that every window (ceil mode too) fits."""
-    pads = [(0, 0)] * (values.ndim - 2)
-    for size, k, s, p, d, o in zip(values.shape[-2:], window["kernel"], window["stride"], window["padding"],
-                                   window["dilation"], window["out"]):
-        needed = (o - 1) * s + d * (k - 1) + 1
-        pads.append((p, max(needed - size - p, 0)))
-    return np.pad(values, pads, constant_values=fill)
-
-
-def _pooled(padded: np.ndarray, window: Mapping[str, Any], combine: Any, start: np.ndarray) -> np.ndarray:
+def _pooled(values: np.ndarray, window: Window, fill: float, combine: Any) -> np.ndarray:
+    """``combine`` folded over every kernel position of ``values`` padded with ``fill``."""
+    padded = window.padded(values, fill)
     lead = (slice(None),) * (padded.ndim - 2)
-    result = start
-    for _, slices in window_slices(window["kernel"], window["stride"], window["dilation"], window["out"]):
+    result = np.full(values.shape[:-2] + window.out, fill, dtype=np.float32)
+    for _, slices in window.slices():
         result = combine(result, padded[lead + slices])
     return result
 
@@ -132,11 +122,9 @@ class MaxPool2d(_SlidingPool2d):
             source, out = inputs[0], outputs[0]
             assert source is not None and out is not None
             if out.size:
-                padded = _padded(compute_view(source, dtype), window, -np.inf)
-                start = np.full(out.shape, -np.inf, dtype=np.float32)
-                store(out, _pooled(padded, window, np.maximum, start))
+                store(out, _pooled(compute_view(source, dtype), window, -np.inf, np.maximum))
 
-        return kernel, float(math.prod(window["kernel"]))
+        return kernel, float(math.prod(window.kernel))
 
 
 class AvgPool2d(_SlidingPool2d):
@@ -155,13 +143,11 @@ class AvgPool2d(_SlidingPool2d):
             source, out = inputs[0], outputs[0]
             assert source is not None and out is not None
             if out.size:
-                padded = _padded(compute_view(source, dtype), window, 0.0)
-                total = _pooled(padded, window, np.add, np.zeros(out.shape, dtype=np.float32))
-                store(out, total / divisor)
+                store(out, _pooled(compute_view(source, dtype), window, 0.0, np.add) / divisor)
 
-        return kernel, float(math.prod(window["kernel"]))
+        return kernel, float(math.prod(window.kernel))
 
-    def _divisor(self, x: TensorDesc, window: Mapping[str, Any], attrs: Mapping[str, Any]) -> np.ndarray:
+    def _divisor(self, x: TensorDesc, window: Window, attrs: Mapping[str, Any]) -> np.ndarray:
         override = attrs.get("divisorOverride", 0) or 0
         if isinstance(override, bool) or not isinstance(override, (int, np.integer)) or override < 0:
             raise op_error(self.name, "divisorOverride", "an int >= 0 (0: no override)", repr(override))
@@ -169,8 +155,7 @@ class AvgPool2d(_SlidingPool2d):
         if override:
             return np.array(override, dtype=np.float32)
         counts = []
-        for size, k, s, p, o in zip(x.shape[-2:], window["kernel"], window["stride"], window["padding"],
-                                    window["out"]):
+        for size, k, s, p, o in zip(x.shape[-2:], window.kernel, window.stride, window.padding, window.out):
             starts = np.arange(o) * s - p
             if include_pad:
                 counts.append(np.minimum(starts + k, size + p) - starts)
@@ -199,8 +184,9 @@ class AdaptiveAvgPool2d(_Pool2d):
             if out.size:
                 store(out, np.einsum("hi,...ij,wj->...hw", rows, compute_view(source, dtype), cols))
 
-        window = math.ceil(x.shape[-2] / out_h + 1) * math.ceil(x.shape[-1] / out_w + 1)
-        return kernel, float(window)
+        # An adaptive window spans at most ceil(in / out) + 1 elements per axis.
+        largest_window = (math.ceil(x.shape[-2] / out_h) + 1) * (math.ceil(x.shape[-1] / out_w) + 1)
+        return kernel, float(largest_window)
 
 
 def _averaging(size: int, out: int) -> np.ndarray:

@@ -107,9 +107,9 @@ class _View(OpSpec):
     def prepare(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
                 attrs: Mapping[str, Any]) -> OpPlan:
         self._shape(self._input(inputs), attrs)
-        raise op_error(self.name, "phase one", "no call: a view op launches nothing; use "
-                       "get_op(name).view(desc, attrs) for a descriptor over the same storage",
-                       "a request for a kernel")
+        raise op_error(self.name, "launch", "no launch: views only change the descriptor "
+                       f"(call get_op({self.name!r}).view(desc, attrs), which shares the input's storage)",
+                       "a phase-one call for a kernel")
 
 
 class Reshape(_View):
