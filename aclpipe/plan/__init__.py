@@ -1,0 +1,21 @@
+"""The planner: pure passes over frozen data that turn a bound graph into a :class:`Plan`.
+
+``order`` (launch order, critical path), ``streams`` (chains onto compute streams),
+``events`` (minimal waits), ``memory`` (arena offsets); :func:`make_plan` runs them all.
+"""
+
+from __future__ import annotations
+
+from .events import EventPlacement, place_events
+from .memory import ALIGNMENT, Buffer, MemoryPlan, plan_memory
+from .order import Dag, critical_path, estimate_cost, topological_order
+from .plan import Plan, PlannedNode, ValuePlacement, make_plan
+from .streams import assign_streams, chains, transitive_reduction
+
+__all__ = [
+    "Plan", "PlannedNode", "ValuePlacement", "make_plan",
+    "Dag", "topological_order", "critical_path", "estimate_cost",
+    "assign_streams", "chains", "transitive_reduction",
+    "EventPlacement", "place_events",
+    "ALIGNMENT", "Buffer", "MemoryPlan", "plan_memory",
+]
