@@ -93,23 +93,24 @@ class BoundGraph:
 def _validate(graph: BoundGraph) -> None:
     """Every name resolves, every value is written once before it is read, views sit on storage."""
     defined = set(graph.inputs) | set(graph.constants)
-    for name in defined:
-        if name not in graph.values:
-            raise GraphError(f"bound graph {graph.name!r}: {name!r} has no value entry")
+    for declared in defined:
+        if declared not in graph.values:
+            raise GraphError(f"bound graph {graph.name!r}: {declared!r} has no value entry")
     for node in graph.nodes:
-        for name in node.inputs:
-            if name is not None and name not in defined:
-                raise GraphError(f"bound graph {graph.name!r}: node {node.name!r} reads {name!r} "
+        for read in node.inputs:
+            if read is not None and read not in defined:
+                raise GraphError(f"bound graph {graph.name!r}: node {node.name!r} reads {read!r} "
                                  "before any node writes it (dangling value or nodes out of order)")
-        for name in node.outputs:
-            if name is None:
+        for written in node.outputs:
+            if written is None:
                 continue
-            if name in defined or name not in graph.values:
-                raise GraphError(f"bound graph {graph.name!r}: node {node.name!r} output {name!r} is "
+            if written in defined or written not in graph.values:
+                raise GraphError(f"bound graph {graph.name!r}: node {node.name!r} output {written!r} is "
                                  "written twice or has no value entry")
-            defined.add(name)
+            defined.add(written)
     for value in graph.values.values():
-        if value.kind == "view" and (value.base not in graph.values or graph.values[value.base].kind == "view"):
+        base = graph.values.get(value.base) if value.base is not None else None
+        if value.kind == "view" and (base is None or base.kind == "view"):
             raise GraphError(f"bound graph {graph.name!r}: view {value.name!r} has base {value.base!r}, "
                              "which is not a storage value")
     for output, name in graph.outputs.items():

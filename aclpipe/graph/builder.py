@@ -177,7 +177,7 @@ def _probe(spec: OpSpec, inputs: Sequence[ValueInfo | None], attrs: Mapping[str,
     for sizes in _PROBES:
         table = dict(zip(symbols, sizes))
         descs = [None if info is None else TensorDesc.contiguous(
-            tuple(table[d] if isinstance(d, str) else d for d in info.shape or ()), info.dtype)
+            tuple(table[d] if isinstance(d, str) else int(d or 0) for d in info.shape or ()), info.dtype)
             for info in inputs]
         try:
             results.append(list(spec.infer(descs, attrs)))

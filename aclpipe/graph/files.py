@@ -201,7 +201,7 @@ def _load_npy(spec: dict[str, Any], dtype: DType | None, at: str, where: _Where)
         array = array.view(DType.bfloat16.numpy)  # np.save stores ml_dtypes' bfloat16 as raw 2-byte records
     if "shape" in spec and tuple(array.shape) != _shape(spec, at, where):
         raise where.error(at, f"{relative!r} holds shape {list(array.shape)}, the file says {spec['shape']}")
-    return array.astype(dtype.numpy) if dtype is not None and array.dtype != dtype.numpy else array
+    return np.asarray(array.astype(dtype.numpy) if dtype is not None and array.dtype != dtype.numpy else array)
 
 
 def _node_record(record: Any, index: int, where: _Where) -> dict[str, Any]:

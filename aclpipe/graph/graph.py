@@ -28,8 +28,17 @@ from ..dtypes import DType, as_dtype
 from ..errors import GraphError
 from ..ops.base import OpSpec
 from ..tensor import TensorDesc
-from .builder import (Dim, Shape, ValueInfo, builder_names, freeze_attrs, infer_outputs, is_list_argument,
-                      resolve_op, snake_case)
+from .builder import (
+    Dim,
+    Shape,
+    ValueInfo,
+    builder_names,
+    freeze_attrs,
+    infer_outputs,
+    is_list_argument,
+    resolve_op,
+    snake_case,
+)
 
 if TYPE_CHECKING:
     from .bound import BoundGraph
@@ -358,7 +367,7 @@ class Graph:
         wanted = [i for i in range(count) if not slot_names[i].endswith("Optional")
                   and (structure is None or structure[i] is not None)]
         single = len(wanted) == 1 and not listed
-        names = [None] * count
+        names: list[str | None] = [None] * count
         for i in wanted:
             names[i] = node if single else f"{node}:{i}"
         for value_name in names:

@@ -114,7 +114,7 @@ def _conflicts(buffers: Sequence[Buffer], events: EventPlacement) -> np.ndarray:
         start[index] = events.clocks[buffer.writer]
     # precedes[i, j]: every toucher of i is complete before j's writer starts.
     precedes = np.all(start[None, :, :] >= done[:, None, :], axis=2)
-    return ~(precedes | precedes.T)
+    return np.asarray(~(precedes | precedes.T), dtype=bool)
 
 
 def _busy(index: int, offsets: np.ndarray, placed: np.ndarray, sizes: np.ndarray, conflicts: np.ndarray
@@ -200,10 +200,10 @@ def plan_memory(buffers: Sequence[Buffer], events: EventPlacement, alignment: in
     best: tuple[int, str, list[int]] | None = None
     for name, order in _orders(buffers, sizes).items():
         for best_fit in (False, True):
-            offsets = _place(order, size_array, conflicts, best_fit)
-            arena = int((offsets + size_array).max(initial=0))
+            placed = _place(order, size_array, conflicts, best_fit)
+            arena = int((placed + size_array).max(initial=0))
             if best is None or arena < best[0]:
-                best = (arena, f"{name}, {'best' if best_fit else 'first'} fit", [int(o) for o in offsets])
+                best = (arena, f"{name}, {'best' if best_fit else 'first'} fit", [int(o) for o in placed])
     assert best is not None
     lower_bound = live_set_lower_bound(buffers, sizes)
     for slack in (1.0, 1.01, 1.02, 1.05, 1.1, 1.2):

@@ -47,7 +47,8 @@ class Dag:
         if len(costs) != len(preds):
             raise ValueError(f"Dag: {len(preds)} nodes but {len(costs)} costs")
         if not all(math.isfinite(c) and c >= 0 for c in costs):
-            raise ValueError(f"Dag: costs must be finite and >= 0, got {[c for c in costs if not c >= 0 or math.isinf(c)][:3]}")
+            bad = [c for c in costs if not (math.isfinite(c) and c >= 0)]
+            raise ValueError(f"Dag: costs must be finite and >= 0, got {bad[:3]}")
         object.__setattr__(self, "costs", costs)
         for node, before in enumerate(preds):
             for pred in before:

@@ -62,7 +62,8 @@ def plan_summary(plan: Plan) -> str:
                                                                      item[1].arena_offset or 0, item[0])):
         where = f"offset {value.arena_offset:>10}" if value.arena_offset is not None else \
             f"view of {value.base}" if value.kind == "view" else "own buffer"
-        lines.append(f"  {name:<{width}}  {value.kind:<10}  {where:<18}  {format_bytes(value.nbytes):>10}  {value.desc}")
+        size = format_bytes(value.nbytes)
+        lines.append(f"  {name:<{width}}  {value.kind:<10}  {where:<18}  {size:>10}  {value.desc}")
     return "\n".join(lines)
 
 

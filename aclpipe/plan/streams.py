@@ -120,21 +120,25 @@ def assign_streams(dag: Dag, max_streams: int) -> tuple[int, ...]:
     for chain in sorted(found, key=lambda c: (start(c), -sum(dag.costs[n] for n in c), c[0])):
         begin = start(chain)
         producers = {stream_of[p] for p in dag.preds[chain[0]]}
-
-        def preference(stream: int) -> tuple[float, bool, bool, float, int]:
-            # A stream already in use that is free by then costs no concurrency and keeps the
-            # stream count (and so memory and events) down; among those, the latest freed is
-            # the likeliest to hold this chain's ancestors.
-            delay = max(0.0, free_at[stream] - begin)
-            return delay, stream not in producers, not used[stream], -free_at[stream], stream
-
-        stream = min(range(max_streams), key=preference)
+        stream = min(range(max_streams), key=lambda s: _preference(s, begin, producers, free_at, used))
         for node in chain:
             stream_of[node] = stream
         used[stream] = True
         finish = tops[chain[-1]] + dag.costs[chain[-1]]
         free_at[stream] = max(finish, max(free_at[stream], begin) + sum(dag.costs[n] for n in chain))
     return _renumber(stream_of)
+
+
+def _preference(stream: int, begin: float, producers: set[int], free_at: Sequence[float],
+                used: Sequence[bool]) -> tuple[float, bool, bool, float, int]:
+    """Sort key of ``stream`` for a chain that could start at ``begin``.
+
+    Least delay first; then a stream holding a producer of the chain's head (no event); then a
+    stream already in use (a free one costs no concurrency and keeps streams, memory and events
+    down; the latest freed is the likeliest to hold the chain's ancestors); then a new one.
+    """
+    delay = max(0.0, free_at[stream] - begin)
+    return delay, stream not in producers, not used[stream], -free_at[stream], stream
 
 
 def _renumber(stream_of: Sequence[int]) -> tuple[int, ...]:
