@@ -92,6 +92,9 @@ class Backend(Protocol):
 
     # host work and device -------------------------------------------------------------------
     def host_func(self, stream: Any, fn: Callable[[], None], name: str = "") -> None: ...
+    def host_func_c(self, stream: Any, fn_address: int, args_address: int) -> None:
+        """Enqueue a C host function ``void fn(void *args)`` (``aclrtLaunchHostFunc``)."""
+        ...
     def device_sync(self, timeout_ms: int = -1) -> None: ...
 
     # operators (aclnn two-phase) ------------------------------------------------------------

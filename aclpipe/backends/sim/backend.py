@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..._hostfunc import ffi as _hostfunc_ffi
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
 from ..protocol import Capabilities, MemcpyKind
@@ -253,13 +254,9 @@ class SimBackend:
         if self.sanitizer is not None:
             clock = self.sanitizer.enqueue(stream.name)
             task.snapshot = clock
-            what = self._what(task)
-            for allocation, address, nbytes in reads:
-                self.sanitizer.access(allocation, address, nbytes, write=False, actor=stream.name,
-                                      clock=clock, what=what)
-            for allocation, address, nbytes in writes:
-                self.sanitizer.access(allocation, address, nbytes, write=True, actor=stream.name,
-                                      clock=clock, what=what)
+            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in reads]
+            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in writes]
+            self.sanitizer.access_all(regions, actor=stream.name, clock=clock, what=self._what(task))
         stream.submit(task)
 
     @staticmethod
@@ -400,6 +397,12 @@ class SimBackend:
                 raise error_from_code(code, f"injected fault in host function {rule_name}")
 
         self._submit(stream, Task(HOST_FUNC, rule_name, run))
+
+    def host_func_c(self, stream: SimStream, fn_address: int, args_address: int) -> None:
+        """Run a C ``void fn(void *)`` on the callback thread, as ``aclrtLaunchHostFunc`` does."""
+        function = _hostfunc_ffi.cast("void (*)(void *)", fn_address)
+        args = _hostfunc_ffi.cast("void *", args_address)
+        self.host_func(stream, lambda: function(args), "host_func_c")
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         first: BackendError | None = None

@@ -21,6 +21,7 @@ the older record can go, which keeps the tables as small as the number of live r
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,26 +109,40 @@ class Sanitizer:
     def access(self, allocation: Allocation, start: int, nbytes: int, *, write: bool, actor: str,
                clock: Clock, what: str) -> None:
         """Check one access made with ``clock`` by ``actor`` and remember it."""
-        if nbytes <= 0:
-            return
-        access = Access(start, start + nbytes, write, actor, clock.get(actor, 0), what)
+        self.access_all([(allocation, start, nbytes, write)], actor=actor, clock=clock, what=what)
+
+    def access_all(self, regions: Sequence[tuple[Allocation, int, int, bool]], *, actor: str, clock: Clock,
+                   what: str) -> None:
+        """Check every ``(allocation, start, nbytes, write)`` of one task, then remember them all.
+
+        Nothing is remembered when any check fails, so a refused launch leaves no trace."""
+        tick = clock.get(actor, 0)
+        accesses = [(allocation, Access(start, start + nbytes, write, actor, tick, what))
+                    for allocation, start, nbytes, write in regions if nbytes > 0]
         with self._lock:
-            self.checked += 1
-            table: dict[tuple[int, int], _RangeState] | None = allocation.sanitizer_state
-            if table is None:
-                table = allocation.sanitizer_state = {}
-            for (lo, hi), state in table.items():
-                if lo < access.end and access.start < hi:
-                    self._check(state, access, clock, allocation)
-            state = table.get((access.start, access.end))
-            if state is None:
-                state = table[(access.start, access.end)] = _RangeState()
-            if write:
-                state.last_write = access
-                state.reads.clear()
-                self._forget_covered(table, access, clock)
-            else:
-                state.reads[actor] = access
+            for allocation, access in accesses:
+                self.checked += 1
+                table: dict[tuple[int, int], _RangeState] = allocation.sanitizer_state or {}
+                for (lo, hi), state in table.items():
+                    if lo < access.end and access.start < hi:
+                        self._check(state, access, clock, allocation)
+            for allocation, access in accesses:
+                self._remember(allocation, access, clock)
+
+    def _remember(self, allocation: Allocation, access: Access, clock: Clock) -> None:
+        table: dict[tuple[int, int], _RangeState] | None = allocation.sanitizer_state
+        if table is None:
+            table = allocation.sanitizer_state = {}
+        key = (access.start, access.end)
+        state = table.get(key)
+        if state is None:
+            state = table[key] = _RangeState()
+        if access.write:
+            state.last_write = access
+            state.reads.clear()
+            self._forget_covered(table, access, clock)
+        else:
+            state.reads[access.actor] = access
 
     def _check(self, state: _RangeState, access: Access, clock: Clock, allocation: Allocation) -> None:
         earlier = [state.last_write] if state.last_write else []
