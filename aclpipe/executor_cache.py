@@ -93,6 +93,10 @@ def _signatures(tensors: Sequence[TensorDesc | None]) -> tuple[Any, ...]:
     return tuple(None if tensor is None else tensor.signature() for tensor in tensors)
 
 
+def _addresses(inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None]) -> tuple[int | None, ...]:
+    return tuple(None if t is None else t.address for t in (*inputs, *outputs))
+
+
 def executor_key(op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
                  attrs: Mapping[str, Any], device: str) -> ExecutorKey:
     """Everything that shapes an executor's plan, without the tensor addresses."""
@@ -127,6 +131,7 @@ class _Entry:
     holders: int = 0
     evicted: bool = False
     last_stream: Stream | None = None
+    addresses: tuple[int | None, ...] = ()  # what the executor points at now
 
 
 @dataclass(eq=False)
@@ -219,7 +224,8 @@ class ExecutorCache:
         workspace_size = int(executor.workspace_size)
         if refused or not self._make_repeatable(key, executor):
             return PreparedCall(op, key, executor, workspace_size, False, False)
-        entry = _Entry(key, executor, _signatures(inputs), _signatures(outputs), holders=1)
+        entry = _Entry(key, executor, _signatures(inputs), _signatures(outputs), holders=1,
+                       addresses=_addresses(inputs, outputs))
         self._insert(entry)
         return PreparedCall(op, key, executor, workspace_size, True, False, entry)
 
@@ -274,9 +280,12 @@ class ExecutorCache:
             self._check_signature(call.op, entry, inputs, outputs)
             # Re-pointing and launching must not interleave with another thread's call on
             # the same executor: the launch captures the addresses set just before it.
+            addresses = _addresses(inputs, outputs)
             with entry.lock:
-                self._point(entry.executor, inputs, output=False)
-                self._point(entry.executor, outputs, output=True)
+                if addresses != entry.addresses:  # the executor keeps the addresses last set
+                    self._point(entry.executor, inputs, output=False)
+                    self._point(entry.executor, outputs, output=True)
+                    entry.addresses = addresses
                 self._backend.op_launch(entry.executor, workspace, workspace_size, stream.handle, context)
                 entry.last_stream = stream
         finally:

@@ -187,7 +187,8 @@ class OpRunner:
         if buffer.device is not self.device:
             raise ValueError(f"{self.op}: {buffer!r} belongs to {buffer.device.name}, the stream to "
                              f"{self.device.name}")
-        desc = TensorDesc(tuple(shape), as_dtype(dtype), tuple(strides or ()), offset, _format(format))
+        desc = TensorDesc(tuple(shape), as_dtype(dtype), tuple(strides or ()), offset, _format(format),
+                          buffer.address)
         if desc.extent_bytes > buffer.nbytes:
             raise ValueError(f"{self.op}: {desc} needs {desc.extent_bytes} bytes, the buffer has "
                              f"{buffer.nbytes}")
@@ -292,7 +293,7 @@ class OpRunner:
         assert arg.desc is not None
         if arg.buffer is not None:
             arg.buffer.check_open()
-            return arg.desc.at(arg.buffer.address)
+            return arg.desc  # bound to the buffer's address when declared
         assert arg.array is not None
         buffer = self.device.alloc(max(arg.array.nbytes, 1), label=f"{self.node} input")
         bound.owned.append(buffer)
@@ -305,7 +306,7 @@ class OpRunner:
             return None
         if arg.buffer is not None:
             arg.buffer.check_open()
-            return desc.at(arg.buffer.address)
+            return desc
         buffer = self.device.alloc(max(desc.nbytes, 1), label=f"{self.node} output {index}")
         bound.owned.append(buffer)
         bound.returned.append((index, buffer))

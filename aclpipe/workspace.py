@@ -12,7 +12,8 @@ Three strategies keep that rule at different costs:
     used on another stream whose launch may still be in flight is never handed out: the
     strategy tracks the stream and an event recorded after the last use, reuses at once on
     the same stream (stream order serializes the users), reuses across streams once the event
-    has completed, and otherwise allocates another one (up to ``max_per_key``) or waits.
+    has completed, and otherwise allocates another one (up to ``max_per_key``) or waits
+    (polling the events, since no host function reports them).
 ``pool`` (:class:`WorkspacePool`)
     a pool of device blocks bounded in bytes.  A block is taken at enqueue and returned when
     the stream has passed the launch: :meth:`~WorkspacePool.release_after` records an event and
@@ -147,8 +148,12 @@ class WorkspaceStrategy(ABC):
         if workspace is not None:
             return workspace
         self._count_wait()
+        delay = _FIRST_POLL_S
         while True:
-            self._wait_for_release(deadline, nbytes)
+            # Pool blocks come back with a notification; cached workspaces only by their
+            # events completing, which nobody reports: hence timed waits with backoff.
+            self._wait_for_release(deadline, nbytes, delay)
+            delay = min(delay * 2, _MAX_POLL_S)
             workspace = self.try_acquire(nbytes, stream, key)
             if workspace is not None:
                 return workspace
@@ -165,14 +170,13 @@ class WorkspaceStrategy(ABC):
             workspace = self.try_acquire(nbytes, stream, key)
         return workspace
 
-    def _wait_for_release(self, deadline: float | None, nbytes: int) -> None:
+    def _wait_for_release(self, deadline: float | None, nbytes: int, delay: float) -> None:
         with self._lock:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"no {self.name} workspace of {nbytes} bytes became free in time "
                                    f"({self._describe_use()}); release workspaces or raise the limit")
-            # Short timed waits: a launch can also finish without anybody notifying us.
-            self._lock.wait(0.005 if remaining is None else min(remaining, 0.005))
+            self._lock.wait(delay if remaining is None else min(remaining, delay))
 
     def _describe_use(self) -> str:
         stats = self.stats()
@@ -322,25 +326,6 @@ class CachedWorkspace(WorkspaceStrategy):
                 return block
         return None
 
-    def acquire(self, nbytes: int, stream: Stream, key: Hashable | None = None, *,
-                timeout: float | None = None) -> Workspace:
-        workspace = self.try_acquire(nbytes, stream, key)
-        if workspace is not None:
-            return workspace
-        self._count_wait()
-        slot_key = ("bytes", nbytes) if key is None else key
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while workspace is None:
-            with self._lock:
-                pending = [s for s in self._slots.get(slot_key, []) if not s.busy and s.event is not None]
-            if pending:
-                assert pending[0].event is not None
-                _finished(pending[0].event, wait=True)
-            else:
-                self._wait_for_release(deadline, nbytes)
-            workspace = self.try_acquire(nbytes, stream, key)
-        return workspace
-
     def release_after(self, workspace: Workspace, stream: Stream) -> None:
         if not self._check_release(workspace):
             return
@@ -348,6 +333,8 @@ class CachedWorkspace(WorkspaceStrategy):
         assert block is not None
         if block.event is None:
             block.event = self.device.create_event()
+        # Recorded now rather than when another stream asks: a record placed later would
+        # also wait for whatever the stream does meanwhile.
         stream.record(block.event)
         with self._lock:
             block.stream = stream
