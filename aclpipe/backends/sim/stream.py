@@ -59,7 +59,9 @@ class SimStream:
         self.skipped = 0
         self.error: BackendError | None = None
         self._gen = 0
-        self._failed_gens: set[int] = set()
+        # The first error of each failed generation: a record of that generation carries it even
+        # after the host consumed the stream's sticky error, so waiters still inherit the failure.
+        self._failed_gens: dict[int, BackendError] = {}
         self._cond = threading.Condition()
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"aclpipe-{name}", daemon=True)
@@ -122,11 +124,11 @@ class SimStream:
         with self._cond:
             if task.gen in self._failed_gens:
                 return
-            self._failed_gens.add(task.gen)
+            self._failed_gens[task.gen] = error
             if self.error is None:
                 self.error = error
             for old in [g for g in self._failed_gens if g < task.gen - 16]:
-                self._failed_gens.discard(old)
+                del self._failed_gens[old]
 
     def _failed(self, task: Task) -> bool:
         return task.gen in self._failed_gens
@@ -142,18 +144,20 @@ class SimStream:
             return
         if task.kind == RECORD:
             assert task.event is not None
-            error = self.error if self._failed(task) else None
+            error = self._failed_gens.get(task.gen)
             task.event.complete(task.generation, backend.engines.now(), error)
             return
         if task.kind == HOST_FUNC:
             assert task.run is not None
+            if backend.sanitizer is not None:
+                # Everything before a host function is done when it runs, and whoever sees its
+                # effects (a counter, a flag) is ordered after it: the host learns it first.
+                backend.sanitizer.host_learns(task.snapshot)
             raised = backend.callbacks.call(task.run)
             if raised is not None and not self._failed(task):
                 error = error_from_code(507000, f"host function {task.name} raised {raised!r}")
                 error.__cause__ = raised
                 self._fail(task, error)
-            elif raised is None and backend.sanitizer is not None:
-                backend.sanitizer.host_learns(task.snapshot)
             return
         if task.kind == LATCH:
             assert task.latch is not None
