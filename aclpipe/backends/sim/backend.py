@@ -122,8 +122,10 @@ class SimBackend:
 
     def mem_free(self, address: int) -> None:
         self._check_open()
-        if self.sanitizer is not None:
-            allocation = self.memory.find_device(address, 1, what="free")
+        # Only a live allocation's start is checked: anything else (a double free, an interior
+        # address) must fail in memory.free with ACL's free error, sanitizer on or off.
+        allocation = self.memory.starting_at(address)
+        if self.sanitizer is not None and allocation is not None:
             self.sanitizer.host_access(allocation, allocation.start, allocation.size, write=True,
                                        what=f"free of {allocation.describe()}")
         self.memory.free(address)
@@ -134,8 +136,8 @@ class SimBackend:
         return allocation.start, allocation.data
 
     def mem_free_host(self, address: int) -> None:
-        if self.sanitizer is not None:
-            allocation, _ = self.memory.find(address, 1, what="free_host")
+        allocation = self.memory.starting_at(address, host=True)
+        if self.sanitizer is not None and allocation is not None:
             self.sanitizer.host_access(allocation, allocation.start, allocation.size, write=True,
                                        what=f"free of {allocation.describe()}")
         self.memory.free_host(address)

@@ -193,6 +193,11 @@ class DeviceMemory:
             return f"{what}: {address:#x} is not inside any live device allocation"
         return f"{what}: {address:#x} is neither device memory nor a pinned host buffer"
 
+    def starting_at(self, address: int, *, host: bool = False) -> Allocation | None:
+        """The live allocation (pinned host buffer if ``host``) that starts at ``address``, if any."""
+        with self._lock:
+            return (self._host if host else self._by_start).get(address)
+
     def live_allocations(self) -> list[Allocation]:
         with self._lock:
             return list(self._by_start.values())
