@@ -57,12 +57,13 @@ class Stream:
             if offset < 0 or nbytes < 0 or offset + nbytes > buffer.nbytes:
                 raise ValueError(f"memcpy of {nbytes} bytes at {role} offset {offset} overruns the "
                                  f"{buffer.nbytes}-byte {role} buffer")
+        # isinstance, not type(): subclasses (MemoryPool's PoolBuffer) are device buffers too.
         kind = {
-            (DeviceBuffer, DeviceBuffer): MemcpyKind.DEVICE_TO_DEVICE,
-            (DeviceBuffer, HostBuffer): MemcpyKind.HOST_TO_DEVICE,
-            (HostBuffer, DeviceBuffer): MemcpyKind.DEVICE_TO_HOST,
-            (HostBuffer, HostBuffer): MemcpyKind.HOST_TO_HOST,
-        }[(type(dst), type(src))]
+            (True, True): MemcpyKind.DEVICE_TO_DEVICE,
+            (True, False): MemcpyKind.HOST_TO_DEVICE,
+            (False, True): MemcpyKind.DEVICE_TO_HOST,
+            (False, False): MemcpyKind.HOST_TO_HOST,
+        }[(isinstance(dst, DeviceBuffer), isinstance(src, DeviceBuffer))]
         if nbytes:
             self.device.backend.memcpy_async(dst.address + dst_offset, src.address + src_offset, nbytes, kind,
                                              self.handle)
