@@ -16,6 +16,9 @@ from .errors import (
     PlanError,
     UnsupportedOpError,
 )
+from .graph import BoundGraph, Graph, load_graph
+from .pipeline import Pipeline, PipelineStats
+from .plan import Plan, PlannedNode, ValuePlacement, make_plan
 from .runtime import Device, DeviceBuffer, Event, HostBuffer, MemInfo, Stream, device_count, open_device
 from .tensor import TensorDesc
 
@@ -26,4 +29,6 @@ __all__ = [
     "ExecutionError", "GraphError", "HazardError", "InvalidArgumentError", "PlanError", "UnsupportedOpError",
     "DType", "Format", "TensorDesc",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemInfo", "Stream", "device_count", "open_device",
+    "Graph", "BoundGraph", "load_graph", "Plan", "PlannedNode", "ValuePlacement", "make_plan",
+    "Pipeline", "PipelineStats",
 ]

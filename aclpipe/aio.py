@@ -72,6 +72,10 @@ class Timeline:
         """The lane's current counter (what the device has passed)."""
         return int(self._counters[lane])
 
+    def next_value(self, lane: int) -> int:
+        """The value the next :meth:`enqueue_advance` on ``lane`` will publish."""
+        return self._next[lane] + 1
+
     def enqueue_advance(self, backend: Any, stream: Any, lane: int) -> int:
         """Enqueue on ``stream`` a host function advancing ``lane``; returns the value to await."""
         if self.closed:

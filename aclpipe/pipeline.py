@@ -1,0 +1,391 @@
+"""The Pipeline: prepare a graph up front, enqueue it across streams, await completion.
+
+``out = await pipe.run(x=batch)`` takes a free slot (awaiting one when all ``depth`` are
+busy: backpressure), copies the inputs into the slot's pinned staging, enqueues the
+prepared program (H2D copies, every node with its waits and records, D2H copies) and one
+completion host function, and awaits it.  ``async for out in pipe.stream(batches)`` keeps
+``depth`` runs in flight so that batch i+1's H2D, batch i's compute and batch i-1's D2H
+overlap, and yields results in order.
+
+Errors.  Device faults are sticky on their stream and skip the rest of that stream's work
+until consumed (see the simulator's stream docs).  Every launch carries its run number, so
+when a run completes and finds a stream error, the pipeline records which run failed and
+up to which run the poisoned work reached; those runs raise :class:`ExecutionError` naming
+the failing node, earlier runs are unaffected, later runs run normally.
+
+Cancellation.  A run cancelled before it enqueued anything gives its slot straight back.
+Once work is enqueued, the slot (and the workspaces of its nodes) return only after the
+device has passed it: the cancelled task waits for that, shielded, up to ``cancel_grace``
+seconds, then reports the slot lost rather than risk a use-after-free.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import numpy as np
+
+from .aio import Timeline
+from .dtypes import as_dtype
+from .errors import AclpipeError, BackendError, ClosedResourceError, ExecutionError, GraphError
+from .graph import Graph
+from .plan import Plan, make_plan
+from .program import Program, Slot
+from .run_workspace import RUN_STRATEGIES, RunWorkspaces, make_run_workspaces
+from .runtime import Device, DeviceBuffer, Stream, open_device
+
+__all__ = ["Pipeline", "PipelineStats"]
+
+
+@dataclass(frozen=True)
+class _Fault:
+    error: BaseException
+    first_run: int  # the run whose node failed
+    last_run: int  # the newest run enqueued when the error was consumed
+
+
+@dataclass
+class _Ticket:
+    run: int
+    program: Program
+    slot: Slot
+    value: int
+
+
+@dataclass(frozen=True)
+class PipelineStats:
+    """What :meth:`Pipeline.stats` reports."""
+
+    runs: int
+    failed_runs: int
+    signatures: int
+    prepare_hits: int
+    executors: int
+    events_per_run: int
+    waits_per_run: int
+    arena_bytes: int
+    constant_bytes: int
+    workspace: Mapping[str, Any]
+    device_peak_bytes: int | None
+    in_flight: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _SlotQueue:
+    """Slots of one program, handed to waiters first come first served."""
+
+    def __init__(self, slots: list[Slot]):
+        self.free = collections.deque(slots)
+        self.waiters: collections.deque[tuple[anyio.Event, list[Slot]]] = collections.deque()
+
+    async def acquire(self) -> Slot:
+        if self.free and not self.waiters:
+            return self.free.popleft()
+        event, box = anyio.Event(), []
+        self.waiters.append((event, box))
+        try:
+            await event.wait()
+        except BaseException:
+            if box:  # handed a slot while being cancelled: pass it on
+                self.release(box[0])
+            else:
+                self.waiters.remove((event, box))
+            raise
+        return box[0]
+
+    def release(self, slot: Slot) -> None:
+        if self.waiters:
+            event, box = self.waiters.popleft()
+            box.append(slot)
+            event.set()
+        else:
+            self.free.append(slot)
+
+
+class Pipeline:
+    """Run a graph on a device, asynchronously.
+
+    Parameters
+    ----------
+    graph:
+        A :class:`Graph` (or anything :func:`aclpipe.load_graph` returns).
+    device:
+        A :class:`Device`, a device name (``"sim"``, ``"ascend:0"``) or ``None`` for the default.
+        A device the pipeline opened is closed by :meth:`aclose`.
+    streams:
+        At most this many compute streams (plus one H2D and one D2H copy stream).
+    depth:
+        Runs in flight at once (slots, each with its own activation arena and staging).
+    workspace:
+        ``"pool"`` (default), ``"static"`` or ``"per-call"``: see :mod:`aclpipe.run_workspace`.
+    pool_bytes:
+        Size of the workspace pool (default: twice the largest workspaces of all streams).
+    cancel_grace:
+        Seconds a cancelled run waits, shielded, for the device to pass its enqueued work.
+    """
+
+    def __init__(self, graph: Graph, device: Device | str | None = None, *, streams: int = 4, depth: int = 2,
+                 workspace: str = "pool", pool_bytes: int = 0, cancel_grace: float = 30.0):
+        if not isinstance(graph, Graph):
+            raise TypeError(f"Pipeline needs a Graph, got {type(graph).__name__}; build one with "
+                            "aclpipe.Graph or load one with aclpipe.load_graph / aclpipe.load_onnx")
+        for label, value in (("streams", streams), ("depth", depth)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        if workspace not in RUN_STRATEGIES:
+            raise ValueError(f"workspace must be one of {RUN_STRATEGIES}, got {workspace!r}")
+        if not graph.outputs:
+            raise GraphError(f"graph {graph.name!r} has no outputs: mark results with g.output(name, value)")
+        self.graph = graph
+        self._owns_device = not isinstance(device, Device)
+        self.device = device if isinstance(device, Device) else open_device(device)
+        self.max_streams = streams
+        self.depth = depth
+        self.workspace = workspace
+        self.cancel_grace = cancel_grace
+        self._streams: list[Stream] = [self.device.create_stream() for _ in range(streams + 2)]
+        self._timeline = Timeline(len(self._streams))
+        self._workspaces: RunWorkspaces = make_run_workspaces(
+            workspace, self.device, self._streams, self._timeline, pool_bytes)
+        self._constants: dict[str, DeviceBuffer] = {}
+        self._programs: dict[tuple[Any, ...], Program] = {}
+        self._queues: dict[int, _SlotQueue] = {}
+        self._enqueue_lock: anyio.Lock | None = None
+        self._faults: list[_Fault] = []
+        self._runs = 0
+        self._completed = 0
+        self._failed = 0
+        self._prepare_hits = 0
+        self._in_flight = 0
+        self._lost_slots = 0
+        self._closed = False
+
+    # -- planning and preparing ----------------------------------------------------------------
+    def plan_for(self, **shapes: Any) -> Plan:
+        """The plan for these input shapes (``x=(32, 784)``); prepares nothing."""
+        return self._plan(self.graph.bind(**shapes))
+
+    def _plan(self, bound: Any) -> Plan:
+        return make_plan(bound, streams=self.max_streams)
+
+    def prepare(self, **shapes: Any) -> Plan:
+        """Plan, allocate and run phase one for these input shapes now (otherwise done at the
+        first run with them).  Returns the plan."""
+        return self._program_for({name: tuple(shape) for name, shape in shapes.items()}).plan
+
+    def _program_for(self, shapes: Mapping[str, tuple[int, ...]]) -> Program:
+        self._check_open()
+        key = tuple(sorted(shapes.items()))
+        program = self._programs.get(key)
+        if program is not None:
+            self._prepare_hits += 1
+            return program
+        plan = self._plan(self.graph.bind(**shapes))
+        self._upload_constants(plan)
+        program = Program(self.device, plan, self._constants, self._streams, self.depth)
+        try:
+            self._workspaces.reserve(program.workspace_sizes)
+        except BaseException:
+            program.close()
+            raise
+        self._programs[key] = program
+        self._queues[id(program)] = _SlotQueue(list(program.slots))
+        return program
+
+    def _upload_constants(self, plan: Plan) -> None:
+        for name, array in plan.constants.items():
+            if name not in self._constants:
+                self._constants[name] = self.device.upload(np.asarray(array), label=f"constant {name}")
+
+    # -- running ---------------------------------------------------------------------------------
+    async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the graph once; returns ``{output name: array}``."""
+        return await self._finish(await self._submit(inputs))
+
+    async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+                     ) -> AsyncIterator[dict[str, np.ndarray]]:
+        """Run every batch (a dict of inputs), ``depth`` in flight, yielding results in order."""
+        pending: collections.deque[_Ticket] = collections.deque()
+        try:
+            async for batch in _aiter(batches):
+                if not isinstance(batch, Mapping):
+                    raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
+                pending.append(await self._submit(dict(batch)))
+                if len(pending) >= self.depth:
+                    yield await self._finish(pending.popleft())
+            while pending:
+                yield await self._finish(pending.popleft())
+        finally:
+            with anyio.CancelScope(shield=True):
+                while pending:
+                    await self._abandon(pending.popleft())
+
+    async def _submit(self, inputs: Mapping[str, Any]) -> _Ticket:
+        arrays, shapes = self._check_inputs(inputs)
+        program = self._program_for(shapes)
+        queue = self._queues[id(program)]
+        slot = await queue.acquire()
+        enqueued = False
+        try:
+            program.write_inputs(slot, arrays)
+            if self._enqueue_lock is None:
+                self._enqueue_lock = anyio.Lock()
+            async with self._enqueue_lock:
+                self._runs += 1
+                run = self._runs
+                enqueued = True
+                # Shielded: once the first task is on a stream the run must be completed, or the
+                # slot would come back while the device still used it.
+                with anyio.CancelScope(shield=True):
+                    value = await program.enqueue(slot, run, self._workspaces, self._timeline, self._d2h_lane)
+        except BaseException:
+            if not enqueued:
+                queue.release(slot)
+            raise
+        self._in_flight += 1
+        return _Ticket(run, program, slot, value)
+
+    @property
+    def _d2h_lane(self) -> int:
+        return len(self._streams) - 1
+
+    async def _finish(self, ticket: _Ticket) -> dict[str, np.ndarray]:
+        try:
+            await self._timeline.wait(self._d2h_lane, ticket.value)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._abandon(ticket)
+            raise
+        try:
+            self._collect_errors()
+            self._raise_fault(ticket.run)
+            return ticket.program.read_outputs(ticket.slot)
+        finally:
+            self._in_flight -= 1
+            self._completed += 1
+            self._queues[id(ticket.program)].release(ticket.slot)
+
+    async def _abandon(self, ticket: _Ticket) -> None:
+        """Give the slot back once the device has passed the ticket's work (shielded caller)."""
+        with anyio.move_on_after(self.cancel_grace) as scope:
+            await self._timeline.wait(self._d2h_lane, ticket.value)
+        self._in_flight -= 1
+        if scope.cancelled_caught:
+            self._lost_slots += 1  # never reused: the device may still touch it
+            return
+        self._collect_errors()
+        self._queues[id(ticket.program)].release(ticket.slot)
+
+    def _collect_errors(self) -> None:
+        for stream in self._streams:
+            error = stream.take_error()
+            if error is not None:
+                context = getattr(error, "context", {}) or {}
+                first = context.get("run")
+                self._faults.append(_Fault(error, int(first) if first is not None else self._runs, self._runs))
+        # Faults no live or future run can match any more are dropped.
+        oldest = self._completed - self._in_flight
+        self._faults = [f for f in self._faults if f.last_run >= oldest]
+
+    def _raise_fault(self, run: int) -> None:
+        for fault in self._faults:
+            if fault.first_run <= run <= fault.last_run:
+                self._failed += 1
+                error = fault.error
+                context = getattr(error, "context", {}) or {}
+                node, op, stream = context.get("node"), context.get("op"), context.get("stream")
+                if fault.first_run == run:
+                    message = f"node {node!r} ({op}) failed on stream {stream}: {error}"
+                else:
+                    message = (f"run {run} was aborted: node {node!r} ({op}) of run {fault.first_run} failed "
+                               f"earlier on a stream this run shares: {error}")
+                raise ExecutionError(message, node=node, op=op, stream=stream, cause=error) from error
+
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
+        self._check_open()
+        expected = self.graph.inputs
+        missing = [name for name in expected if name not in inputs]
+        unknown = [name for name in inputs if name not in expected]
+        if missing or unknown:
+            raise ValueError(f"graph {self.graph.name!r} takes inputs {list(expected)}; "
+                             f"missing {missing}, unknown {unknown}")
+        arrays: dict[str, np.ndarray] = {}
+        for name, spec in expected.items():
+            array = np.asarray(inputs[name])
+            want = as_dtype(spec.dtype)
+            if array.dtype != want.numpy:
+                raise TypeError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
+                                f"{array.dtype}; convert with array.astype('{want.name}')")
+            arrays[name] = array
+        return arrays, {name: tuple(array.shape) for name, array in arrays.items()}
+
+    # -- reporting and closing ------------------------------------------------------------------
+    def stats(self) -> PipelineStats:
+        programs = list(self._programs.values())
+        peak = getattr(getattr(self.device.backend, "memory", None), "peak", None)
+        return PipelineStats(
+            runs=self._runs, failed_runs=self._failed, signatures=len(programs),
+            prepare_hits=self._prepare_hits,
+            executors=sum(len(slot.executors) for p in programs for slot in p.slots),
+            events_per_run=max((p.plan.num_events for p in programs), default=0),
+            waits_per_run=max((p.plan.num_waits for p in programs), default=0),
+            arena_bytes=sum(p.plan.arena_size * len(p.slots) for p in programs),
+            constant_bytes=sum(b.nbytes for b in self._constants.values()),
+            workspace=self._workspaces.stats(), device_peak_bytes=peak, in_flight=self._in_flight)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedResourceError("the pipeline is closed")
+
+    async def aclose(self) -> None:
+        """Wait for runs in flight, then free everything; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._drain)
+        for program in self._programs.values():
+            program.close()
+        self._programs.clear()
+        self._workspaces.close()
+        for buffer in self._constants.values():
+            buffer.close()
+        self._constants.clear()
+        for stream in self._streams:
+            stream.close()
+        self._timeline.close()
+        if self._owns_device:
+            self.device.close()
+
+    def _drain(self) -> None:
+        for stream in self._streams:
+            try:
+                stream.sync()
+            except (BackendError, AclpipeError):
+                pass  # its run already reported it, or nobody is left to tell
+
+    async def __aenter__(self) -> Pipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return (f"<Pipeline {self.graph.name!r} on {self.device.name} streams={self.max_streams} "
+                f"depth={self.depth} workspace={self.workspace}>")
+
+
+async def _aiter(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
+    if isinstance(batches, AsyncIterable):
+        async for batch in batches:
+            yield batch
+    else:
+        for batch in batches:
+            yield batch
+

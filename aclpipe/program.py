@@ -1,0 +1,233 @@
+"""A prepared program: one plan bound to device memory and executors, for one input signature.
+
+Preparing does all the slow work once (ARCHITECTURE.md 5): for each of ``depth`` slots it
+allocates the activation arena and pinned staging buffers, creates the events the plan
+records, and runs phase one for every node against that slot's addresses, making each
+executor repeatable.  Enqueueing a run then only walks precomputed steps: waits, launches,
+records and copies, with no planning, allocation or executor building on the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .backends.protocol import MemcpyKind
+from .errors import BackendError, error_from_code
+from .plan import Plan, PlannedNode
+from .tensor import TensorDesc
+
+if TYPE_CHECKING:
+    from .aio import Timeline
+    from .run_workspace import RunWorkspaces
+    from .runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
+
+__all__ = ["Program", "Slot", "Step"]
+
+
+@dataclass(eq=False)
+class Step:
+    """One node of one slot, ready to enqueue."""
+
+    node: PlannedNode
+    stream: Any  # backend stream handle
+    lane: int
+    waits: tuple[Any, ...]  # backend event handles
+    record: Any | None
+    executor: Any | None = None  # compute nodes
+    repeatable: bool = True
+    inputs: tuple[TensorDesc | None, ...] = ()
+    outputs: tuple[TensorDesc | None, ...] = ()
+    workspace_size: int = 0
+    copy: tuple[int, int, int, MemcpyKind] | None = None  # (dst, src, nbytes, kind) for H2D/D2H
+
+
+@dataclass(eq=False)
+class Slot:
+    index: int
+    arena: DeviceBuffer | None
+    staging_in: dict[str, HostBuffer]
+    staging_out: dict[str, HostBuffer]
+    steps: list[Step] = field(default_factory=list)
+    events: dict[int, Event] = field(default_factory=dict)  # node index -> event it records
+    tails: list[tuple[Any, Event]] = field(default_factory=list)  # (stream handle, event) per used stream
+    executors: list[Any] = field(default_factory=list)
+
+
+class Program:
+    """Everything one input signature needs, for ``depth`` slots."""
+
+    def __init__(self, device: Device, plan: Plan, constants: Mapping[str, DeviceBuffer], streams: list[Stream],
+                 depth: int):
+        """``streams`` are the pipeline's: compute streams first, then the H2D and D2H streams.
+        Plan stream ``k`` runs on compute stream ``k``; the plan's copy streams on the last two."""
+        self.device = device
+        self.plan = plan
+        self.streams = streams
+        copies = {plan.h2d_stream: len(streams) - 2, plan.d2h_stream: len(streams) - 1}
+        #: plan stream index -> pipeline stream index (the timeline lane)
+        self.lane_of = [copies.get(s, s) for s in range(plan.num_streams + 2)]
+        self.constants = constants
+        self.slots: list[Slot] = []
+        self.workspace_sizes: dict[int, int] = {}
+        self.fallback_nodes: set[str] = set()
+        self._building: Slot | None = None  # a half-built slot, for close() after a failure
+        try:
+            for index in range(depth):
+                self.slots.append(self._build_slot(index))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- building --------------------------------------------------------------------------------
+    def _build_slot(self, index: int) -> Slot:
+        plan, device = self.plan, self.device
+        arena = device.alloc(plan.arena_size, label=f"arena slot {index}") if plan.arena_size else None
+        slot = self._building = Slot(index, arena, {}, {})
+        for name in plan.inputs:
+            desc = plan.values[name].desc
+            slot.staging_in[name] = device.alloc_host(max(desc.nbytes, 1), label=f"input {name}")
+        for output, value in plan.outputs.items():
+            desc = plan.values[value].desc
+            slot.staging_out[output] = device.alloc_host(max(desc.nbytes, 1), label=f"output {output}")
+        events = slot.events = {node.index: device.create_event() for node in plan.nodes if node.record}
+        handles = [stream.handle for stream in self.streams]
+        for node in plan.nodes:
+            slot.steps.append(self._build_step(slot, node, handles, events))
+        used = sorted({self.lane_of[node.stream] for node in plan.nodes} - {len(handles) - 1})
+        slot.tails = [(handles[lane], device.create_event()) for lane in used]
+        self._building = None
+        return slot
+
+    def address(self, slot: Slot, value: str) -> int:
+        placement = self.plan.values[value]
+        storage = placement.base or value
+        if self.plan.values[storage].kind == "constant":
+            return self.constants[storage].address
+        offset = self.plan.values[storage].arena_offset
+        assert slot.arena is not None and offset is not None
+        return slot.arena.address + offset
+
+    def _desc(self, slot: Slot, value: str | None) -> TensorDesc | None:
+        if value is None:
+            return None
+        return self.plan.values[value].desc.at(self.address(slot, value))
+
+    def _build_step(self, slot: Slot, node: PlannedNode, handles: list[Any], events: dict[int, Event]) -> Step:
+        lane = self.lane_of[node.stream]
+        step = Step(node, handles[lane], lane, tuple(events[w].handle for w in node.waits),
+                    events[node.index].handle if node.record else None)
+        if node.op == "H2D":
+            name = node.attrs["input"]
+            desc = self.plan.values[name].desc
+            step.copy = (self.address(slot, name), slot.staging_in[name].address, desc.nbytes,
+                         MemcpyKind.HOST_TO_DEVICE)
+        elif node.op == "D2H":
+            output, value = node.attrs["output"], node.inputs[0]
+            assert value is not None
+            desc = self.plan.values[value].desc
+            step.copy = (slot.staging_out[output].address, self._desc(slot, value).data_address,  # type: ignore[union-attr]
+                         desc.nbytes, MemcpyKind.DEVICE_TO_HOST)
+        else:
+            self._prepare_node(slot, step)
+        return step
+
+    def _prepare_node(self, slot: Slot, step: Step) -> None:
+        node, backend = step.node, self.device.backend
+        step.inputs = tuple(self._desc(slot, v) for v in node.inputs)
+        step.outputs = tuple(self._desc(slot, v) for v in node.outputs)
+        try:
+            executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
+        except BackendError as error:
+            raise error_from_code(error.code, error.detail or str(error),
+                                  {**error.context, "node": node.name, "op": node.op}) from error
+        slot.executors.append(executor)
+        try:
+            backend.op_set_repeatable(executor)
+        except BackendError:
+            # The op refuses repeatable executors: phase one again at each run (ARCHITECTURE.md 5).
+            step.repeatable = False
+            self.fallback_nodes.add(node.name)
+        step.executor = executor
+        step.workspace_size = int(executor.workspace_size)
+        if step.workspace_size:
+            lane = step.lane
+            self.workspace_sizes[lane] = max(self.workspace_sizes.get(lane, 0), step.workspace_size)
+
+    # -- running ---------------------------------------------------------------------------------
+    async def enqueue(self, slot: Slot, run: int, workspaces: RunWorkspaces, timeline: Timeline,
+                      d2h_lane: int) -> int:
+        """Enqueue one run on ``slot``; returns the D2H lane value that marks its completion."""
+        backend = self.device.backend
+        try:
+            for step in slot.steps:
+                for event in step.waits:
+                    backend.stream_wait_event(step.stream, event)
+                if step.copy is not None:
+                    dst, src, nbytes, kind = step.copy
+                    if nbytes:
+                        backend.memcpy_async(dst, src, nbytes, kind, step.stream,
+                                             {"node": step.node.name, "op": step.node.op, "run": run})
+                else:
+                    await self._launch(step, run, workspaces)
+                if step.record is not None:
+                    backend.event_record(step.record, step.stream)
+        finally:
+            # Even a run cut short must complete: its slot and workspaces come back only when the
+            # device has passed what was enqueued.
+            workspaces.end_run()
+            d2h = self.streams[d2h_lane].handle
+            for stream, event in slot.tails:
+                backend.event_record(event.handle, stream)
+                backend.stream_wait_event(d2h, event.handle)
+            value = timeline.enqueue_advance(backend, d2h, d2h_lane)
+        return value
+
+    async def _launch(self, step: Step, run: int, workspaces: RunWorkspaces) -> None:
+        backend, node = self.device.backend, step.node
+        executor = step.executor
+        if not step.repeatable:
+            executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
+        size = step.workspace_size
+        address = 0
+        if size:
+            found = workspaces.take(size, step.lane)
+            address = found if found is not None else await workspaces.take_waiting(size, step.lane)
+        backend.op_launch(executor, address, size, step.stream, {"node": node.name, "op": node.op, "run": run})
+        if size:
+            if workspaces.synchronous:
+                await workspaces.after_launch(address, size, step.lane)
+            else:
+                workspaces.launched(address, size, step.lane)
+
+    def read_outputs(self, slot: Slot) -> dict[str, np.ndarray]:
+        result = {}
+        for output, value in self.plan.outputs.items():
+            desc = self.plan.values[value].desc
+            result[output] = slot.staging_out[output].numpy(desc.dtype, desc.shape).copy()
+        return result
+
+    def write_inputs(self, slot: Slot, arrays: Mapping[str, np.ndarray]) -> None:
+        for name, array in arrays.items():
+            desc = self.plan.values[name].desc
+            slot.staging_in[name].numpy(desc.dtype, desc.shape)[...] = array
+
+    def close(self) -> None:
+        """Free everything; the caller has synchronized the streams."""
+        backend = self.device.backend
+        slots = list(self.slots) + ([self._building] if self._building is not None else [])
+        for slot in slots:
+            for executor in slot.executors:
+                backend.op_destroy(executor)
+            slot.executors.clear()
+            for buffer in [*slot.staging_in.values(), *slot.staging_out.values()]:
+                buffer.close()
+            if slot.arena is not None:
+                slot.arena.close()
+            for event in [*slot.events.values(), *(event for _, event in slot.tails)]:
+                event.close()
+        self.slots.clear()
+        self._building = None
