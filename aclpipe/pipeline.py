@@ -191,6 +191,7 @@ class Pipeline:
         program = Program(self.device, plan, self._constants, self._streams, self.depth)
         try:
             self._workspaces.reserve(program.workspace_sizes)
+            program.capture(self._workspaces, self._d2h_lane)
         except BaseException:
             program.close()
             raise

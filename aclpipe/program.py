@@ -55,6 +55,7 @@ class Slot:
     events: dict[int, Event] = field(default_factory=dict)  # node index -> event it records
     tails: list[tuple[Any, Event]] = field(default_factory=list)  # (stream handle, event) per used stream
     executors: list[Any] = field(default_factory=list)
+    graph: Any | None = None  # the captured run, when the backend can replay graphs
 
 
 class Program:
@@ -158,45 +159,77 @@ class Program:
             self.workspace_sizes[lane] = max(self.workspace_sizes.get(lane, 0), step.workspace_size)
 
     # -- running ---------------------------------------------------------------------------------
+    def capture(self, workspaces: RunWorkspaces, d2h_lane: int) -> bool:
+        """Capture every slot's run as a device graph when nothing in it varies between runs
+        (repeatable executors, workspaces at fixed addresses); afterwards a run is one
+        ``graph_launch``.  Returns whether the program was captured."""
+        backend = self.device.backend
+        if not getattr(backend.capabilities, "graph_capture", False):
+            return False
+        if self.fallback_nodes or (self.workspace_sizes and workspaces.name != "static"):
+            return False
+        for slot in self.slots:
+            backend.graph_capture_begin()
+            try:
+                for step in slot.steps:
+                    address = workspaces.take(step.workspace_size, step.lane) if step.workspace_size else 0
+                    self._enqueue_step(step, step.executor, address, None)
+                self._enqueue_tails(slot, d2h_lane)
+            finally:
+                slot.graph = backend.graph_capture_end()
+        return True
+
     async def enqueue(self, slot: Slot, run: int, workspaces: RunWorkspaces, timeline: Timeline,
                       d2h_lane: int) -> int:
         """Enqueue one run on ``slot``; returns the D2H lane value that marks its completion."""
         backend = self.device.backend
+        d2h = self.streams[d2h_lane].handle
+        if slot.graph is not None:
+            backend.graph_launch(slot.graph, {"run": run})
+            return timeline.enqueue_advance(backend, d2h, d2h_lane)
         try:
             for step in slot.steps:
-                for event in step.waits:
-                    backend.stream_wait_event(step.stream, event)
-                if step.copy is not None:
-                    dst, src, nbytes, kind = step.copy
-                    if nbytes:
-                        backend.memcpy_async(dst, src, nbytes, kind, step.stream,
-                                             {"node": step.node.name, "op": step.node.op, "run": run})
-                else:
-                    await self._launch(step, run, workspaces)
-                if step.record is not None:
-                    backend.event_record(step.record, step.stream)
+                await self._launch(step, run, workspaces)
         finally:
             # Even a run cut short must complete: its slot and workspaces come back only when the
             # device has passed what was enqueued.
             workspaces.end_run()
-            d2h = self.streams[d2h_lane].handle
-            for stream, event in slot.tails:
-                backend.event_record(event.handle, stream)
-                backend.stream_wait_event(d2h, event.handle)
+            self._enqueue_tails(slot, d2h_lane)
             value = timeline.enqueue_advance(backend, d2h, d2h_lane)
         return value
+
+    def _enqueue_tails(self, slot: Slot, d2h_lane: int) -> None:
+        backend, d2h = self.device.backend, self.streams[d2h_lane].handle
+        for stream, event in slot.tails:
+            backend.event_record(event.handle, stream)
+            backend.stream_wait_event(d2h, event.handle)
+
+    def _enqueue_step(self, step: Step, executor: Any, workspace: int, run: int | None) -> None:
+        backend, node = self.device.backend, step.node
+        context = {"node": node.name, "op": node.op} if run is None else {"node": node.name, "op": node.op,
+                                                                          "run": run}
+        for event in step.waits:
+            backend.stream_wait_event(step.stream, event)
+        if step.copy is not None:
+            dst, src, nbytes, kind = step.copy
+            if nbytes:
+                backend.memcpy_async(dst, src, nbytes, kind, step.stream, context)
+        else:
+            backend.op_launch(executor, workspace, step.workspace_size, step.stream, context)
+        if step.record is not None:
+            backend.event_record(step.record, step.stream)
 
     async def _launch(self, step: Step, run: int, workspaces: RunWorkspaces) -> None:
         backend, node = self.device.backend, step.node
         executor = step.executor
-        if not step.repeatable:
+        if step.copy is None and not step.repeatable:
             executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
         size = step.workspace_size
         address = 0
         if size:
             found = workspaces.take(size, step.lane)
             address = found if found is not None else await workspaces.take_waiting(size, step.lane)
-        backend.op_launch(executor, address, size, step.stream, {"node": node.name, "op": node.op, "run": run})
+        self._enqueue_step(step, executor, address, run)
         if size:
             if workspaces.synchronous:
                 await workspaces.after_launch(address, size, step.lane)

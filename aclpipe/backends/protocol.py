@@ -44,6 +44,7 @@ class Capabilities:
     fault_injection: bool = False
     timing_model: bool = False
     repeatable_executors: bool = True
+    graph_capture: bool = False  # graph_capture_begin/end and graph_launch
 
 
 @runtime_checkable

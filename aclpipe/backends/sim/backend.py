@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,13 +25,43 @@ from .event import SimEvent
 from .executor import SimExecutor, prepare_executor
 from .faults import FaultInjector, FaultRule
 from .memory import Allocation, DeviceMemory
-from .sanitizer import Sanitizer
-from .stream import COPY, HOST_FUNC, KERNEL, LATCH, MEMSET, RECORD, WAIT, SimStream, Task
+from .sanitizer import Clock, Sanitizer
+from .stream import COPY, GRAPH, HOST_FUNC, KERNEL, LATCH, MEMSET, RECORD, WAIT, SimStream, Task
 
-__all__ = ["SimBackend", "Access"]
+__all__ = ["SimBackend", "SimGraph", "Access"]
 
 #: ``(address, nbytes)`` of one region a kernel reads or writes.
 Access = tuple[int, int]
+
+
+@dataclass(frozen=True, eq=False)
+class _Captured:
+    stream: SimStream
+    task: Task
+    reads: tuple[tuple[Allocation, int, int], ...] = ()
+    writes: tuple[tuple[Allocation, int, int], ...] = ()
+
+
+class SimGraph:
+    """A captured sequence of device work, replayed by :meth:`SimBackend.graph_launch`."""
+
+    def __init__(self, items: list[_Captured]):
+        self.items = items
+        self.parts: dict[SimStream, list[Task]] = {}
+        self.sync_points: list[tuple[SimStream, int, Task]] = []
+        for item in items:
+            tasks = self.parts.setdefault(item.stream, [])
+            if item.task.kind in (RECORD, WAIT):
+                self.sync_points.append((item.stream, len(tasks), item.task))
+            tasks.append(item.task)
+
+    @property
+    def size(self) -> int:
+        return len(self.items)
+
+
+def _run_suffix(context: Mapping[str, Any] | None) -> str:
+    return f" run={context['run']}" if context and "run" in context else ""
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -82,11 +113,12 @@ class SimBackend:
         self.faults = FaultInjector()
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=max_streams, sanitizer=sanitize,
-            fault_injection=True, timing_model=True, repeatable_executors=True)
+            fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=True)
         self.callbacks = CallbackThread(f"aclpipe-sim{index}-callbacks")
         self._streams: list[SimStream] = []
         self._names = itertools.count()
         self._lock = threading.Lock()
+        self._capture: list[_Captured] | None = None
         self.closed = False
 
     @staticmethod
@@ -253,6 +285,11 @@ class SimBackend:
 
     def _submit(self, stream: SimStream, task: Task, reads: Sequence[tuple[Allocation, int, int]] = (),
                 writes: Sequence[tuple[Allocation, int, int]] = ()) -> None:
+        if self._capture is not None:
+            if task.kind in (HOST_FUNC, LATCH):
+                raise error_from_code(200001, f"{task.kind} cannot be captured into a graph")
+            self._capture.append(_Captured(stream, task, tuple(reads), tuple(writes)))
+            return
         if self.sanitizer is not None:
             clock = self.sanitizer.enqueue(stream.name)
             task.snapshot = clock
@@ -337,6 +374,9 @@ class SimBackend:
     def stream_wait_event(self, stream: SimStream, event: SimEvent) -> None:
         self._check_stream(stream)
         self._check_event(event)
+        if self._capture is not None:
+            self._capture.append(_Captured(stream, Task(WAIT, f"wait {event.name}", event=event)))
+            return
         if self.sanitizer is not None:
             self.sanitizer.wait(stream.name, event.snapshot)
         self._submit(stream, Task(WAIT, f"wait {event.name}", event=event, generation=event.generation))
@@ -358,6 +398,9 @@ class SimBackend:
     def event_record(self, event: SimEvent, stream: SimStream) -> None:
         self._check_stream(stream)
         self._check_event(event)
+        if self._capture is not None:
+            self._capture.append(_Captured(stream, Task(RECORD, f"record {event.name}", event=event)))
+            return
         snapshot = self.sanitizer.snapshot(stream.name) if self.sanitizer else {}
         generation = event.begin_record(snapshot)
         self._submit(stream, Task(RECORD, f"record {event.name}", event=event, generation=generation))
@@ -434,6 +477,63 @@ class SimBackend:
     def op_launch(self, executor: SimExecutor, workspace: int, workspace_size: int, stream: SimStream,
                   context: Mapping[str, Any] | None = None) -> None:
         executor.launch(self, workspace, workspace_size, stream, context)
+
+    # -- graph capture and replay (like aclmdlRICaptureBegin / aclmdlRIExecuteAsync) ---------------
+    def graph_capture_begin(self) -> None:
+        """Record, instead of enqueueing, every copy, kernel, record and wait until
+        :meth:`graph_capture_end`.  Addresses and executors are fixed at capture."""
+        self._check_open()
+        if self._capture is not None:
+            raise error_from_code(200001, "a graph capture is already in progress")
+        self._capture = []
+
+    def graph_capture_end(self) -> SimGraph:
+        if self._capture is None:
+            raise error_from_code(107000, "graph_capture_end without graph_capture_begin")
+        graph, self._capture = SimGraph(self._capture), None
+        return graph
+
+    def graph_launch(self, graph: SimGraph, context: Mapping[str, Any] | None = None) -> None:
+        """Replay a captured graph: one queue entry per stream, however many tasks it holds.
+
+        Only one replay of a graph may be in flight at a time: its kernel tasks are reused."""
+        self._check_open()
+        snapshots = self._sanitize_replay(graph, context) if self.sanitizer is not None else {}
+        parts = {stream: list(tasks) for stream, tasks in graph.parts.items()}
+        for stream in parts:
+            self._check_stream(stream)
+        # Records and waits refer to event generations, which are new at every replay; capture
+        # order puts each record before the waits on it.
+        for stream, position, template in graph.sync_points:
+            event = template.event
+            assert event is not None
+            if template.kind == RECORD:
+                parts[stream][position] = Task(RECORD, template.name, event=event,
+                                               generation=event.begin_record(snapshots.get(event, {})))
+            else:
+                parts[stream][position] = Task(WAIT, template.name, event=event, generation=event.generation)
+        run_context = dict(context or {})
+        for stream, tasks in parts.items():
+            stream.submit(Task(GRAPH, "graph", tasks=tasks, context=run_context))
+
+    def _sanitize_replay(self, graph: SimGraph, context: Mapping[str, Any] | None) -> dict[SimEvent, Clock]:
+        """Check the replay's accesses in capture order; returns each recorded event's clock."""
+        assert self.sanitizer is not None
+        snapshots: dict[SimEvent, Clock] = {}
+        for item in graph.items:
+            task, name = item.task, item.stream.name
+            assert task.kind not in (RECORD, WAIT) or task.event is not None
+            if task.kind == RECORD:
+                snapshots[task.event] = self.sanitizer.snapshot(name)  # type: ignore[index]
+            elif task.kind == WAIT:
+                self.sanitizer.wait(name, snapshots.get(task.event, task.event.snapshot))  # type: ignore[arg-type,union-attr]
+            else:
+                clock = self.sanitizer.enqueue(name)
+                regions = [(a, address, n, False) for a, address, n in item.reads]
+                regions += [(a, address, n, True) for a, address, n in item.writes]
+                self.sanitizer.access_all(regions, actor=name, clock=clock,
+                                          what=self._what(task) + _run_suffix(context))
+        return snapshots
 
     # -- fault injection (sim only) ------------------------------------------------------------
     def inject_fault(self, kind: str, match: str | None = None, *, code: int | None = None, skip: int = 0,

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SimStream", "Task"]
 
-KERNEL, COPY, MEMSET, RECORD, WAIT, HOST_FUNC, LATCH = (
-    "kernel", "copy", "memset", "record", "wait", "host_func", "latch")
+KERNEL, COPY, MEMSET, RECORD, WAIT, HOST_FUNC, LATCH, GRAPH = (
+    "kernel", "copy", "memset", "record", "wait", "host_func", "latch", "graph")
 
 
 @dataclass(eq=False)
@@ -46,6 +46,7 @@ class Task:
     latch: threading.Event | None = None
     snapshot: Clock = field(default_factory=dict)
     gen: int = 0  # the stream's error generation at enqueue
+    tasks: list[Task] | None = None  # GRAPH: the stream's part of a replayed graph
 
 
 class SimStream:
@@ -63,6 +64,7 @@ class SimStream:
         # after the host consumed the stream's sticky error, so waiters still inherit the failure.
         self._failed_gens: dict[int, BackendError] = {}
         self._cond = threading.Condition()
+        self._graph_context: dict[str, Any] | None = None  # run context of the replay being executed
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"aclpipe-{name}", daemon=True)
         self._thread.start()
@@ -115,7 +117,7 @@ class SimStream:
                 self._cond.notify_all()
 
     def _fail(self, task: Task, error: BackendError) -> None:
-        context = dict(task.context or {})
+        context = {**(task.context or {}), **(self._graph_context or {})}
         context.setdefault("task", task.name)
         context["stream"] = self.name
         if not error.context:
@@ -135,6 +137,17 @@ class SimStream:
 
     def _execute(self, task: Task) -> None:
         backend = self.backend
+        if task.kind == GRAPH:
+            assert task.tasks is not None
+            # A replayed graph's tasks share its generation and its run context.
+            self._graph_context = task.context
+            try:
+                for sub in task.tasks:
+                    sub.gen = task.gen
+                    self._execute(sub)
+            finally:
+                self._graph_context = None
+            return
         if task.kind == WAIT:
             assert task.event is not None
             task.event.wait_done(task.generation)
