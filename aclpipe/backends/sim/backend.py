@@ -25,6 +25,7 @@ from .event import SimEvent
 from .executor import SimExecutor, prepare_executor
 from .faults import FaultInjector, FaultRule
 from .memory import Allocation, DeviceMemory
+from .recorder import TraceRecord, TraceRecorder
 from .sanitizer import Clock, Sanitizer
 from .stream import COPY, GRAPH, HOST_FUNC, KERNEL, LATCH, MEMSET, RECORD, WAIT, SimStream, Task
 
@@ -119,6 +120,8 @@ class SimBackend:
         self._names = itertools.count()
         self._lock = threading.Lock()
         self._capture: list[_Captured] | None = None
+        #: Installed by trace_begin; stream workers record every task while it is set.
+        self.recorder: TraceRecorder | None = None
         self.closed = False
 
     @staticmethod
@@ -275,13 +278,20 @@ class SimBackend:
         if task.engine == "compute":
             engines.cores.acquire(task.cores)
             try:
+                self._mark_began(task)
                 engines.hold("compute", task.seconds, task.run)
             finally:
                 engines.cores.release(task.cores)
             return
         lock = engines.h2d if task.engine == "h2d" else engines.d2h
         with lock:
+            self._mark_began(task)
             engines.hold(task.engine, task.seconds, task.run)
+
+    def _mark_began(self, task: Task) -> None:
+        # Only a trace needs to tell waiting for an engine from holding it.
+        if self.recorder is not None:
+            task.began = self.engines.now()
 
     def _submit(self, stream: SimStream, task: Task, reads: Sequence[tuple[Allocation, int, int]] = (),
                 writes: Sequence[tuple[Allocation, int, int]] = ()) -> None:
@@ -534,6 +544,27 @@ class SimBackend:
                 self.sanitizer.access_all(regions, actor=name, clock=clock,
                                           what=self._what(task) + _run_suffix(context))
         return snapshots
+
+    # -- timeline trace (sim only) ----------------------------------------------------------------
+    def trace_begin(self) -> None:
+        """Start recording a :class:`TraceRecord` for every task any stream executes from now on
+        (see :mod:`aclpipe.trace`).  A trace already recording is discarded."""
+        self._check_open()
+        self.recorder = TraceRecorder()
+
+    def trace_end(self, timeout: float = 10.0) -> list[TraceRecord]:
+        """Stop recording and return the records, ordered by start time.
+
+        Waits (up to ``timeout`` seconds) for the work already enqueued to finish first, so a
+        trace ended right after a run completed also holds that run's last tasks; it does not
+        consume sticky stream errors."""
+        recorder = self.recorder
+        if recorder is None:
+            raise error_from_code(107000, "trace_end without trace_begin")
+        for stream in list(self._streams):
+            stream.wait_position(stream.position(), timeout)
+        self.recorder = None
+        return recorder.records()
 
     # -- fault injection (sim only) ------------------------------------------------------------
     def inject_fault(self, kind: str, match: str | None = None, *, code: int | None = None, skip: int = 0,

@@ -47,6 +47,7 @@ class Task:
     snapshot: Clock = field(default_factory=dict)
     gen: int = 0  # the stream's error generation at enqueue
     tasks: list[Task] | None = None  # GRAPH: the stream's part of a replayed graph
+    began: float | None = None  # device time it got its engine; set only while a trace records
 
 
 class SimStream:
@@ -136,6 +137,20 @@ class SimStream:
         return task.gen in self._failed_gens
 
     def _execute(self, task: Task) -> None:
+        recorder = self.backend.recorder
+        if recorder is None or task.kind == GRAPH:  # a graph's own tasks are recorded one by one
+            self._run_task(task)
+            return
+        clock = self.backend.engines
+        queued, skipped, failed = clock.now(), self.skipped, task.gen in self._failed_gens
+        task.began = None  # a replayed graph reuses its tasks: forget the last replay's stamp
+        self._run_task(task)
+        status = "skipped" if self.skipped > skipped else \
+            "failed" if not failed and task.gen in self._failed_gens else "ok"
+        context = {**(task.context or {}), **(self._graph_context or {})}
+        recorder.add(self, task, context, queued, clock.now(), status)
+
+    def _run_task(self, task: Task) -> None:
         backend = self.backend
         if task.kind == GRAPH:
             assert task.tasks is not None
