@@ -1,0 +1,81 @@
+"""DeviceBuffer and HostBuffer: lifetime, numpy views, and host-access checks."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from aclpipe import ClosedResourceError, HazardError
+from aclpipe.testing import latch
+
+
+def test_device_buffer_close_is_idempotent_and_frees(device):
+    before = device.mem_info().free
+    buffer = device.alloc(4096, label="weights")
+    assert "weights" in repr(buffer) and "4096" in repr(buffer)
+    buffer.close()
+    buffer.free()
+    assert buffer.closed and "freed" in repr(buffer)
+    assert device.mem_info().free == before
+    with pytest.raises(ClosedResourceError):
+        buffer.check_open()
+
+
+def test_a_collected_buffer_is_freed(device):
+    before = device.mem_info().free
+    device.alloc(4096)
+    gc.collect()
+    assert device.mem_info().free == before
+
+
+def test_numpy_views_with_dtype_shape_and_offset(device):
+    host = device.alloc_host(64)
+    assert host.numpy().shape == (64,) and host.numpy().dtype == np.uint8
+    view = host.numpy("float32", (4, 4))
+    view[...] = np.arange(16).reshape(4, 4)
+    assert host.numpy("float32", 4, offset=16).tolist() == [4, 5, 6, 7]
+    assert host.numpy("int32").shape == (16,)
+    assert host.numpy("float16", offset=32).shape == (16,)
+    assert host.numpy("bfloat16", (2,)).dtype.itemsize == 2
+
+
+def test_numpy_view_beyond_the_buffer_is_a_value_error(device):
+    host = device.alloc_host(16)
+    with pytest.raises(ValueError, match="needs 20 bytes"):
+        host.numpy("float32", (5,))
+    with pytest.raises(ValueError):
+        host.numpy("uint8", 4, offset=14)
+    with pytest.raises(ValueError):
+        host.numpy("uint8", 4, offset=-1)
+
+
+def test_numpy_view_waits_for_no_copy_but_checks_ordering(device):
+    stream = device.create_stream()
+    host = device.alloc_host(32)
+    source = device.upload(np.full(32, 7, np.uint8))
+    with latch(stream):
+        stream.memcpy(host, source)
+        with pytest.raises(HazardError, match="host view"):
+            host.numpy()
+    stream.sync()
+    assert (host.numpy() == 7).all()
+
+
+def test_writing_a_host_buffer_an_h2d_copy_still_reads_is_a_hazard(device):
+    stream = device.create_stream()
+    host, target = device.alloc_host(32), device.alloc(32)
+    with latch(stream):
+        stream.memcpy(target, host)
+        with pytest.raises(HazardError):
+            host.numpy()[...] = 1
+    stream.sync()
+
+
+def test_closed_host_buffer_refuses_views(device):
+    host = device.alloc_host(8)
+    host.close()
+    host.close()
+    with pytest.raises(ClosedResourceError):
+        host.numpy()

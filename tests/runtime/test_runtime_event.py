@@ -1,0 +1,73 @@
+"""Event: query, sync, elapsed time, re-recording, close."""
+
+from __future__ import annotations
+
+import pytest
+
+from aclpipe import BackendError, ClosedResourceError, DeviceFault
+from aclpipe.testing import latch
+
+
+def test_a_never_recorded_event_is_done(device):
+    assert device.create_event().is_done
+
+
+def test_is_done_follows_the_stream(device):
+    stream = device.create_stream()
+    with latch(stream):
+        event = stream.record()
+        assert not event.is_done
+    event.sync()
+    assert event.is_done
+
+
+def test_sync_timeout_raises_device_fault(device):
+    stream = device.create_stream()
+    with latch(stream):
+        event = stream.record()
+        with pytest.raises(DeviceFault) as caught:
+            event.sync(timeout=0.05)
+    assert caught.value.code == 507047
+    event.sync()
+
+
+def test_record_reuses_the_event_given(device):
+    stream = device.create_stream()
+    event = device.create_event()
+    assert stream.record(event) is event
+    event.sync()
+
+
+def test_elapsed_milliseconds_between_timing_events(device):
+    stream = device.create_stream()
+    start = stream.record(timing=True)
+    buffer = device.alloc(1 << 16)
+    stream.memset(buffer, 0)
+    end = stream.record(timing=True)
+    end.sync()
+    assert (end - start) >= 0 and end.elapsed_ms(start) == end - start
+
+
+def test_elapsed_needs_timing_events_and_completion(device):
+    stream = device.create_stream()
+    start, plain = stream.record(timing=True), stream.record()
+    plain.sync()
+    with pytest.raises(BackendError, match="without timing"):
+        plain - start  # noqa: B018
+    with latch(stream):
+        end = stream.record(timing=True)
+        with pytest.raises(BackendError, match="not completed"):
+            end - start  # noqa: B018
+    with pytest.raises(BackendError, match="never recorded"):
+        device.create_event(timing=True) - start  # noqa: B018
+    with pytest.raises(TypeError):
+        start - 1.0  # type: ignore[operator]  # noqa: B018
+
+
+def test_close_refuses_later_use(device):
+    event = device.create_stream().record()
+    event.sync()
+    event.close()
+    event.close()
+    with pytest.raises(ClosedResourceError):
+        event.sync()

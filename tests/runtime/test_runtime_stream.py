@@ -1,0 +1,128 @@
+"""Stream: copies in every direction, memset, record/wait, host functions, sync and errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aclpipe import ClosedResourceError, DeviceFault
+from aclpipe.testing import latch
+
+
+def test_memcpy_direction_follows_the_buffer_kinds(device):
+    stream = device.create_stream()
+    source, back = device.alloc_host(64), device.alloc_host(64)
+    source.numpy()[...] = np.arange(64)
+    first, second = device.alloc(64), device.alloc(64)
+    stream.memcpy(first, source)  # H2D
+    stream.memcpy(second, first)  # D2D
+    stream.memcpy(back, second)  # D2H
+    stream.sync()
+    assert (back.numpy() == np.arange(64)).all()
+    stream.memcpy(back, source, 8, dst_offset=56)  # H2H
+    stream.sync()
+    assert list(back.numpy()[56:]) == list(range(8))
+
+
+def test_memcpy_offsets_and_default_size(device):
+    stream = device.create_stream()
+    data = device.upload(np.arange(32, dtype=np.uint8))
+    small = device.alloc(8)
+    stream.memcpy(small, data, src_offset=24)  # nbytes defaults to what fits
+    stream.sync()
+    assert list(device.download(small, "uint8", (8,))) == list(range(24, 32))
+
+
+def test_memcpy_and_memset_refuse_bad_arguments_before_the_device(device):
+    stream = device.create_stream()
+    buffer = device.alloc(64)
+    with pytest.raises(TypeError, match="pinned HostBuffer"):
+        stream.memcpy(buffer, np.zeros(64, np.uint8))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="overruns"):
+        stream.memcpy(buffer, device.alloc(64), 65)
+    with pytest.raises(ValueError, match="overruns"):
+        stream.memcpy(buffer, device.alloc(64), 8, dst_offset=60)
+    with pytest.raises(ValueError, match="overruns"):
+        stream.memset(buffer, 0, 8, offset=60)
+    with pytest.raises(TypeError):
+        stream.memset(device.alloc_host(8), 0)  # type: ignore[arg-type]
+
+
+def test_copy_from_a_freed_buffer_is_refused(device):
+    stream = device.create_stream()
+    gone, target = device.alloc(64), device.alloc(64)
+    gone.close()
+    with pytest.raises(ClosedResourceError):
+        stream.memcpy(target, gone)
+
+
+def test_memset_writes_the_low_byte(device):
+    stream = device.create_stream()
+    buffer = device.alloc(16)
+    stream.memset(buffer, 0x1FF)
+    stream.memset(buffer, 3, 4, offset=4)
+    stream.sync()
+    assert list(device.download(buffer, "uint8", (8,))) == [255] * 4 + [3] * 4
+
+
+def test_wait_on_a_stream_orders_after_everything_enqueued_there(device):
+    producer, consumer = device.create_stream(), device.create_stream()
+    data, copy = device.alloc(64), device.alloc(64)
+    with latch(producer):
+        producer.memset(data, 9)
+        consumer.wait(producer)  # a Stream: waits for its current end
+        consumer.memcpy(copy, data)
+        assert not consumer.record().is_done
+    consumer.sync()
+    assert (device.download(copy, "uint8", (64,)) == 9).all()
+
+
+def test_wait_refuses_other_types(device):
+    with pytest.raises(TypeError, match="Event or a Stream"):
+        device.create_stream().wait("s0")  # type: ignore[arg-type]
+
+
+def test_host_func_runs_and_refuses_non_callables(device):
+    stream, ran = device.create_stream(), []
+    stream.host_func(lambda: ran.append(1))
+    stream.sync()
+    assert ran == [1]
+    with pytest.raises(TypeError, match="callable"):
+        stream.host_func(42)  # type: ignore[arg-type]
+
+
+def test_is_done_and_sync_consumes_the_error(device):
+    stream = device.create_stream()
+    with latch(stream):
+        assert not stream.is_done
+    stream.sync()
+    assert stream.is_done
+    device.inject_fault("copy")
+    buffer = device.alloc(8)
+    stream.memset(buffer, 0)
+    with pytest.raises(DeviceFault):
+        stream.sync()
+    assert stream.take_error() is None
+
+
+def test_take_error_returns_and_clears(device):
+    stream = device.create_stream()
+    device.inject_fault("copy")
+    buffer = device.alloc(8)
+    stream.memset(buffer, 0)
+    with pytest.raises(DeviceFault):
+        stream.record().sync()  # the event carries the error; the stream keeps its copy
+    error = stream.take_error()
+    assert isinstance(error, DeviceFault) and stream.take_error() is None
+    stream.sync()
+
+
+def test_priority_and_close(device):
+    stream = device.create_stream(priority=3)
+    assert stream.priority == 3 and stream.name in repr(stream)
+    with pytest.raises(ValueError):
+        device.create_stream(priority=9)
+    stream.close()
+    stream.close()
+    with pytest.raises(ClosedResourceError):
+        stream.sync()
