@@ -232,25 +232,41 @@ class Pipeline:
         program = self._program_for(shapes)
         queue = self._queues[id(program)]
         slot = await queue.acquire()
-        enqueued = False
         try:
             program.write_inputs(slot, arrays)
             if self._enqueue_lock is None:
                 self._enqueue_lock = anyio.Lock()
-            async with self._enqueue_lock:
-                self._runs += 1
-                run = self._runs
-                enqueued = True
-                # Shielded: once the first task is on a stream the run must be completed, or the
-                # slot would come back while the device still used it.
-                with anyio.CancelScope(shield=True):
-                    value = await program.enqueue(slot, run, self._workspaces, self._timeline, self._d2h_lane)
+            await self._enqueue_lock.acquire()
         except BaseException:
-            if not enqueued:
-                queue.release(slot)
+            queue.release(slot)
             raise
+        try:
+            self._runs += 1
+            ticket = _Ticket(self._runs, program, slot, 0)
+            # Shielded: once the first task is on a stream the run must be completed, or the
+            # slot would come back while the device still used it.
+            with anyio.CancelScope(shield=True):
+                failure = await self._enqueue(ticket)
+        finally:
+            self._enqueue_lock.release()
         self._in_flight += 1
-        return _Ticket(run, program, slot, value)
+        if failure is not None:
+            # Part of the run may be on the device: the slot comes back once the device passed it.
+            with anyio.CancelScope(shield=True):
+                await self._abandon(ticket)
+            raise failure
+        return ticket
+
+    async def _enqueue(self, ticket: _Ticket) -> BaseException | None:
+        """Enqueue the run and, whatever happens, its completion; returns what stopped it."""
+        failure: BaseException | None = None
+        try:
+            await ticket.program.enqueue(ticket.slot, ticket.run, self._workspaces)
+        except BaseException as error:  # noqa: BLE001 - re-raised by the caller once the run is settled
+            failure = error
+        ticket.value = ticket.program.enqueue_completion(ticket.slot, self._workspaces, self._timeline,
+                                                         self._d2h_lane)
+        return failure
 
     @property
     def _d2h_lane(self) -> int:

@@ -179,24 +179,28 @@ class Program:
                 slot.graph = backend.graph_capture_end()
         return True
 
-    async def enqueue(self, slot: Slot, run: int, workspaces: RunWorkspaces, timeline: Timeline,
-                      d2h_lane: int) -> int:
-        """Enqueue one run on ``slot``; returns the D2H lane value that marks its completion."""
-        backend = self.device.backend
-        d2h = self.streams[d2h_lane].handle
+    async def enqueue(self, slot: Slot, run: int, workspaces: RunWorkspaces) -> None:
+        """Enqueue one run's work on ``slot``.
+
+        It may stop part way by raising (a host-side failure such as a workspace allocation);
+        either way the caller must then call :meth:`enqueue_completion`, because whatever was
+        enqueued is on the device and the slot may come back only once the device passed it.
+        """
         if slot.graph is not None:
-            backend.graph_launch(slot.graph, {"run": run})
-            return timeline.enqueue_advance(backend, d2h, d2h_lane)
-        try:
-            for step in slot.steps:
-                await self._launch(step, run, workspaces)
-        finally:
-            # Even a run cut short must complete: its slot and workspaces come back only when the
-            # device has passed what was enqueued.
+            self.device.backend.graph_launch(slot.graph, {"run": run})
+            return
+        for step in slot.steps:
+            await self._launch(step, run, workspaces)
+
+    def enqueue_completion(self, slot: Slot, workspaces: RunWorkspaces, timeline: Timeline, d2h_lane: int) -> int:
+        """Enqueue the end of a run (after :meth:`enqueue`, whether it finished or raised): every
+        used stream's tail joins the D2H stream, then one completion host function.  Returns the
+        D2H lane value that marks the run complete."""
+        backend = self.device.backend
+        if slot.graph is None:  # a captured graph holds its tails
             workspaces.end_run()
             self._enqueue_tails(slot, d2h_lane)
-            value = timeline.enqueue_advance(backend, d2h, d2h_lane)
-        return value
+        return timeline.enqueue_advance(backend, self.streams[d2h_lane].handle, d2h_lane)
 
     def _enqueue_tails(self, slot: Slot, d2h_lane: int) -> None:
         backend, d2h = self.device.backend, self.streams[d2h_lane].handle
