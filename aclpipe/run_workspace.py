@@ -11,8 +11,8 @@
     comes back once its lane's counter passes the tag.  When the pool is empty, enqueue
     flushes pending host functions and awaits the earliest tag.
 ``per-call``
-    allocate, launch, synchronize, free: the naive baseline the other two are measured
-    against.
+    allocate, launch, wait until the stream passed the launch, free: the naive baseline the
+    other two are measured against.
 
 All three hand out addresses only; the pipeline passes them to ``op_launch``.
 """
@@ -22,8 +22,6 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from typing import TYPE_CHECKING, Any
-
-import anyio
 
 from .errors import PlanError
 
@@ -227,6 +225,7 @@ class PerCallWorkspaces(RunWorkspaces):
     def __init__(self, device: Device, streams: list[Stream], timeline: Timeline):
         super().__init__(device, streams, timeline)
         self._live: dict[int, DeviceBuffer] = {}
+        self._retired: list[DeviceBuffer] = []
 
     def take(self, nbytes: int, lane: int) -> int | None:
         buffer = self.device.alloc(nbytes, label="per-call workspace")
@@ -242,17 +241,24 @@ class PerCallWorkspaces(RunWorkspaces):
 
     async def after_launch(self, address: int, nbytes: int, lane: int) -> None:
         buffer = self._live.pop(address)
+        # Wait through the timeline, not stream.sync(): a sync would consume the stream's sticky
+        # error, so the run that failed would never hear of it and the error would surface, raw,
+        # from whichever launch synchronized next.  The host function runs even on a failed
+        # stream, so this returns once the device passed (or skipped) the launch.
         try:
-            await anyio.to_thread.run_sync(self.streams[lane].sync)
-        finally:
-            # On a stream error the device has still passed the launch (it was skipped or failed).
-            self.in_use -= buffer.nbytes
-            buffer.close()
+            value = self.timeline.enqueue_advance(self.device.backend, self.streams[lane].handle, lane)
+            await self.timeline.wait(lane, value)
+        except BaseException:
+            self._retired.append(buffer)  # the device may still use it: freed at close
+            raise
+        self.in_use -= buffer.nbytes
+        buffer.close()
 
     def close(self) -> None:
-        for buffer in self._live.values():
+        for buffer in [*self._live.values(), *self._retired]:
             buffer.close()
         self._live.clear()
+        self._retired.clear()
 
 
 def make_run_workspaces(name: str, device: Device, streams: list[Stream], timeline: Timeline,
