@@ -159,10 +159,9 @@ class Pipeline:
         self._enqueue_lock: anyio.Lock | None = None
         self._faults: list[_Fault] = []
         self._runs = 0
-        self._completed = 0
         self._failed = 0
         self._prepare_hits = 0
-        self._in_flight = 0
+        self._live: set[int] = set()  # run numbers enqueued and not yet finished or abandoned
         self._lost_slots = 0
         self._closed = False
 
@@ -249,7 +248,7 @@ class Pipeline:
                 failure = await self._enqueue(ticket)
         finally:
             self._enqueue_lock.release()
-        self._in_flight += 1
+        self._live.add(ticket.run)
         if failure is not None:
             # Part of the run may be on the device: the slot comes back once the device passed it.
             with anyio.CancelScope(shield=True):
@@ -284,31 +283,42 @@ class Pipeline:
             self._raise_fault(ticket.run)
             return ticket.program.read_outputs(ticket.slot)
         finally:
-            self._in_flight -= 1
-            self._completed += 1
+            self._retire(ticket.run)
             self._queues[id(ticket.program)].release(ticket.slot)
 
     async def _abandon(self, ticket: _Ticket) -> None:
         """Give the slot back once the device has passed the ticket's work (shielded caller)."""
         with anyio.move_on_after(self.cancel_grace) as scope:
             await self._timeline.wait(self._d2h_lane, ticket.value)
-        self._in_flight -= 1
         if scope.cancelled_caught:
+            self._retire(ticket.run)
             self._lost_slots += 1  # never reused: the device may still touch it
             return
         self._collect_errors()
+        self._retire(ticket.run)
         self._queues[id(ticket.program)].release(ticket.slot)
 
     def _collect_errors(self) -> None:
+        """Take every stream's sticky error and note which runs it may have spoiled.
+
+        A stream skips the rest of its failed generation until the error is taken, so every run
+        enqueued up to now, from the failing one on, may have lost work.  An error that names no
+        run (a host function's) is charged to every run still live: any of them may have had
+        work skipped behind it.
+        """
         for stream in self._streams:
             error = stream.take_error()
             if error is not None:
                 context = getattr(error, "context", {}) or {}
-                first = context.get("run")
-                self._faults.append(_Fault(error, int(first) if first is not None else self._runs, self._runs))
-        # Faults no live or future run can match any more are dropped.
-        oldest = self._completed - self._in_flight
-        self._faults = [f for f in self._faults if f.last_run >= oldest]
+                named = context.get("run")
+                first = int(named) if named is not None else min(self._live, default=self._runs + 1)
+                self._faults.append(_Fault(error, first, self._runs))
+
+    def _retire(self, run: int) -> None:
+        """``run`` has finished or was abandoned: drop faults no live or future run can match."""
+        self._live.discard(run)
+        oldest = min(self._live, default=self._runs + 1)
+        self._faults = [fault for fault in self._faults if fault.last_run >= oldest]
 
     def _raise_fault(self, run: int) -> None:
         for fault in self._faults:
@@ -317,10 +327,14 @@ class Pipeline:
                 error = fault.error
                 context = getattr(error, "context", {}) or {}
                 node, op, stream = context.get("node"), context.get("op"), context.get("stream")
-                if fault.first_run == run:
-                    message = f"node {node!r} ({op}) failed on stream {stream}: {error}"
+                what = f"node {node!r} ({op})" if node is not None else f"{context.get('task') or 'a task'}"
+                if context.get("run") is None:
+                    message = (f"run {run} may have lost work: {what} failed on stream {stream} while it was "
+                               f"in flight: {error}")
+                elif fault.first_run == run:
+                    message = f"{what} failed on stream {stream}: {error}"
                 else:
-                    message = (f"run {run} was aborted: node {node!r} ({op}) of run {fault.first_run} failed "
+                    message = (f"run {run} was aborted: {what} of run {fault.first_run} failed "
                                f"earlier on a stream this run shares: {error}")
                 raise ExecutionError(message, node=node, op=op, stream=stream, cause=error) from error
 
@@ -354,7 +368,7 @@ class Pipeline:
             waits_per_run=max((p.plan.num_waits for p in programs), default=0),
             arena_bytes=sum(p.plan.arena_size * len(p.slots) for p in programs),
             constant_bytes=sum(b.nbytes for b in self._constants.values()),
-            workspace=self._workspaces.stats(), device_peak_bytes=peak, in_flight=self._in_flight)
+            workspace=self._workspaces.stats(), device_peak_bytes=peak, in_flight=len(self._live))
 
     def _check_open(self) -> None:
         if self._closed:
