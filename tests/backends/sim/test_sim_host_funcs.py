@@ -1,0 +1,71 @@
+"""Host functions: on the callback thread, in stream order, blocking their stream."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from aclpipe import DeviceFault
+from aclpipe.backends.sim.engines import Cost
+
+
+def test_host_functions_run_on_the_devices_callback_thread(device):
+    first, second, threads = device.create_stream(), device.create_stream(), set()
+    for stream in (first, second):
+        stream.host_func(lambda: threads.add(threading.get_ident()))
+        stream.sync()
+    assert threads == {device.backend.callbacks.ident}
+
+
+def test_host_functions_run_in_stream_order_between_kernels(device):
+    stream, order = device.create_stream(), []
+    for index in range(6):
+        if index % 2:
+            stream.host_func(lambda index=index: order.append(index))
+        else:
+            device.backend.launch_kernel(stream.handle, "k", lambda index=index: order.append(index), cost=Cost())
+    stream.sync()
+    assert order == list(range(6))
+
+
+def test_the_stream_waits_until_the_host_function_returns(device):
+    stream, started, gate, ran = device.create_stream(), threading.Event(), threading.Event(), []
+
+    def blocker():
+        started.set()
+        gate.wait(10)
+
+    stream.host_func(blocker)
+    device.backend.launch_kernel(stream.handle, "after", lambda: ran.append("after"), cost=Cost())
+    assert started.wait(10)
+    assert ran == [] and not stream.is_done
+    gate.set()
+    stream.sync()
+    assert ran == ["after"]
+
+
+def test_a_raising_host_function_fails_its_stream_at_sync(device):
+    stream = device.create_stream()
+
+    def broken():
+        raise KeyError("missing")
+
+    stream.host_func(broken)
+    with pytest.raises(DeviceFault, match="broken raised KeyError") as caught:
+        stream.sync()
+    assert isinstance(caught.value.__cause__, KeyError)
+    assert caught.value.code == 507000
+    stream.host_func(lambda: None)
+    stream.sync()
+
+
+def test_host_functions_still_run_on_a_failed_stream(device):
+    # so that whoever waits for completion through one hears about the failure
+    stream, ran = device.create_stream(), []
+    device.inject_fault("kernel", "doomed")
+    device.backend.launch_kernel(stream.handle, "doomed", lambda: ran.append("kernel"), cost=Cost())
+    stream.host_func(lambda: ran.append("host"))
+    with pytest.raises(DeviceFault):
+        stream.sync()
+    assert ran == ["host"]
