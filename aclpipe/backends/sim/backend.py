@@ -457,7 +457,19 @@ class SimBackend:
         """Run a C ``void fn(void *)`` on the callback thread, as ``aclrtLaunchHostFunc`` does."""
         function = _hostfunc_ffi.cast("void (*)(void *)", fn_address)
         args = _hostfunc_ffi.cast("void *", args_address)
-        self.host_func(stream, lambda: function(args), "host_func_c")
+        self._check_stream(stream)
+        planted = self.faults.check("host_func", "host_func_c", None)
+        if planted is not None:
+            # C cannot raise: a planted fault is the runtime reporting the callback failed.  The
+            # stream fails first and the function still runs, so whoever it wakes (completion
+            # counters) sees the error, instead of waiting for ever for a call that never comes.
+            code = planted.code or 507000
+
+            def fail() -> None:
+                raise error_from_code(code, "injected fault in host function host_func_c")
+
+            self._submit(stream, Task(HOST_FUNC, "host_func_c", fail))
+        self._submit(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args)))
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         first: BackendError | None = None
