@@ -99,6 +99,11 @@ class _SlotQueue:
             raise
         return box[0]
 
+    @property
+    def ready(self) -> bool:
+        """Whether :meth:`acquire` would return at once."""
+        return bool(self.free) and not self.waiters
+
     def release(self, slot: Slot) -> None:
         if self.waiters:
             event, box = self.waiters.popleft()
@@ -206,7 +211,8 @@ class Pipeline:
     # -- running ---------------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the graph once; returns ``{output name: array}``."""
-        return await self._finish(await self._submit(inputs))
+        program, arrays = self._accept(inputs)
+        return await self._finish(await self._start(program, arrays))
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
@@ -216,7 +222,13 @@ class Pipeline:
             async for batch in _aiter(batches):
                 if not isinstance(batch, Mapping):
                     raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
-                pending.append(await self._submit(dict(batch)))
+                program, arrays = self._accept(dict(batch))
+                # Never wait for a slot while holding runs this generator could finish itself: two
+                # streams (or a stream and a caller that holds slots) would each keep some and
+                # wait for the other's.
+                while pending and not self._queues[id(program)].ready:
+                    yield await self._finish(pending.popleft())
+                pending.append(await self._start(program, arrays))
                 if len(pending) >= self.depth:
                     yield await self._finish(pending.popleft())
             while pending:
@@ -226,9 +238,13 @@ class Pipeline:
                 while pending:
                     await self._abandon(pending.popleft())
 
-    async def _submit(self, inputs: Mapping[str, Any]) -> _Ticket:
+    def _accept(self, inputs: Mapping[str, Any]) -> tuple[Program, dict[str, np.ndarray]]:
+        """Check the inputs and find (or prepare) their program; nothing is enqueued."""
         arrays, shapes = self._check_inputs(inputs)
-        program = self._program_for(shapes)
+        return self._program_for(shapes), arrays
+
+    async def _start(self, program: Program, arrays: Mapping[str, np.ndarray]) -> _Ticket:
+        """Take a slot (awaiting one: backpressure) and enqueue a run on it."""
         queue = self._queues[id(program)]
         slot = await queue.acquire()
         try:
@@ -240,15 +256,19 @@ class Pipeline:
             queue.release(slot)
             raise
         try:
+            if self._closed:  # closed while this run waited for the lock
+                queue.release(slot)
+                raise ClosedResourceError("the pipeline is closed")
             self._runs += 1
             ticket = _Ticket(self._runs, program, slot, 0)
+            # Live from the moment it has a number: faults collected meanwhile must cover it.
+            self._live.add(ticket.run)
             # Shielded: once the first task is on a stream the run must be completed, or the
             # slot would come back while the device still used it.
             with anyio.CancelScope(shield=True):
                 failure = await self._enqueue(ticket)
         finally:
             self._enqueue_lock.release()
-        self._live.add(ticket.run)
         if failure is not None:
             # Part of the run may be on the device: the slot comes back once the device passed it.
             with anyio.CancelScope(shield=True):
@@ -263,8 +283,14 @@ class Pipeline:
             await ticket.program.enqueue(ticket.slot, ticket.run, self._workspaces)
         except BaseException as error:  # noqa: BLE001 - re-raised by the caller once the run is settled
             failure = error
-        ticket.value = ticket.program.enqueue_completion(ticket.slot, self._workspaces, self._timeline,
-                                                         self._d2h_lane)
+        try:
+            ticket.value = ticket.program.enqueue_completion(ticket.slot, self._workspaces, self._timeline,
+                                                             self._d2h_lane)
+        except BaseException:
+            # No completion to wait for: the slot can never safely come back.
+            self._retire(ticket.run)
+            self._lost_slots += 1
+            raise
         return failure
 
     @property
