@@ -112,6 +112,11 @@ class Timeline:
                 self._pumping = False
                 self._promote_one()
 
+    async def drain(self) -> None:
+        """Return once every lane has passed everything enqueued on it so far."""
+        for lane in range(self.lanes):
+            await self.wait(lane, self._next[lane])
+
     async def _wait_as_follower(self, lane: int, value: int) -> None:
         # Woken either because the lane reached the value or because this task was promoted
         # to pump; the caller's loop tells which.

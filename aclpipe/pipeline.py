@@ -83,8 +83,11 @@ class _SlotQueue:
     def __init__(self, slots: list[Slot]):
         self.free = collections.deque(slots)
         self.waiters: collections.deque[tuple[anyio.Event, list[Slot]]] = collections.deque()
+        self.closed = False
 
     async def acquire(self) -> Slot:
+        if self.closed:
+            raise ClosedResourceError("the pipeline is closed")
         if self.free and not self.waiters:
             return self.free.popleft()
         event, box = anyio.Event(), []
@@ -97,7 +100,16 @@ class _SlotQueue:
             else:
                 self.waiters.remove((event, box))
             raise
+        if not box:  # woken by close()
+            raise ClosedResourceError("the pipeline was closed while this run waited for a slot")
         return box[0]
+
+    def close(self) -> None:
+        """Wake every waiter with :class:`ClosedResourceError`; slots still come back."""
+        self.closed = True
+        while self.waiters:
+            event, _ = self.waiters.popleft()
+            event.set()
 
     @property
     def ready(self) -> bool:
@@ -169,6 +181,9 @@ class Pipeline:
         self._live: set[int] = set()  # run numbers enqueued and not yet finished or abandoned
         self._lost_slots = 0
         self._closed = False
+        self._freed = False  # aclose freed the device memory: late tickets only retire
+        self._finishing = 0  # callers between awaiting completion and having their result
+        self._finished: anyio.Event | None = None
 
     # -- planning and preparing ----------------------------------------------------------------
     def plan_for(self, **shapes: Any) -> Plan:
@@ -298,12 +313,24 @@ class Pipeline:
         return len(self._streams) - 1
 
     async def _finish(self, ticket: _Ticket) -> dict[str, np.ndarray]:
+        self._finishing += 1
+        try:
+            return await self._result(ticket)
+        finally:
+            self._finishing -= 1
+            if not self._finishing and self._finished is not None:
+                self._finished.set()
+
+    async def _result(self, ticket: _Ticket) -> dict[str, np.ndarray]:
         try:
             await self._timeline.wait(self._d2h_lane, ticket.value)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._abandon(ticket)
             raise
+        if self._freed:  # a stream() generator resumed after aclose: its results are gone
+            self._retire(ticket.run)
+            raise ClosedResourceError("the pipeline was closed before this run's result was read")
         try:
             self._collect_errors()
             self._raise_fault(ticket.run)
@@ -319,6 +346,9 @@ class Pipeline:
         if scope.cancelled_caught:
             self._retire(ticket.run)
             self._lost_slots += 1  # never reused: the device may still touch it
+            return
+        if self._freed:
+            self._retire(ticket.run)
             return
         self._collect_errors()
         self._retire(ticket.run)
@@ -401,12 +431,28 @@ class Pipeline:
             raise ClosedResourceError("the pipeline is closed")
 
     async def aclose(self) -> None:
-        """Wait for runs in flight, then free everything; idempotent."""
+        """Refuse new runs, wait for runs in flight, then free everything; idempotent.
+
+        Callers waiting for a slot get :class:`ClosedResourceError`; a run being enqueued
+        finishes enqueueing; then this waits until the device has passed every enqueued run
+        (every host function included: the completion pipe and counters must outlive them)
+        and every caller awaiting a run has its result.
+        """
         if self._closed:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
+            for queue in self._queues.values():
+                queue.close()
+            if self._enqueue_lock is not None:
+                async with self._enqueue_lock:
+                    pass
+            await self._timeline.drain()
+            while self._finishing:
+                self._finished = anyio.Event()
+                await self._finished.wait()
             await anyio.to_thread.run_sync(self._drain)
+        self._freed = True
         for program in self._programs.values():
             program.close()
         self._programs.clear()
