@@ -37,7 +37,7 @@ out: float32[2, 3]; alpha=1.0)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -46,6 +46,7 @@ import numpy as np
 from .dtypes import Format, as_dtype
 from .errors import AclpipeError, BackendError, error_from_code
 from .executor_cache import ExecutorCache, PreparedCall
+from .graph.builder import is_list_argument
 from .ops import get_op
 from .runtime import DeviceBuffer, HostBuffer, Stream
 from .tensor import TensorDesc
@@ -89,6 +90,11 @@ class _Bound:
     owned: list[DeviceBuffer]
     uploads: list[tuple[DeviceBuffer, np.ndarray]]
     returned: list[tuple[int, DeviceBuffer]]  # (output index, buffer) to download
+    # What is launched: the op itself, or for a view op the copy of the view into the output.
+    launch_op: str = ""
+    launch_inputs: list[TensorDesc | None] = field(default_factory=list)
+    launch_outputs: list[TensorDesc | None] = field(default_factory=list)
+    launch_attrs: dict[str, Any] = field(default_factory=dict)
 
 
 class OpRunner:
@@ -332,15 +338,28 @@ class OpRunner:
 
     def _pad(self, tensors: list[TensorDesc | None], declared: tuple[str, ...]) -> None:
         # aclnn signatures are fixed; trailing optionals the caller left out are NULL.  A
-        # single declared name may be a tensor list (Cat's ``tensors``, Split's ``outs``), so
-        # only signatures of several names bound the count.
-        if len(declared) > 1 and len(tensors) > len(declared):
+        # tensor list (Cat's ``tensors``, Split's ``outs``) takes any number.
+        if any(is_list_argument(name) for name in declared):
+            return
+        if len(tensors) > len(declared):
             raise TypeError(f"{self.op} takes {len(declared)} tensors here ({', '.join(declared)}), "
                             f"got {len(tensors)}")
         tensors.extend([None] * (len(declared) - len(tensors)))
 
     def _prepare(self, bound: _Bound) -> PreparedCall:
-        return self.cache.prepare(self.op, bound.inputs, bound.outputs, self._attrs)
+        """Phase one (through the cache).  A view op (Reshape, Transpose, ...) launches nothing
+        itself: the runner copies the view of its input into the output with ``InplaceCopy``."""
+        if self.spec.is_view:
+            source = bound.inputs[0] if bound.inputs else None
+            if source is None or len(bound.outputs) != 1 or bound.outputs[0] is None:
+                raise TypeError(f"{self.op} is a view op: give one input and one output")
+            view = self.spec.view(source, dict(self._attrs))
+            bound.launch_op, bound.launch_attrs = "InplaceCopy", {}
+            bound.launch_inputs, bound.launch_outputs = [view], [bound.outputs[0]]
+        else:
+            bound.launch_op, bound.launch_attrs = self.op, self._attrs
+            bound.launch_inputs, bound.launch_outputs = bound.inputs, bound.outputs
+        return self.cache.prepare(bound.launch_op, bound.launch_inputs, bound.launch_outputs, bound.launch_attrs)
 
     def _enqueue(self, bound: _Bound, call: PreparedCall, workspace: Workspace, *,
                  deferred_release: bool = False) -> list[tuple[int, HostBuffer]]:
@@ -354,8 +373,8 @@ class OpRunner:
                 staging = self._staging(array.nbytes, bound)
                 staging.numpy()[...] = array.reshape(-1).view(np.uint8)
                 stream.memcpy(buffer, staging, array.nbytes)
-        self.cache.launch(call, bound.inputs, bound.outputs, workspace.address, workspace.nbytes, stream,
-                          {"node": self.node})
+        self.cache.launch(call, bound.launch_inputs, bound.launch_outputs, workspace.address, workspace.nbytes,
+                          stream, {"node": self.node})
         if not (deferred_release and self.workspace.blocking_release):
             self.workspace.release_after(workspace, stream)
         downloads: list[tuple[int, HostBuffer]] = []

@@ -1,0 +1,20 @@
+"""ONNX support: the op mapping (the core of the model importer) and an eager evaluator.
+
+``mapping`` holds the table ONNX op type -> converter per operator-set version; converters
+emit catalog ops through a small :class:`~aclpipe.onnx.context.BuildContext` interface that
+both :class:`~aclpipe.onnx.eager.EagerContext` (runs each op at once) and a graph-building
+context implement.  Importing this package registers every converter; it needs the ``onnx``
+package (``pip install aclpipe[onnx]``).
+"""
+
+from __future__ import annotations
+
+from . import convert_math, convert_nn, convert_tensor  # noqa: F401  (registers the converters)
+from .context import BuildContext, OnnxNode, UnsupportedFeature
+from .eager import EagerContext
+from .mapping import (MIN_OPSET, UnsupportedNode, check_model, converts, emit_graph, lookup, model_opsets,
+                      supported_ops, unsupported_nodes)
+
+__all__ = ["BuildContext", "OnnxNode", "UnsupportedFeature", "EagerContext", "MIN_OPSET", "UnsupportedNode",
+           "check_model", "converts", "emit_graph", "lookup", "model_opsets", "supported_ops",
+           "unsupported_nodes"]
