@@ -40,7 +40,8 @@ class DeviceBuffer:
         self.address = address
         self.nbytes = nbytes
         self.label = label
-        self._finalizer = weakref.finalize(self, _free_device, device.backend, address)
+        # Any arguments: subclasses (the pool's PoolBuffer) finalize differently.
+        self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, _free_device, device.backend, address)
 
     @property
     def closed(self) -> bool:

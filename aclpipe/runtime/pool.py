@@ -31,7 +31,7 @@ import contextlib
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
@@ -69,7 +69,7 @@ class PoolStats:
 class _Block:
     """One device allocation the pool owns; ``stream``/``event`` are its last free's."""
 
-    __slots__ = ("memory", "size", "stream", "event", "owner")
+    __slots__ = ("event", "memory", "owner", "size", "stream")
 
     def __init__(self, memory: DeviceBuffer, size: int, stream: Stream):
         self.memory = memory
@@ -138,8 +138,8 @@ class MemoryPool:
         self._blocks: dict[int, _Block] = {}  # every block held, by address
         self._free: dict[Stream, list[_Block]] = {}  # per stream, sorted by size
         self._spare_events: list[Event] = []
-        self._counts = dict(allocated=0, cached=0, in_use=0, peak=0, hits=0, misses=0,
-                            cross_stream_reuses=0, oom_recoveries=0)
+        self._counts = {"allocated": 0, "cached": 0, "in_use": 0, "peak": 0, "hits": 0, "misses": 0,
+                        "cross_stream_reuses": 0, "oom_recoveries": 0}
         self._finalizer = weakref.finalize(self, _release_everything, device, self._blocks, self._lock)
 
     # -- public ---------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ class MemoryPool:
             self._spare_events.clear()
             self._counts.update(allocated=0, cached=0, in_use=0)
 
-    def __enter__(self) -> MemoryPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -58,9 +58,8 @@ def test_mem_info_tracks_allocations(device):
 
 
 def test_alloc_beyond_capacity_is_device_out_of_memory():
-    with aclpipe.open_device("sim", capacity=1 << 20) as device:
-        with pytest.raises(DeviceOutOfMemory) as caught:
-            device.alloc(2 << 20)
+    with aclpipe.open_device("sim", capacity=1 << 20) as device, pytest.raises(DeviceOutOfMemory) as caught:
+        device.alloc(2 << 20)
     assert caught.value.requested == 2 << 20 and caught.value.limit == 1 << 20
     assert isinstance(caught.value, MemoryError)
 

@@ -53,15 +53,15 @@ def test_elapsed_needs_timing_events_and_completion(device):
     start, plain = stream.record(timing=True), stream.record()
     plain.sync()
     with pytest.raises(BackendError, match="without timing"):
-        plain - start  # noqa: B018
+        plain - start
     with latch(stream):
         end = stream.record(timing=True)
         with pytest.raises(BackendError, match="not completed"):
-            end - start  # noqa: B018
+            end - start
     with pytest.raises(BackendError, match="never recorded"):
-        device.create_event(timing=True) - start  # noqa: B018
+        device.create_event(timing=True) - start
     with pytest.raises(TypeError):
-        start - 1.0  # type: ignore[operator]  # noqa: B018
+        start - 1.0  # type: ignore[operator]
 
 
 def test_close_refuses_later_use(device):

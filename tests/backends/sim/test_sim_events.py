@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from aclpipe.testing import latch
 
 
@@ -46,5 +48,5 @@ def test_timestamps_are_ordered_along_a_stream(device):
     stream = device.create_stream()
     events = [stream.record(timing=True) for _ in range(5)]
     events[-1].sync()
-    gaps = [later - earlier for earlier, later in zip(events, events[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(events)]
     assert all(gap >= 0 for gap in gaps)

@@ -7,8 +7,8 @@ import pytest
 
 from aclpipe import InvalidArgumentError
 from aclpipe.backends.protocol import MemcpyKind
-from aclpipe.backends.sim.memory import DEVICE_BASE, POISON_BYTE
 from aclpipe.backends.sim.engines import Cost
+from aclpipe.backends.sim.memory import DEVICE_BASE, POISON_BYTE
 
 
 def launch(device, stream, reads=(), writes=(), name="probe"):

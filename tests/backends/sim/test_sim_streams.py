@@ -77,9 +77,8 @@ def test_host_enqueue_returns_before_the_work_runs(device):
 
 def test_sync_timeout_is_acl_stream_sync_timeout(device):
     stream = device.create_stream()
-    with latch(stream):
-        with pytest.raises(DeviceFault) as caught:
-            stream.sync(timeout=0.05)
+    with latch(stream), pytest.raises(DeviceFault) as caught:
+        stream.sync(timeout=0.05)
     assert caught.value.code == 507046
     stream.sync()
 
