@@ -1,0 +1,15 @@
+"""The real Ascend NPU backend (``"ascend"``): CANN's C API through cffi; see :class:`AscendBackend`.
+
+Importing this package loads nothing: the CANN libraries are found and loaded when a device
+is opened (``open_device("ascend:0")``), from ``ACLPIPE_ASCEND_LIB`` or
+``$ASCEND_HOME_PATH/lib64``; when they are missing that raises :class:`LookupError` saying
+what to install or set.
+"""
+
+from .backend import HOST_FUNC_MODES, AscendBackend
+from .library import INSTALL_HINT, library_directory, load_library, opapi_libraries
+
+backend_class = AscendBackend
+
+__all__ = ["AscendBackend", "HOST_FUNC_MODES", "INSTALL_HINT", "backend_class", "library_directory", "load_library",
+           "opapi_libraries"]

@@ -1,0 +1,176 @@
+"""Hand-written cffi declarations of the CANN C API that the ascend backend calls.
+
+Every prototype is copied from ``shared/reference/acl_api.md`` (which cites the CANN headers:
+``acl/acl_rt.h`` and ``acl/acl_base.h`` of the runtime, ``aclnn/acl_meta.h`` of opbase, the
+``aclnn_*.h`` operator headers of ops-math and ops-nn).  The headers are C++-flavoured
+(``constexpr``, enum members of -1, ``static const int`` codes), so they cannot be fed to cffi
+as they are: enums are declared as the ``int`` they are passed as, and codes and flags are
+Python constants here.
+
+The runtime section is exported by ``libascendcl.so``, the tensor/executor section by
+``libnnopbase.so``, the operators by ``libopapi.so`` or the per-repo ``libopapi_*.so``.
+``OPTIONAL_RUNTIME`` lists what older CANN releases lack; everything else must resolve.
+"""
+
+from __future__ import annotations
+
+from cffi import FFI
+
+__all__ = ["ffi", "RUNTIME_REQUIRED", "RUNTIME_OPTIONAL", "NNOPBASE_REQUIRED", "NNOPBASE_OPTIONAL"]
+
+RUNTIME_CDEF = """
+typedef int aclError;
+typedef void *aclrtStream;
+typedef void *aclrtEvent;
+typedef void *aclrtContext;
+typedef void (*aclrtCallback)(void *userData);
+typedef void (*aclrtHostFunc)(void *args);
+typedef int aclrtMemcpyKind;            /* enum aclrtMemcpyKind */
+typedef int aclrtMemMallocPolicy;       /* enum aclrtMemMallocPolicy */
+typedef int aclrtMemAttr;               /* enum aclrtMemAttr */
+typedef int aclrtCallbackBlockType;     /* enum aclrtCallbackBlockType */
+typedef int aclrtEventRecordedStatus;   /* enum: NOT_READY = 0, COMPLETE = 1 */
+typedef int aclrtStreamStatus;          /* enum: COMPLETE = 0, NOT_READY = 1 */
+
+aclError aclInit(const char *configPath);
+aclError aclFinalize(void);
+const char *aclGetRecentErrMsg(void);
+
+aclError aclrtSetDevice(int32_t deviceId);
+aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtGetDeviceCount(uint32_t *count);
+aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId);
+aclError aclrtDestroyContext(aclrtContext context);
+aclError aclrtSetCurrentContext(aclrtContext context);
+
+aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag);
+aclError aclrtDestroyStream(aclrtStream stream);
+aclError aclrtSynchronizeStream(aclrtStream stream);
+aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
+aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
+aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+
+aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag);
+aclError aclrtDestroyEvent(aclrtEvent event);
+aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
+aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status);
+aclError aclrtSynchronizeEvent(aclrtEvent event);
+aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout);
+aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent);
+
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aclrtFree(void *devPtr);
+aclError aclrtMallocHost(void **hostPtr, size_t size);
+aclError aclrtFreeHost(void *hostPtr);
+aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
+                          aclrtMemcpyKind kind, aclrtStream stream);
+aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream);
+aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
+
+aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream stream);
+aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                             aclrtStream stream);
+aclError aclrtProcessReport(int32_t timeout);
+aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream);
+aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args);
+"""
+
+NNOPBASE_CDEF = """
+typedef int32_t aclnnStatus;
+typedef int aclDataType;                /* enum aclDataType (ACL_DT_UNDEFINED = -1) */
+typedef int aclFormat;                  /* enum aclFormat (ACL_FORMAT_UNDEFINED = -1) */
+typedef struct aclOpExecutor aclOpExecutor;
+typedef struct aclTensor aclTensor;
+typedef struct aclScalar aclScalar;
+typedef struct aclIntArray aclIntArray;
+
+aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDataType dataType,
+                           const int64_t *stride, int64_t offset, aclFormat format,
+                           const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData);
+aclScalar *aclCreateScalar(void *value, aclDataType dataType);
+aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size);
+aclnnStatus aclDestroyTensor(const aclTensor *tensor);
+aclnnStatus aclDestroyScalar(const aclScalar *scalar);
+aclnnStatus aclDestroyIntArray(const aclIntArray *array);
+
+aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);
+aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
+aclnnStatus aclSetInputTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor, void *addr);
+aclnnStatus aclSetOutputTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor, void *addr);
+"""
+
+_PHASE_TWO = "aclnnStatus aclnn{0}(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);"
+_TAIL = "uint64_t *workspaceSize, aclOpExecutor **executor"
+_SELF_OUT = f"const aclTensor *self, aclTensor *out, {_TAIL}"
+_BINARY_ALPHA = f"const aclTensor *self, const aclTensor *other, const aclScalar *alpha, aclTensor *out, {_TAIL}"
+_SCALAR_ALPHA = f"const aclTensor *self, const aclScalar *other, const aclScalar *alpha, aclTensor *out, {_TAIL}"
+_BINARY = f"const aclTensor *self, const aclTensor *other, aclTensor *out, {_TAIL}"
+_SCALAR = f"const aclTensor *self, const aclScalar *other, aclTensor *out, {_TAIL}"
+_PRODUCT = f"const aclTensor *self, const aclTensor *mat2, aclTensor *out, int8_t cubeMathType, {_TAIL}"
+
+#: Phase-one parameter lists by aclnn name (reference/acl_api.md section 3).
+PHASE_ONE: dict[str, str] = {
+    "Add": _BINARY_ALPHA, "Adds": _SCALAR_ALPHA, "Sub": _BINARY_ALPHA, "Subs": _SCALAR_ALPHA,
+    "Mul": _BINARY, "Muls": _SCALAR, "Div": _BINARY, "Divs": _SCALAR,
+    "Relu": _SELF_OUT, "Gelu": _SELF_OUT, "Silu": _SELF_OUT, "Sigmoid": _SELF_OUT, "Tanh": _SELF_OUT,
+    "Exp": _SELF_OUT,
+    "GeluV2": f"const aclTensor *x, int64_t approximate, aclTensor *y, {_TAIL}",
+    "Softmax": f"const aclTensor *self, int64_t dim, aclTensor *out, {_TAIL}",
+    "LayerNorm": ("const aclTensor *input, const aclIntArray *normalizedShape, const aclTensor *weightOptional, "
+                  "const aclTensor *biasOptional, double eps, aclTensor *out, aclTensor *meanOutOptional, "
+                  f"aclTensor *rstdOutOptional, {_TAIL}"),
+    # from NN docs/aclnnRmsNorm.md (no header in ops-nn): see the reference
+    "RmsNorm": ("const aclTensor *x, const aclTensor *gamma, double epsilon, const aclTensor *yOut, "
+                f"const aclTensor *rstdOut, {_TAIL}"),
+    "Matmul": _PRODUCT, "Mm": _PRODUCT, "BatchMatMul": _PRODUCT,
+    "Addmm": ("const aclTensor *self, const aclTensor *mat1, const aclTensor *mat2, const aclScalar *beta, "
+              f"const aclScalar *alpha, aclTensor *out, int8_t cubeMathType, {_TAIL}"),
+    "Cast": f"const aclTensor *self, const aclDataType dtype, aclTensor *out, {_TAIL}",
+    "Permute": f"const aclTensor *self, const aclIntArray *dims, aclTensor *out, {_TAIL}",
+    "Embedding": f"const aclTensor *weight, const aclTensor *indices, const aclTensor *out, {_TAIL}",
+    "InplaceCopy": f"aclTensor *selfRef, const aclTensor *src, {_TAIL}",
+}
+
+
+def _opapi_cdef() -> str:
+    lines = []
+    for name, parameters in PHASE_ONE.items():
+        lines.append(f"aclnnStatus aclnn{name}GetWorkspaceSize({parameters});")
+        lines.append(_PHASE_TWO.format(name))
+    return "\n".join(lines)
+
+
+RUNTIME_OPTIONAL = ("aclrtLaunchHostFunc", "aclrtSynchronizeEventWithTimeout")
+RUNTIME_REQUIRED = (
+    "aclInit", "aclFinalize", "aclGetRecentErrMsg", "aclrtSetDevice", "aclrtResetDevice", "aclrtGetDeviceCount",
+    "aclrtCreateContext", "aclrtDestroyContext", "aclrtSetCurrentContext", "aclrtCreateStreamWithConfig",
+    "aclrtDestroyStream", "aclrtSynchronizeStream", "aclrtSynchronizeStreamWithTimeout", "aclrtStreamQuery",
+    "aclrtStreamWaitEvent", "aclrtCreateEventWithFlag", "aclrtDestroyEvent", "aclrtRecordEvent",
+    "aclrtQueryEventStatus", "aclrtSynchronizeEvent", "aclrtEventElapsedTime", "aclrtMalloc", "aclrtFree",
+    "aclrtMallocHost", "aclrtFreeHost", "aclrtMemcpyAsync", "aclrtMemsetAsync", "aclrtGetMemInfo",
+    "aclrtSubscribeReport", "aclrtLaunchCallback", "aclrtProcessReport", "aclrtUnSubscribeReport",
+)
+#: Executor reuse arrived after the 2023 ``acl_op_api.h``; without it every launch runs phase one.
+NNOPBASE_OPTIONAL = ("aclSetAclOpExecutorRepeatable", "aclDestroyAclOpExecutor", "aclSetInputTensorAddr",
+                     "aclSetOutputTensorAddr")
+NNOPBASE_REQUIRED = ("aclCreateTensor", "aclCreateScalar", "aclCreateIntArray", "aclDestroyTensor",
+                     "aclDestroyScalar", "aclDestroyIntArray")
+
+ffi = FFI()
+ffi.cdef(RUNTIME_CDEF)
+ffi.cdef(NNOPBASE_CDEF)
+ffi.cdef(_opapi_cdef())
+
+# Flags, enum values and status codes the binding uses (acl_rt.h, acl_base.h, rt_error_codes.h).
+ACL_MEM_MALLOC_HUGE_FIRST = 0
+ACL_HBM_MEM = 1
+ACL_CALLBACK_BLOCK = 1
+ACL_EVENT_SYNC = 0x1
+ACL_EVENT_TIME_LINE = 0x8
+ACL_EVENT_RECORDED_STATUS_COMPLETE = 1  # aclrtEventRecordedStatus: COMPLETE is 1 (aclrtEventStatus has 0)
+ACL_STREAM_STATUS_COMPLETE = 0
+ACL_ERROR_REPEAT_INITIALIZE = 100002
+ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035
+ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036
+ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL = 107007
+ACL_ERROR_RT_EVENT_NOT_COMPLETE = 507006

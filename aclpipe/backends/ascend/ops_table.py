@@ -1,0 +1,155 @@
+"""Catalog ops to aclnn calls: which function, and each argument in the header's order.
+
+A row lists the phase-one parameters before ``workspaceSize, executor``: catalog inputs
+``IN(i)`` and outputs ``OUT(i)`` become ``aclTensor *`` (NULL when absent), attributes become
+scalars, int arrays, plain numbers or a dtype.  Attribute defaults come from the catalog's
+``OpSpec.attrs``, so both backends read the same values.
+
+``IN(i)``/``OUT(i)`` use the catalog's numbering, which is also the index given to
+``aclSetInputTensorAddr``/``aclSetOutputTensorAddr``: the position among the op's tensor
+inputs (outputs) in header order.  The catalog orders them as the headers do, except that
+``InplaceCopy``'s written ``selfRef`` is the catalog's output 0 (it refuses repeatable
+executors on the fake, as same-address copies do on CANN, so it is never re-pointed).
+
+Prototypes: reference/acl_api.md section 3 (ops-math, ops-nn headers; RmsNorm from its doc).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...dtypes import as_dtype
+from ...tensor import TensorDesc
+from .tensors import CallArguments
+
+__all__ = ["Arg", "OpBinding", "BuiltCall", "OPS", "IN", "OUT"]
+
+Tensors = Sequence[TensorDesc | None]
+Convert = Callable[[CallArguments, Tensors, Tensors, Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One phase-one parameter: how to make its C value from the call."""
+
+    kind: str  # "input", "output" or "attr"
+    key: int | str
+    convert: Convert
+
+
+@dataclass
+class BuiltCall:
+    """The C values of one phase-one call and the tensor handles by catalog index."""
+
+    values: list[Any]
+    inputs: dict[int, Any] = field(default_factory=dict)
+    outputs: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpBinding:
+    """How the catalog op ``op`` calls ``aclnn<op>GetWorkspaceSize`` and ``aclnn<op>``."""
+
+    op: str
+    arguments: tuple[Arg, ...]
+
+    @property
+    def phase_one(self) -> str:
+        return f"aclnn{self.op}GetWorkspaceSize"
+
+    @property
+    def phase_two(self) -> str:
+        return f"aclnn{self.op}"
+
+    def build(self, handles: CallArguments, inputs: Tensors, outputs: Tensors, attrs: Mapping[str, Any]) -> BuiltCall:
+        call = BuiltCall([])
+        for argument in self.arguments:
+            value = argument.convert(handles, inputs, outputs, attrs)
+            call.values.append(value)
+            if argument.kind == "input":
+                call.inputs[int(argument.key)] = value
+            elif argument.kind == "output":
+                call.outputs[int(argument.key)] = value
+        return call
+
+
+def _nth(tensors: Tensors, index: int) -> TensorDesc | None:
+    return tensors[index] if index < len(tensors) else None
+
+
+def IN(index: int) -> Arg:  # noqa: N802 - reads like the table it builds
+    return Arg("input", index, lambda handles, ins, outs, attrs: handles.tensor(_nth(ins, index)))
+
+
+def OUT(index: int) -> Arg:  # noqa: N802
+    return Arg("output", index, lambda handles, ins, outs, attrs: handles.tensor(_nth(outs, index)))
+
+
+def _attr(name: str, convert: Callable[[CallArguments, Any, Tensors], Any]) -> Arg:
+    return Arg("attr", name, lambda handles, ins, outs, attrs: convert(handles, attrs.get(name), ins))
+
+
+def SCALAR(name: str) -> Arg:  # noqa: N802
+    return _attr(name, lambda handles, value, ins: handles.scalar(value))
+
+
+def INT(name: str) -> Arg:  # noqa: N802 - int64_t and int8_t alike: cffi range-checks
+    return _attr(name, lambda handles, value, ins: int(value))
+
+
+def DOUBLE(name: str) -> Arg:  # noqa: N802
+    return _attr(name, lambda handles, value, ins: float(value))
+
+
+def INT_ARRAY(name: str) -> Arg:  # noqa: N802
+    return _attr(name, lambda handles, value, ins: handles.int_array([value] if isinstance(value, int) else value))
+
+
+def DTYPE(name: str) -> Arg:  # noqa: N802
+    return _attr(name, lambda handles, value, ins: int(as_dtype(value)))
+
+
+def _permutation(handles: CallArguments, value: Any, ins: Tensors) -> Any:
+    source = _nth(ins, 0)
+    rank = source.ndim if source is not None else 0
+    return handles.int_array([int(d) % rank if rank else int(d) for d in value])
+
+
+_APPROXIMATE = {0: 0, 1: 1, "none": 0, "tanh": 1}
+
+
+def _approximate(handles: CallArguments, value: Any, ins: Tensors) -> int:
+    return _APPROXIMATE[value.lower() if isinstance(value, str) else int(value)]
+
+
+def _row(op: str, *arguments: Arg) -> tuple[str, OpBinding]:
+    return op, OpBinding(op, arguments)
+
+
+_UNARY = ("Relu", "Gelu", "Silu", "Sigmoid", "Tanh", "Exp")
+_PRODUCTS = ("Matmul", "Mm", "BatchMatMul")
+
+#: Catalog op name -> binding.
+OPS: dict[str, OpBinding] = dict([
+    _row("Add", IN(0), IN(1), SCALAR("alpha"), OUT(0)),
+    _row("Adds", IN(0), SCALAR("other"), SCALAR("alpha"), OUT(0)),
+    _row("Sub", IN(0), IN(1), SCALAR("alpha"), OUT(0)),
+    _row("Subs", IN(0), SCALAR("other"), SCALAR("alpha"), OUT(0)),
+    _row("Mul", IN(0), IN(1), OUT(0)),
+    _row("Muls", IN(0), SCALAR("other"), OUT(0)),
+    _row("Div", IN(0), IN(1), OUT(0)),
+    _row("Divs", IN(0), SCALAR("other"), OUT(0)),
+    *(_row(op, IN(0), OUT(0)) for op in _UNARY),
+    _row("GeluV2", IN(0), _attr("approximate", _approximate), OUT(0)),
+    _row("Softmax", IN(0), INT("dim"), OUT(0)),
+    _row("LayerNorm", IN(0), INT_ARRAY("normalizedShape"), IN(1), IN(2), DOUBLE("eps"), OUT(0), OUT(1), OUT(2)),
+    _row("RmsNorm", IN(0), IN(1), DOUBLE("epsilon"), OUT(0), OUT(1)),
+    *(_row(op, IN(0), IN(1), OUT(0), INT("cubeMathType")) for op in _PRODUCTS),
+    _row("Addmm", IN(0), IN(1), IN(2), SCALAR("beta"), SCALAR("alpha"), OUT(0), INT("cubeMathType")),
+    _row("Cast", IN(0), DTYPE("dtype"), OUT(0)),
+    _row("Permute", IN(0), _attr("dims", _permutation), OUT(0)),
+    _row("Embedding", IN(0), IN(1), OUT(0)),
+    _row("InplaceCopy", OUT(0), IN(0)),
+])
