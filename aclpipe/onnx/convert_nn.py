@@ -8,11 +8,10 @@ convolution and averaging, ``-inf`` for max pooling) and the catalog op runs unp
 
 Pooling output sizes follow the ONNX reference: ``floor`` (or ``ceil`` with ``ceil_mode``,
 dropping a last window that would start in the end padding) of
-``(in + pads - ((k - 1) * d + 1)) / s + 1``.  In ceil mode the window may reach past the end
-padding: max pooling ignores those positions, averaging with ``count_include_pad=1`` counts
-them as zeros (the divisor is the whole kernel) and with ``count_include_pad=0`` counts only
-input elements, which the converter gets as ``AvgPool(x) / AvgPool(ones)`` over the padded
-extent.
+``(in + pads - ((k - 1) * d + 1)) / s + 1``.  In ceil mode the last window may reach past the end
+padding; those positions never count (the divisor of an average covers the input, plus the
+pads with ``count_include_pad=1``), which the explicit path gets as
+``AvgPool(x) / AvgPool(mask)`` with the mask 1 where elements count.
 """
 
 from __future__ import annotations
@@ -108,9 +107,12 @@ def pad_axis(ctx: BuildContext, x: Any, axis: int, before: int, after: int, fill
     return ctx.op("Cat", *pieces, dim=axis)
 
 
-def _pad_spatial(ctx: BuildContext, x: Any, geo: Geometry, fill: float) -> Any:
+def _pad_spatial(ctx: BuildContext, x: Any, geo: Geometry, fill: float, beyond: float | None = None) -> Any:
+    """``x`` padded by ``geo``'s pads with ``fill``, and past them (ceil mode) with ``beyond``."""
+    beyond = fill if beyond is None else beyond
     for axis in range(len(geo.kernel)):
-        x = pad_axis(ctx, x, 2 + axis, geo.begin[axis], geo.end[axis] + geo.extra[axis], fill)
+        x = pad_axis(ctx, x, 2 + axis, geo.begin[axis], geo.end[axis], fill)
+        x = pad_axis(ctx, x, 2 + axis, 0, geo.extra[axis], beyond)
     return x
 
 
@@ -213,22 +215,23 @@ def convert_average_pool(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -
         raise node.unsupported("AveragePool with dilations (aclnnAvgPool2d has no dilation)")
     include_pad = bool(node.attr("count_include_pad", 0))
     kernel2, strides2, _ = _window_2d(geo, rank)
-    fast = geo.begin == geo.end and all(p <= k // 2 for p, k in zip(geo.begin, kernel)) and (
-        not include_pad or not any(geo.extra))
+    fast = geo.begin == geo.end and all(p <= k // 2 for p, k in zip(geo.begin, kernel))
     if fast:
         y = ctx.op("AvgPool2d", _as_2d(ctx, x, rank), kernelSize=kernel2, strides=strides2,
                    paddings=[0] * (2 - rank) + list(geo.begin), ceilMode=ceil, countIncludePad=include_pad)
         return [_finish(ctx, y, geo, rank, n, c)]
 
-    def pooled(value: Any) -> Any:
-        padded = _as_2d(ctx, _pad_spatial(ctx, value, geo, 0.0), rank)
+    def pooled(value: Any, fill: float = 0.0) -> Any:
+        padded = _as_2d(ctx, _pad_spatial(ctx, value, geo, fill, beyond=0.0), rank)
         return ctx.op("AvgPool2d", padded, kernelSize=kernel2, strides=strides2, paddings=[0, 0],
                       ceilMode=False, countIncludePad=True)
 
     y = pooled(x)
-    if not include_pad:
+    if not include_pad or any(geo.extra):
+        # The divisor counts the input (and the pads, with count_include_pad) but never the
+        # positions past the pads that ceil mode reaches: divide by the mean of that mask.
         ones = ctx.constant(np.ones((1, 1, *spatial), dtype=ctx.dtype(x).numpy))
-        y = ctx.op("Div", y, pooled(ones))  # mean over the kernel / share of real elements
+        y = ctx.op("Div", y, pooled(ones, fill=1.0 if include_pad else 0.0))
     return [_finish(ctx, y, geo, rank, n, c)]
 
 
