@@ -3,7 +3,8 @@
 Each subcommand is a :class:`Command`: a name, a one-line help, a function that adds its
 arguments, and a function that runs it and returns the exit status.  Adding one (``run``,
 ``plan``, ``check``, ``bench``) means writing those two functions, in this file or in a module
-of its own, and listing the command in :data:`COMMANDS`; :func:`main` does the rest.
+of its own (``Command.from_module(module)`` reads ``NAME``, ``HELP``, ``configure``, ``run``),
+and listing the command in :data:`COMMANDS`; :func:`main` does the rest.
 
 Exit status: 0 success, 1 the command ran and found failures, 2 bad arguments or an error
 before anything ran (printed as one line ``aclpipe: error: ...``, never a traceback).
@@ -15,6 +16,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, NoReturn
 
 from rich.console import Console
@@ -37,6 +39,12 @@ class Command:
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Console], int]
+
+    @classmethod
+    def from_module(cls, module: ModuleType) -> Command:
+        """The command a module defines with ``NAME``, ``HELP``, ``configure(parser)`` and
+        ``run(args, console)`` (the layout of :mod:`aclpipe.commands`)."""
+        return cls(module.NAME, module.HELP, module.configure, module.run)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from rich.console import Console
 
 from aclpipe import cli
 
@@ -79,3 +80,16 @@ def test_module_entry_point_devices():
     result = subprocess.run([sys.executable, "-m", "aclpipe.cli", "devices"], capture_output=True, text=True, check=False,
                             timeout=120)
     assert result.returncode == 0 and "sim" in result.stdout
+
+
+def test_a_command_module_plugs_into_the_parser(capsys):
+    import types
+
+    module = types.ModuleType("hello")
+    module.NAME, module.HELP = "hello", "say hello"
+    module.configure = lambda parser: parser.add_argument("--who", default="world")
+    module.run = lambda args, console: console.print(f"hello {args.who}") or 0
+    parser = cli.build_parser((*cli.COMMANDS, cli.Command.from_module(module)))
+    args = parser.parse_args(["hello", "--who", "npu"])
+    assert args.run(args, Console()) == 0
+    assert "hello npu" in capsys.readouterr().out
