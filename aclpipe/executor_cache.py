@@ -35,7 +35,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -173,8 +173,8 @@ class ExecutorCache:
         How many executors to keep; the least recently used one is evicted beyond that.
     """
 
-    _per_device: weakref.WeakKeyDictionary[Device, ExecutorCache] = weakref.WeakKeyDictionary()
-    _per_device_lock = threading.Lock()
+    _per_device: ClassVar[weakref.WeakKeyDictionary[Device, ExecutorCache]] = weakref.WeakKeyDictionary()
+    _per_device_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, device: Device, *, max_entries: int = 256):
         if max_entries < 1:

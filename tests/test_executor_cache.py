@@ -177,7 +177,7 @@ def test_concurrent_threads_share_one_executor_safely(device):
                 x = np.full((4, 4), seed * 100 + step, np.float32)
                 result, _ = _add(device, cache, stream, x, x)
                 np.testing.assert_array_equal(result, 2 * x)
-        except BaseException as error:  # collected for the main thread
+        except Exception as error:  # noqa: BLE001  (collected for the main thread)
             errors.append(error)
 
     threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]

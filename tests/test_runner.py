@@ -215,3 +215,21 @@ async def test_cancelled_run_async_frees_memory_only_after_the_device_passed(dev
     assert not finished
     # The sanitizer would have raised had the memory been freed while the device could use it.
     assert device.mem_info().used == used
+
+
+def test_view_ops_return_the_viewed_contents(device):
+    stream = device.create_stream()
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    (t,) = OpRunner("Transpose", stream).input(x).output().attr(dim0=0, dim1=2).run()
+    np.testing.assert_array_equal(t, x.transpose(2, 1, 0))
+    (r,) = OpRunner("Reshape", stream).input(x).output().attr(shape=[4, -1]).run()
+    np.testing.assert_array_equal(r, x.reshape(4, -1))
+
+
+def test_list_outputs_and_inputs(device):
+    stream = device.create_stream()
+    x = np.arange(10, dtype=np.float32)
+    parts = OpRunner("Split", stream).input(x).output().output().output().attr(splitSections=[2, 3, 5]).run()
+    assert [p.tolist() for p in parts] == [[0, 1], [2, 3, 4], [5, 6, 7, 8, 9]]
+    (joined,) = OpRunner("Cat", stream).input(parts[2]).input(parts[0]).input(parts[1]).output().attr(dim=0).run()
+    np.testing.assert_array_equal(joined, np.concatenate([parts[2], parts[0], parts[1]]))

@@ -10,8 +10,14 @@ import pytest
 
 from aclpipe.executor_cache import ExecutorCache
 from aclpipe.tensor import TensorDesc
-from aclpipe.workspace import (NO_WORKSPACE, CachedWorkspace, PerCallWorkspace, WorkspacePool,
-                               make_workspace_strategy, workspace_strategy)
+from aclpipe.workspace import (
+    NO_WORKSPACE,
+    CachedWorkspace,
+    PerCallWorkspace,
+    WorkspacePool,
+    make_workspace_strategy,
+    workspace_strategy,
+)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -205,7 +211,7 @@ def test_pool_stays_within_its_limit_under_concurrent_use(device):
                                            rtol=1e-5)
                 a.close()
                 out.close()
-        except BaseException as error:
+        except Exception as error:  # noqa: BLE001  (collected for the main thread)
             errors.append(error)
 
     threads = [threading.Thread(target=worker, args=(x,)) for x in inputs]

@@ -155,7 +155,7 @@ def convert_batch_norm(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> 
                                "export the model in inference mode")
     x, scale, bias, mean, var = inputs
     shape = ctx.shape(x)
-    attrs = {"eps": float(node.attr("epsilon", 1e-5)), "training": False}
+    attrs: dict[str, Any] = {"eps": float(node.attr("epsilon", 1e-5)), "training": False}
     if len(shape) in (2, 3, 4):
         return [ctx.op("BatchNorm", x, scale, bias, mean, var, **attrs)]
     if len(shape) < 2:
@@ -187,7 +187,7 @@ def convert_gemm(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
     return [product if alpha == 1.0 else ctx.op("Muls", product, other=alpha)]
 
 
-def constant_like(ctx: BuildContext, value: Any, fill: float | int | bool, shape: tuple[int, ...] | None = None) -> Any:
+def constant_like(ctx: BuildContext, value: Any, fill: float, shape: tuple[int, ...] | None = None) -> Any:
     """A constant of ``value``'s dtype filled with ``fill`` (shape defaults to ``value``'s)."""
     dtype = ctx.dtype(value).numpy
     return ctx.constant(np.full(ctx.shape(value) if shape is None else shape, fill, dtype=dtype))

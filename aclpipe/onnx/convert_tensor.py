@@ -238,7 +238,7 @@ def _reduction(ctx: BuildContext, kind: str, x: Any, dims: list[int], keep: bool
     dtype = ctx.dtype(x)
     empty = any(ctx.shape(x)[d] == 0 for d in dims)
     if kind == "Max":
-        if empty and math.prod(out_shape):
+        if empty and all(out_shape):
             return ctx.constant(np.full(out_shape, _lowest(dtype), dtype=dtype.numpy))  # max of nothing
         return ctx.op("Amax", x, dim=dims, keepdim=keep)
     if kind == "Sum":

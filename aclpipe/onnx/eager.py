@@ -15,7 +15,7 @@ nothing between the converters and the catalog kernels.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import onnx
@@ -89,7 +89,7 @@ class EagerContext:
         if self._own_stream:
             self.stream.close()
 
-    def __enter__(self) -> EagerContext:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
