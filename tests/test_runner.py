@@ -233,3 +233,18 @@ def test_list_outputs_and_inputs(device):
     assert [p.tolist() for p in parts] == [[0, 1], [2, 3, 4], [5, 6, 7, 8, 9]]
     (joined,) = OpRunner("Cat", stream).input(parts[2]).input(parts[0]).input(parts[1]).output().attr(dim=0).run()
     np.testing.assert_array_equal(joined, np.concatenate([parts[2], parts[0], parts[1]]))
+
+
+def test_sync_timeout_keeps_the_memory_until_a_later_run_completes(device):
+    stream = device.create_stream()
+    OpRunner("Abs", stream).input(np.ones(4, np.float32)).output().run()  # warm the transfer paths
+    used = device.mem_info().used
+    gate = device.backend.latch(stream.handle)
+    runner = OpRunner("Neg", stream).input(np.ones(256, np.float32)).output()
+    with pytest.raises(DeviceFault, match="did not finish"):
+        runner.run(timeout=0.01)
+    assert device.mem_info().used > used  # still held: the device has not passed the launch
+    gate.set()
+    (y,) = runner.run()  # completes, and with it the parked run
+    np.testing.assert_array_equal(y, -np.ones(256, np.float32))
+    assert device.mem_info().used == used
