@@ -13,8 +13,8 @@ from aclpipe.backends.sim.engines import ATLAS_A2, Cost
 
 @pytest.fixture
 def slow_device():
-    """Timing on, stretched 10 000x: one modelled microsecond is 10 ms of wall time."""
-    device = aclpipe.open_device("sim", sanitizer=True, timing=True, time_scale=1e4)
+    """Timing on, stretched 20 000x: one modelled microsecond is 20 ms of wall time."""
+    device = aclpipe.open_device("sim", sanitizer=True, timing=True, time_scale=2e4)
     yield device
     device.close()
 
