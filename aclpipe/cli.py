@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .backends import KNOWN_BACKENDS, get_backend_class, parse_device
+from .commands import command_modules
 from .errors import AclpipeError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -121,6 +122,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("devices", "list backends, whether they are available, and their devices",
             _configure_devices, _run_devices),
     Command("selftest", "run the backend conformance checks on a device", _configure_selftest, _run_selftest),
+    *(Command.from_module(module) for module in command_modules()),  # run, plan, check, bench
 )
 
 
