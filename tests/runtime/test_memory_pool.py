@@ -285,3 +285,34 @@ def test_pool_works_without_the_sanitizer():
         b.memset(other, 0)
         assert (read(device, b, other, 256) == 0).all()
         pool.close()
+
+
+def test_threads_sharing_a_pool_under_a_tight_limit_stay_ordered(device):
+    import threading
+
+    # Four users hold at most 4 x 3 KiB at once: 16 KiB always suffices after releasing the cache,
+    # yet is too little to give each stream its own blocks of every size, so blocks cross streams.
+    pool = MemoryPool(device, limit=16 * 1024)
+    errors = []
+
+    def worker(seed):
+        stream = device.create_stream()
+        try:
+            for index in range(30):
+                buffer = pool.allocate(1024 * (1 + (seed + index) % 3), stream)
+                stream.memset(buffer, index)  # the sanitizer checks every reuse
+                pool.free(buffer)
+            stream.sync()
+        except Exception as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    stats = pool.stats()
+    assert stats.in_use == 0 and stats.cached == stats.allocated <= 16 * 1024
+    assert stats.hits + stats.misses == 120
+    pool.close()
