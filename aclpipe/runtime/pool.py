@@ -106,10 +106,17 @@ class PoolBuffer(DeviceBuffer):
     def close(self, stream: Stream | None = None) -> None:
         """Return the block to the pool, ordered after the work on ``stream`` (default: the
         allocating stream); idempotent."""
+        if stream is not None:
+            self.pool._check_stream(stream, "free")
         if self._finalizer.detach() is not None:
             self.pool._release(self._block, stream or self.stream)
 
     free = close
+
+    def __repr__(self) -> str:
+        state = "returned" if self.closed else f"at {self.address:#x}"
+        return (f"<PoolBuffer {self.nbytes} bytes ({self._block.size}-byte block) {state} "
+                f"for stream {self.stream.name} on {self.device.name}>")
 
 
 class MemoryPool:
