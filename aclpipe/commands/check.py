@@ -26,7 +26,6 @@ from ..runtime import open_device
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
-    CommandError,
     add_graph_arguments,
     bind_shapes,
     describe_shapes,
@@ -158,8 +157,6 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
             compare(reference, outcome)
     console.print(_table(outcomes))
     bad = [o for o in outcomes if o.status != "ok"]
-    if reference is None:
-        raise CommandError(f"no configuration ran: {outcomes[0].detail}")
     if not bad:
         say(console, f"no hazards: {len(outcomes)} configurations ran clean under the sanitizer, and their "
                      "outputs agree", style="green")
