@@ -24,11 +24,14 @@ executor), the workspace comes from the chosen strategy (``"per-call"``, ``"cach
 ``"pool"``, see :mod:`aclpipe.workspace`), inputs are copied and the op launched on the
 runner's stream, outputs copied back, and the run completes:
 
-- :meth:`OpRunner.run` synchronizes the stream;
-- :meth:`OpRunner.run_async` records an event and polls it with :func:`anyio.sleep` backoff
-  (50 us doubling to 5 ms), so the event loop never blocks and no runtime thread enters it.
-  If the awaiting task is cancelled, the run still waits (shielded) until the stream has
-  passed it before freeing its memory, because the device may still be using it.
+- :meth:`OpRunner.run` synchronizes the stream, then gives the workspace back with
+  ``release_now`` (the synchronization proves the device is done: no event, no host function);
+- :meth:`OpRunner.run_async` hands the workspace back with the strategy's ``release_after``
+  right after the launch (``per-call``, whose release blocks, after completion instead),
+  records an event and polls it with :func:`anyio.sleep` backoff (50 us doubling to 5 ms), so
+  the event loop never blocks and no runtime thread enters it.  If the awaiting task is
+  cancelled, the run still waits (shielded) until the stream has passed it before freeing its
+  memory, because the device may still be using it.
 
 Either way a failure on the stream is raised (and cleared from the stream), and every error
 names the op and summarizes the call: ``Add(self: float32[2, 3], other: float32[4];
@@ -135,7 +138,7 @@ class OpRunner:
         self._inputs: list[_Arg | None] = []
         self._outputs: list[_Arg | None] = []
         self._attrs: dict[str, Any] = {}
-        self._parked: list[_Bound] = []  # memory of runs whose sync timed out
+        self._parked: list[tuple[_Bound, Workspace]] = []  # memory of runs whose sync timed out
 
     # -- building ---------------------------------------------------------------------------
     def input(self, value: Any, *, shape: tuple[int, ...] | None = None, dtype: Any = None,
@@ -234,16 +237,17 @@ class OpRunner:
             bound = self._bind()
             call = self._prepare(bound)
             workspace = self.workspace.acquire(call.workspace_size, self.stream, call.key)
-            staging = self._enqueue(bound, call, workspace)
+            staging = self._enqueue(bound, call, workspace, release=False)
             self.stream.sync(timeout)
+            self.workspace.release_now(workspace)  # synchronized: no event or host function needed
             self._release_parked()  # the stream passed every earlier run too
             return self._collect(bound, staging)
         except BaseException as error:
             if isinstance(error, BackendError) and error.code == _SYNC_TIMEOUT and bound is not None:
                 # The device may still use this run's memory: keep it until a later run on
                 # this stream completes instead of waiting here for a launch that may hang.
-                self._parked.append(bound)
-                bound = None
+                self._parked.append((bound, workspace))
+                bound, workspace = None, NO_WORKSPACE
             self._fail(bound, call, workspace, drain=True)
             explained = self._explain(error)
             if explained is error:
@@ -259,11 +263,11 @@ class OpRunner:
             bound = self._bind()
             call = self._prepare(bound)
             workspace = await self.workspace.acquire_async(call.workspace_size, self.stream, call.key)
-            staging = self._enqueue(bound, call, workspace, deferred_release=True)
+            staging = self._enqueue(bound, call, workspace, release=not self.workspace.blocking_release)
             await _completion(self.stream.record(), self.stream)
             self._release_parked()
             if not workspace._released:
-                self.workspace.release_after(workspace, self.stream)  # the stream passed it: no wait
+                self.workspace.release_now(workspace)  # the completion event passed it
             return self._collect(bound, staging)
         except BaseException as error:
             with anyio.CancelScope(shield=True):
@@ -362,11 +366,11 @@ class OpRunner:
         return self.cache.prepare(bound.launch_op, bound.launch_inputs, bound.launch_outputs, bound.launch_attrs)
 
     def _enqueue(self, bound: _Bound, call: PreparedCall, workspace: Workspace, *,
-                 deferred_release: bool = False) -> list[tuple[int, HostBuffer]]:
-        """Copy inputs in, launch, hand the workspace back after the launch, copy outputs out.
-
-        With ``deferred_release``, a strategy whose release blocks (``per-call``) is released
-        by the caller after completion instead, so that async callers never block the loop."""
+                 release: bool) -> list[tuple[int, HostBuffer]]:
+        """Copy inputs in, launch, copy outputs out; with ``release``, hand the workspace back
+        after the launch (``release_after``).  Otherwise the caller releases it once it knows
+        the stream passed the launch: a synchronizing caller needs no event or host function,
+        and an async caller must not block the loop in ``per-call``'s release."""
         stream = self.stream
         for buffer, array in bound.uploads:
             if array.nbytes:
@@ -375,7 +379,7 @@ class OpRunner:
                 stream.memcpy(buffer, staging, array.nbytes)
         self.cache.launch(call, bound.launch_inputs, bound.launch_outputs, workspace.address, workspace.nbytes,
                           stream, {"node": self.node})
-        if not (deferred_release and self.workspace.blocking_release):
+        if release:
             self.workspace.release_after(workspace, stream)
         downloads: list[tuple[int, HostBuffer]] = []
         for index, buffer in bound.returned:
@@ -407,16 +411,14 @@ class OpRunner:
     # -- failure ----------------------------------------------------------------------------
     def _fail(self, bound: _Bound | None, call: PreparedCall | None, workspace: Workspace, *,
               drain: bool) -> None:
-        """Undo what a failed run holds; the device must be done before memory is freed."""
+        """Undo what a failed run holds.  The device must be done before memory goes back: the
+        stream is drained here (``drain``) or was awaited by the async caller already."""
         if call is not None:
             self.cache.abandon(call)
-        if workspace is not NO_WORKSPACE and not workspace._released:
-            try:
-                self.workspace.release_after(workspace, self.stream)
-            except BackendError:
-                pass
         if bound is not None and drain:
             _drain(self.stream)
+        if workspace is not NO_WORKSPACE and not workspace._released:
+            self.workspace.release_now(workspace)
 
     def _explain(self, error: BaseException) -> BaseException:
         """The same error, saying which call failed."""
@@ -431,7 +433,10 @@ class OpRunner:
 
     def _release_parked(self) -> None:
         while self._parked:
-            self._free(self._parked.pop())
+            bound, workspace = self._parked.pop()
+            self._free(bound)
+            if not workspace._released:
+                self.workspace.release_now(workspace)
 
     @staticmethod
     def _free(bound: _Bound | None) -> None:

@@ -23,8 +23,9 @@ Three strategies keep that rule at different costs:
     :meth:`~WorkspacePool.acquire_async` awaits until a block returns.
 
 Every strategy has the same interface (``acquire(nbytes, stream, key)``,
-``await acquire_async(...)``, ``release_after(workspace, stream)``, ``stats()``, ``close()``)
-so the runner and, later, the pipeline can take any of them.
+``await acquire_async(...)``, ``release_after(workspace, stream)``, ``release_now(workspace)``
+for callers that synchronized already, ``stats()``, ``close()``) so the runner and, later, the
+pipeline can take any of them.
 
 Why a block returned by a host function is also checked through its event before another
 stream gets it: the host function is the wake-up, the completed event is the proof of
@@ -131,6 +132,12 @@ class WorkspaceStrategy(ABC):
     @abstractmethod
     def release_after(self, workspace: Workspace, stream: Stream) -> None:
         """Give ``workspace`` back once ``stream`` has passed everything enqueued so far."""
+
+    @abstractmethod
+    def release_now(self, workspace: Workspace) -> None:
+        """Give ``workspace`` back at once: the caller has synchronized the stream (or an event
+        recorded) after the last launch that used it, so the host knows the device is done.
+        Costs no device work, unlike :meth:`release_after`."""
 
     def acquire(self, nbytes: int, stream: Stream, key: Hashable | None = None, *,
                 timeout: float | None = None) -> Workspace:
@@ -266,6 +273,17 @@ class PerCallWorkspace(WorkspaceStrategy):
                 self._stats.reserved -= block.nbytes
             self._track_in_use(-block.nbytes)
 
+    def release_now(self, workspace: Workspace) -> None:
+        """Free at once (the caller synchronized)."""
+        if not self._check_release(workspace):
+            return
+        block = workspace._block
+        assert block is not None
+        block.buffer.close()
+        with self._lock:
+            self._stats.reserved -= block.nbytes
+        self._track_in_use(-block.nbytes)
+
     def close(self) -> None:
         self._closed = True
 
@@ -338,6 +356,17 @@ class CachedWorkspace(WorkspaceStrategy):
         stream.record(block.event)
         with self._lock:
             block.stream = stream
+            block.busy = False
+            self._stats.in_use -= block.nbytes
+            self._lock.notify_all()
+
+    def release_now(self, workspace: Workspace) -> None:
+        if not self._check_release(workspace):
+            return
+        block = workspace._block
+        assert block is not None
+        with self._lock:
+            block.stream = None  # the host knows the last use is done: any stream may take it
             block.busy = False
             self._stats.in_use -= block.nbytes
             self._lock.notify_all()
@@ -471,6 +500,19 @@ class WorkspacePool(WorkspaceStrategy):
                 self._lock.notify_all()
 
         stream.host_func(give_back, name="workspace pool release")
+
+    def release_now(self, workspace: Workspace) -> None:
+        if not self._check_release(workspace):
+            return
+        block = workspace._block
+        assert block is not None
+        with self._lock:
+            block.ticket += 1
+            block.passed = block.ticket  # the caller synchronized: the stream passed it
+            block.stream = None
+            block.busy = False
+            self._stats.in_use -= block.nbytes
+            self._lock.notify_all()
 
     def close(self) -> None:
         if self._closed:

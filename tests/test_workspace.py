@@ -248,3 +248,26 @@ def test_unknown_strategy_is_a_value_error(device):
 def test_shared_strategies_are_per_device(device):
     assert workspace_strategy(device, "pool") is workspace_strategy(device, "pool")
     assert workspace_strategy(device, "pool") is not workspace_strategy(device, "cached")
+
+
+@pytest.mark.parametrize("name", ["per-call", "cached", "pool"])
+def test_release_now_after_a_sync_makes_the_workspace_free_for_any_stream(device, name):
+    strategy, cache = make_workspace_strategy(device, name), ExecutorCache(device)
+    first_stream, second_stream = device.create_stream(), device.create_stream()
+    x = np.random.default_rng(3).standard_normal((8, 64)).astype(np.float32)
+    held = []
+    for stream in (first_stream, second_stream, first_stream):
+        a, out = device.upload(x), device.alloc(x.nbytes)
+        inputs = [TensorDesc.contiguous(x.shape, "float32", a.address)]
+        outputs = [TensorDesc.contiguous(x.shape, "float32", out.address)]
+        call = cache.prepare("Softmax", inputs, outputs, {"dim": -1})
+        workspace = strategy.acquire(call.workspace_size, stream, call.key)
+        cache.launch(call, inputs, outputs, workspace.address, workspace.nbytes, stream)
+        stream.sync()
+        strategy.release_now(workspace)  # no event or host function: the sync proved it
+        np.testing.assert_allclose(device.download(out, "float32", x.shape), _reference_softmax(x), rtol=1e-5)
+        held.extend([a, out])
+    stats = strategy.stats()
+    assert stats.in_use == 0 and stats.waits == 0
+    assert stats.allocations == (3 if name == "per-call" else 1)
+    strategy.close()
