@@ -29,13 +29,14 @@ HOST_FUNC_ADDRESS: int = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_a
 
 
 class _Waiter:
-    __slots__ = ("value", "seq", "event", "live")
+    __slots__ = ("event", "live", "promoted", "seq", "value")
 
     def __init__(self, value: int, seq: int):
         self.value = value
         self.seq = seq
         self.event = anyio.Event()
         self.live = True
+        self.promoted = False  # woken to take over as pump, not because its value arrived
 
     def __lt__(self, other: _Waiter) -> bool:
         return (self.value, self.seq) < (other.value, other.seq)
@@ -100,7 +101,11 @@ class Timeline:
         """Return once ``lane`` has reached ``value``."""
         while self._counters[lane] < value:
             if self._pumping:
-                await self._wait_as_follower(lane, value)
+                promoted = await self._wait_as_follower(lane, value)
+                if promoted and self._counters[lane] >= value and not self._pumping:
+                    # Promoted to pump, but this task's own value arrived meanwhile: pass the role
+                    # on, or the waiters behind it would sleep with nobody reading the pipe.
+                    self._promote_one()
                 continue
             self._pumping = True
             try:
@@ -117,9 +122,8 @@ class Timeline:
         for lane in range(self.lanes):
             await self.wait(lane, self._next[lane])
 
-    async def _wait_as_follower(self, lane: int, value: int) -> None:
-        # Woken either because the lane reached the value or because this task was promoted
-        # to pump; the caller's loop tells which.
+    async def _wait_as_follower(self, lane: int, value: int) -> bool:
+        """Sleep until woken; returns whether this task was promoted to pump."""
         waiter = _Waiter(value, next(self._seq))
         heapq.heappush(self._heaps[lane], waiter)
         try:
@@ -130,6 +134,7 @@ class Timeline:
             elif not self._pumping:
                 self._promote_one()  # promoted but leaving: pass the role on
             raise
+        return waiter.promoted
 
     def _drain(self) -> None:
         try:
@@ -154,6 +159,7 @@ class Timeline:
                 waiter = heapq.heappop(heap)
                 if waiter.live:
                     waiter.live = False
+                    waiter.promoted = True
                     waiter.event.set()
                     return
 

@@ -1,0 +1,10 @@
+"""Pipeline tests run under both anyio backends unless a module narrows ``anyio_backend``."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
