@@ -530,6 +530,27 @@ aclnnStatus aclnnLayerNormGetWorkspaceSize(const aclTensor *input, const aclIntA
 LAUNCH(LayerNorm)
 
 /* ---- matrix products --------------------------------------------------------------------- */
+/* A float32 operand as an Atlas A2 cube unit reads it under cubeMathType (ops-nn aclnnMatmul.md):
+ * 1 ALLOW_FP32_DOWN_PRECISION and 3 USE_HF32 round to HF32 (11 mantissa bits), 2 USE_FP16 to
+ * float16, 0 KEEP_DTYPE and 4 USE_FP32_ADD keep float32. */
+static double cube_operand(const fake_view *v, int64_t index, int64_t mode)
+{
+    double value = load(v, index);
+    if (v->dtype != ACL_FLOAT || !isfinite(value))
+        return value;
+    if (mode == 2)
+        return half_to_float(float_to_half((float)value));
+    if (mode == 1 || mode == 3) {
+        float single = (float)value;
+        uint32_t bits;
+        memcpy(&bits, &single, sizeof bits);
+        bits = (bits + 0x800u) & 0xFFFFF000u;
+        memcpy(&single, &bits, sizeof single);
+        return single;
+    }
+    return value;
+}
+
 static int matmul_kernel(const fake_call *c, char *why, size_t why_len)
 {
     (void)why, (void)why_len;
@@ -545,7 +566,7 @@ static int matmul_kernel(const fake_call *c, char *why, size_t why_len)
         for (int64_t t = 0; t < depth; t++) {
             ca[nd - 1] = t;
             cb[nd - 2] = t;
-            sum += load(a, at(a, ca, nd)) * load(b, at(b, cb, nd));
+            sum += cube_operand(a, at(a, ca, nd), c->integer[0]) * cube_operand(b, at(b, cb, nd), c->integer[0]);
         }
         store(out, at(out, coords, nd), sum);
     }
@@ -590,6 +611,7 @@ static aclnnStatus product(const char *op, uint64_t want_ndim, const aclTensor *
     bind(e, 0, self, false);
     bind(e, 1, mat2, false);
     bind(e, 0, out, true);
+    e->call.integer[0] = cubeMathType;
     return ACL_SUCCESS;
 }
 

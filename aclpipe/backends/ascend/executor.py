@@ -1,10 +1,10 @@
 """aclnn executors on CANN: phase one, repeatable executors, re-pointing, phase two.
 
-Phase one first runs the catalog's ``OpSpec.prepare``, so that invalid calls fail with the
-same message on every backend before any C code runs, and then the real
-``aclnnXxxGetWorkspaceSize`` (whose own refusals come back with ``aclGetRecentErrMsg``).
 An op missing from the table, or whose symbols the loaded ``libopapi`` lacks, is an
-:class:`UnsupportedOpError` naming the op and the symbol.
+:class:`UnsupportedOpError` naming the op and the symbol, whatever its arguments.  Phase one
+then runs the catalog's ``OpSpec.prepare``, so that invalid calls fail with the same message
+on every backend before any C code runs, and then the real ``aclnnXxxGetWorkspaceSize``
+(whose own refusals come back with ``aclGetRecentErrMsg``).
 
 Python refuses what would hand CANN a dangling executor (a destroyed one, a single-use one
 already launched) with the simulator's messages, since the real library would crash instead
@@ -97,8 +97,8 @@ class Operators:
     def prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
                 attrs: Mapping[str, Any]) -> AscendExecutor:
         spec = get_op(op)
+        binding, phase_one, phase_two = self.resolve(op)  # unsupported whatever the arguments
         spec.prepare(list(inputs), list(outputs), dict(attrs))  # the catalog's checks and messages first
-        binding, phase_one, phase_two = self.resolve(op)
         arguments = CallArguments(self._library)
         try:
             call = binding.build(arguments, inputs, outputs, {**spec.attrs, **attrs})
