@@ -97,12 +97,18 @@ def find_load_onnx() -> Callable[[Any], Graph] | None:
     import aclpipe
 
     loader = getattr(aclpipe, "load_onnx", None)
-    if loader is None:
+    if loader is not None:
+        return loader  # type: ignore[no-any-return]
+    import importlib
+
+    for module in ("aclpipe.onnx", "aclpipe.onnx.importer"):
         try:
-            from ..onnx import load_onnx as loader  # type: ignore[attr-defined, no-redef]
-        except ImportError:
+            loader = getattr(importlib.import_module(module), "load_onnx", None)
+        except ImportError:  # onnx not installed, or no importer in this version
             return None
-    return loader  # type: ignore[no-any-return]
+        if loader is not None:
+            return loader  # type: ignore[no-any-return]
+    return None
 
 
 def load_any_graph(path_text: str) -> Graph:

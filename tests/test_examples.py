@@ -1,0 +1,66 @@
+"""Every script in examples/ runs (small sizes) and prints what it promises."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, *args: str, timeout: float = 120) -> str:
+    done = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert done.returncode == 0, f"{name} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def test_every_example_is_tested():
+    tested = {"quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py"}
+    assert {path.name for path in EXAMPLES.glob("*.py")} == tested
+
+
+def test_quickstart():
+    out = run_example("quickstart.py", "--batch", "4")
+    assert "probs: shape (4, 10)" in out
+    difference = float(re.search(r"max \|difference\| from numpy: (\S+)", out).group(1))
+    assert difference < 1e-5
+
+
+def test_streaming_reports_overlap_from_the_trace():
+    out = run_example("streaming.py", "--batches", "4", "--time-scale", "300")
+    for depth in (1, 3):
+        line = next(line for line in out.splitlines() if line.startswith(f"depth {depth}:"))
+        assert re.search(r"overlap \d+% of the time; copies hidden under compute \d+%", line), line
+        assert "samples/s" in line and "busy h2d" in line
+    assert "depth 3 vs depth 1:" in out
+
+
+def test_server_selftest_answers_concurrent_requests():
+    out = run_example("server.py", "--selftest", "24", "--connections", "4", "--depth", "3")
+    assert "24 requests over 4 connections" in out
+    assert "all 24 answers match numpy" in out
+    assert "2 input signatures" in out  # single rows and 3-row batches share one pipeline
+
+
+def test_op_runner():
+    out = run_example("op_runner.py")
+    assert "Add(alpha=2): max |error| 0.0e+00" in out
+    assert "executor cache +9 hits, +1 miss (phase one ran 1 time)" in out
+    assert "4 x Gelu with run_async on 4 streams" in out
+    assert "a bad call fails before anything is launched: InvalidArgumentError" in out
+
+
+@pytest.mark.parametrize("model", ["mlp.onnx", "cnn.onnx"])
+def test_onnx_model_runs_or_skips_clearly(model):
+    out = run_example("onnx_model.py", str(EXAMPLES.parent / "graphs" / model), "--batch", "2")
+    if out.startswith("skipped:"):
+        assert "aclpipe.load_onnx" in out
+        return
+    difference = float(re.search(r"max \|difference\| from .*?: (\S+)", out).group(1))
+    assert difference < 1e-4
