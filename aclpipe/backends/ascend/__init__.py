@@ -11,5 +11,12 @@ from .library import INSTALL_HINT, library_directory, load_library, opapi_librar
 
 backend_class = AscendBackend
 
-__all__ = ["AscendBackend", "HOST_FUNC_MODES", "INSTALL_HINT", "backend_class", "library_directory", "load_library",
-           "opapi_libraries"]
+__all__ = [
+           "HOST_FUNC_MODES",
+           "INSTALL_HINT",
+           "AscendBackend",
+           "backend_class",
+           "library_directory",
+           "load_library",
+           "opapi_libraries",
+]

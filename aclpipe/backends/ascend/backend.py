@@ -12,19 +12,21 @@ each primitive one CANN call or a few.  What this file adds to the C API:
   on streams subscribed to a private :class:`ReportThread`.  A device uses one mechanism for
   all its streams, so the two are never mixed on a stream.  ``ACLPIPE_ASCEND_HOST_FUNC``
   (``auto``, ``launch_host_func``, ``callback``) overrides the choice.
-- **Teardown order** (section 5): streams are synchronized, unsubscribed and destroyed,
-  events destroyed, memory freed, the report thread stopped, then the context destroyed,
-  the device reset, and ACL finalized when this was the last open device.
-- **Events still in use** when destroyed (a wait not yet passed) are destroyed later
-  instead, at the next event creation or at close.
+- **Teardown order** (section 5): streams are synchronized, unsubscribed and destroyed and
+  the report thread stopped; then executors still held, events and memory are released;
+  then the context is destroyed, the device reset, and ACL finalized when this was the last
+  open device (and aclpipe initialized it).
+
+Streams and their host-function mechanism live in :mod:`.streams`, events in :mod:`.events`,
+aclnn executors in :mod:`.executor`.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,25 +35,14 @@ import numpy as np
 from ...errors import BackendError, ClosedResourceError, error_from_code
 from ...tensor import TensorDesc
 from ..protocol import Capabilities, MemcpyKind
-from .cdefs import (
-    ACL_CALLBACK_BLOCK,
-    ACL_ERROR_RT_EVENT_NOT_COMPLETE,
-    ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
-    ACL_EVENT_RECORDED_STATUS_COMPLETE,
-    ACL_EVENT_SYNC,
-    ACL_EVENT_TIME_LINE,
-    ACL_HBM_MEM,
-    ACL_MEM_MALLOC_HUGE_FIRST,
-    ACL_STREAM_STATUS_COMPLETE,
-    ffi,
-)
+from .cdefs import ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
+from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
-from .handles import AscendEvent, AscendStream
 from .host_calls import PythonHostCall, callback_address
 from .library import CannLibrary, load_library
-from .reports import ReportThread
+from .streams import AscendStream, Streams
 
-__all__ = ["AscendBackend", "HOST_FUNC_MODES"]
+__all__ = ["HOST_FUNC_MODES", "AscendBackend"]
 
 HOST_FUNC_MODES = ("auto", "launch_host_func", "callback")
 _THREAD = threading.local()  # .token: the backend whose context is current on this thread
@@ -97,20 +88,18 @@ class AscendBackend:
         self.closed = True
         self._token = object()
         self._lock = threading.Lock()
-        self._names = itertools.count()
-        self._streams: set[AscendStream] = set()
-        self._events: set[AscendEvent] = set()
-        self._busy_events: list[AscendEvent] = []
         self._device_memory: dict[int, int] = {}
         self._host_memory: dict[int, int] = {}
         self._host_calls: set[PythonHostCall] = set()
-        self._reports: ReportThread | None = None
         library.acquire()
         try:
             self._context = self._open_device(index)
         except BaseException:
             library.release()
             raise
+        names = itertools.count()
+        self.streams = Streams(library, self._context, f"ascend:{index}", max_streams, self.host_func_mode, names)
+        self.events = Events(library, names)
         self.operators = Operators(library, self._enter)
         self.closed = False
 
@@ -178,36 +167,32 @@ class AscendBackend:
         self._enter()
         self.closed = True
         failures: list[BackendError] = []
-        for stream in list(self._streams):
-            self._attempt(failures, lambda stream=stream: self._destroy_stream(stream, report=False))
-        for event in list(self._events) + self._busy_events:
-            self._attempt(failures, lambda event=event: self._destroy_event_now(event))
+
+        def attempt(step: Callable[[], object]) -> None:
+            try:
+                step()
+            except BackendError as error:
+                failures.append(error)
+
+        self.streams.close(attempt)
+        attempt(self.operators.destroy_all)
+        self.events.destroy_all(attempt)
         runtime = self.library.runtime
         for address in list(self._device_memory):
-            self._attempt(failures, lambda address=address: self.library.check(
-                runtime.aclrtFree(_pointer(address)), "aclrtFree"))
+            attempt(functools.partial(self._free, runtime.aclrtFree, "aclrtFree", address))
         for address in list(self._host_memory):
-            self._attempt(failures, lambda address=address: self.library.check(
-                runtime.aclrtFreeHost(_pointer(address)), "aclrtFreeHost"))
-        if self._reports is not None:
-            self._reports.close()
-        self._attempt(failures, lambda: self.library.check(runtime.aclrtDestroyContext(self._context),
-                                                          "aclrtDestroyContext"))
-        self._attempt(failures, lambda: self.library.check(runtime.aclrtResetDevice(self.index),
-                                                          f"aclrtResetDevice({self.index})"))
+            attempt(functools.partial(self._free, runtime.aclrtFreeHost, "aclrtFreeHost", address))
+        attempt(lambda: self.library.check(runtime.aclrtDestroyContext(self._context), "aclrtDestroyContext"))
+        attempt(lambda: self.library.check(runtime.aclrtResetDevice(self.index), f"aclrtResetDevice({self.index})"))
         _THREAD.token = None
-        self._attempt(failures, self.library.release)
+        attempt(self.library.release)
         if failures:
             raise failures[0]
 
-    @staticmethod
-    def _attempt(failures: list[BackendError], step: Callable[[], object]) -> None:
-        try:
-            step()
-        except BackendError as error:
-            failures.append(error)
-
     # -- memory -----------------------------------------------------------------------------
+    def _free(self, free: Callable[[Any], int], what: str, address: int) -> None:
+        self.library.check(free(_pointer(address)), what)
+
     def mem_alloc(self, nbytes: int, label: str = "") -> int:
         self._enter()
         if nbytes <= 0:
@@ -215,9 +200,9 @@ class AscendBackend:
         pointer = ffi.new("void **")
         code = self.library.runtime.aclrtMalloc(pointer, nbytes, ACL_MEM_MALLOC_HUGE_FIRST)
         if code:
+            detail = self.library.failure(f"aclrtMalloc({nbytes}) {label}".rstrip())  # before any other call
             free, total = self.mem_info()
-            raise self.library.error(code, f"aclrtMalloc({nbytes}) {label}".rstrip(), requested=nbytes,
-                                     in_use=total - free, limit=total)
+            raise error_from_code(code, detail, None, requested=nbytes, in_use=total - free, limit=total)
         address = _address(pointer[0])
         with self._lock:
             self._device_memory[address] = nbytes
@@ -276,190 +261,63 @@ class AscendBackend:
     # -- streams ----------------------------------------------------------------------------
     def stream_create(self, priority: int = 0) -> AscendStream:
         self._enter()
-        if not 0 <= priority <= 7:
-            raise error_from_code(107000, f"stream priority must be 0..7 (aclrtCreateStreamWithConfig), got {priority}")
-        with self._lock:
-            if len(self._streams) >= self.capabilities.max_streams:
-                raise error_from_code(207008, f"ascend:{self.index} allows {self.capabilities.max_streams} streams; "
-                                              "destroy unused streams")
-        handle = ffi.new("aclrtStream *")
-        code = self.library.runtime.aclrtCreateStreamWithConfig(handle, priority, 0)
-        self.library.check(code, f"aclrtCreateStreamWithConfig(priority={priority})")
-        stream = AscendStream(f"s{next(self._names)}", priority, handle[0])
-        if self.host_func_mode == "callback":
-            try:
-                self._report_thread().subscribe(stream.handle)
-            except BackendError:
-                self.library.runtime.aclrtDestroyStream(stream.handle)
-                raise
-            stream.subscribed = True
-        with self._lock:
-            self._streams.add(stream)
-        return stream
-
-    def _report_thread(self) -> ReportThread:
-        with self._lock:
-            if self._reports is None:
-                self._reports = ReportThread(self.library, self._context, f"aclpipe-ascend{self.index}-reports")
-            return self._reports
+        return self.streams.create(priority)
 
     def stream_destroy(self, stream: AscendStream) -> None:
-        if stream.destroyed or self.closed:
-            return
+        if self.closed:
+            return  # close() destroyed it
         self._enter()
-        self._destroy_stream(stream, report=True)
-
-    def _destroy_stream(self, stream: AscendStream, *, report: bool) -> None:
-        # aclrtDestroyStream requires a synchronized stream; its callbacks must have run
-        # before the report thread lets go of it.  A sticky error is the owner's business.
-        runtime = self.library.runtime
-        stream.destroyed = True
-        with self._lock:
-            self._streams.discard(stream)
-        runtime.aclrtSynchronizeStream(stream.handle)
-        if stream.subscribed and self._reports is not None:
-            stream.subscribed = False
-            self._reports.unsubscribe(stream.handle)
-        self.library.check(runtime.aclrtDestroyStream(stream.handle), "aclrtDestroyStream", {"stream": stream.name})
+        self.streams.destroy(stream)
 
     def _check_stream(self, stream: AscendStream) -> None:
         self._enter()
-        if not isinstance(stream, AscendStream):
-            raise error_from_code(107003, f"{stream!r} is not a stream of ascend:{self.index}")
-        if stream.destroyed:
-            raise ClosedResourceError(f"stream {stream.name} was destroyed")
+        self.streams.check(stream)
 
     def stream_sync(self, stream: AscendStream, timeout_ms: int = -1) -> None:
-        self._check_stream(stream)
-        runtime = self.library.runtime
-        if timeout_ms < 0:
-            code = runtime.aclrtSynchronizeStream(stream.handle)
-        else:
-            code = runtime.aclrtSynchronizeStreamWithTimeout(stream.handle, timeout_ms)
-        self.library.check(code, "aclrtSynchronizeStream", {"stream": stream.name})
-        self._raise_host_error(stream)
+        self._enter()
+        self.streams.sync(stream, timeout_ms)
 
     def stream_query(self, stream: AscendStream) -> bool:
-        self._check_stream(stream)
-        status = ffi.new("aclrtStreamStatus *")
-        code = self.library.runtime.aclrtStreamQuery(stream.handle, status)
-        self.library.check(code, "aclrtStreamQuery", {"stream": stream.name})
-        self._raise_host_error(stream)
-        return int(status[0]) == ACL_STREAM_STATUS_COMPLETE
+        self._enter()
+        return self.streams.query(stream)
 
     def stream_take_error(self, stream: AscendStream) -> BackendError | None:
-        self._check_stream(stream)
-        error = stream.host_errors.take()
-        if error is not None:
-            return error
-        status = ffi.new("aclrtStreamStatus *")
-        code = self.library.runtime.aclrtStreamQuery(stream.handle, status)
-        return self.library.error(code, "aclrtStreamQuery", {"stream": stream.name}) if code else None
-
-    @staticmethod
-    def _raise_host_error(stream: AscendStream) -> None:
-        error = stream.host_errors.take()
-        if error is not None:
-            error.context.setdefault("stream", stream.name)
-            raise error
+        self._enter()
+        return self.streams.take_error(stream)
 
     def stream_wait_event(self, stream: AscendStream, event: AscendEvent) -> None:
-        self._check_stream(stream)
-        self._check_event(event)
-        code = self.library.runtime.aclrtStreamWaitEvent(stream.handle, event.handle)
-        self.library.check(code, "aclrtStreamWaitEvent", {"stream": stream.name, "event": event.name})
+        self._enter()
+        self.events.check(event)
+        self.streams.wait(stream, event.handle, event.name)
 
     # -- events -----------------------------------------------------------------------------
     def event_create(self, timing: bool = False) -> AscendEvent:
         self._enter()
-        self._destroy_idle_events()
-        flags = ACL_EVENT_SYNC | (ACL_EVENT_TIME_LINE if timing else 0)
-        handle = ffi.new("aclrtEvent *")
-        self.library.check(self.library.runtime.aclrtCreateEventWithFlag(handle, flags), "aclrtCreateEventWithFlag")
-        event = AscendEvent(f"e{next(self._names)}", timing, handle[0])
-        with self._lock:
-            self._events.add(event)
-        return event
+        return self.events.create(timing)
 
     def event_destroy(self, event: AscendEvent) -> None:
-        if event.destroyed or self.closed:
-            return
+        if self.closed:
+            return  # close() destroyed it
         self._enter()
-        event.destroyed = True
-        with self._lock:
-            self._events.discard(event)
-        code = self.library.runtime.aclrtDestroyEvent(event.handle)
-        if code == ACL_ERROR_RT_EVENT_NOT_COMPLETE:
-            with self._lock:
-                self._busy_events.append(event)  # a wait still refers to it: destroy it later
-        else:
-            self.library.check(code, "aclrtDestroyEvent", {"event": event.name})
-
-    def _destroy_idle_events(self) -> None:
-        with self._lock:
-            busy, self._busy_events = self._busy_events, []
-        for event in busy:
-            if self.library.runtime.aclrtDestroyEvent(event.handle) == ACL_ERROR_RT_EVENT_NOT_COMPLETE:
-                with self._lock:
-                    self._busy_events.append(event)
-
-    def _destroy_event_now(self, event: AscendEvent) -> None:
-        event.destroyed = True
-        self.library.check(self.library.runtime.aclrtDestroyEvent(event.handle), "aclrtDestroyEvent")
-
-    def _check_event(self, event: AscendEvent) -> None:
-        if not isinstance(event, AscendEvent):
-            raise error_from_code(107017, f"{event!r} is not an event of ascend:{self.index}")
-        if event.destroyed:
-            raise ClosedResourceError(f"event {event.name} was destroyed")
+        self.events.destroy(event)
 
     def event_record(self, event: AscendEvent, stream: AscendStream) -> None:
         self._check_stream(stream)
-        self._check_event(event)
+        self.events.check(event)
         code = self.library.runtime.aclrtRecordEvent(event.handle, stream.handle)
         self.library.check(code, "aclrtRecordEvent", {"stream": stream.name, "event": event.name})
 
     def event_query(self, event: AscendEvent) -> bool:
         self._enter()
-        self._check_event(event)
-        status = ffi.new("aclrtEventRecordedStatus *")
-        self.library.check(self.library.runtime.aclrtQueryEventStatus(event.handle, status), "aclrtQueryEventStatus")
-        return int(status[0]) == ACL_EVENT_RECORDED_STATUS_COMPLETE
+        return self.events.query(event)
 
     def event_sync(self, event: AscendEvent, timeout_ms: int = -1) -> None:
         self._enter()
-        self._check_event(event)
-        runtime = self.library.runtime
-        if timeout_ms < 0:
-            code = runtime.aclrtSynchronizeEvent(event.handle)
-        elif self.library.has_event_sync_timeout:
-            code = runtime.aclrtSynchronizeEventWithTimeout(event.handle, timeout_ms)
-        else:
-            code = self._poll_event(event, timeout_ms)
-        self.library.check(code, "aclrtSynchronizeEvent", {"event": event.name})
-
-    def _poll_event(self, event: AscendEvent, timeout_ms: int) -> int:
-        deadline = time.monotonic() + timeout_ms / 1000
-        while not self.event_query(event):
-            if time.monotonic() >= deadline:
-                raise error_from_code(507047, f"event {event.name} did not complete within {timeout_ms} ms")
-            time.sleep(0.0005)
-        return 0
+        self.events.sync(event, timeout_ms)
 
     def event_elapsed(self, start: AscendEvent, end: AscendEvent) -> float:
         self._enter()
-        self._check_event(start)
-        self._check_event(end)
-        milliseconds = ffi.new("float *")
-        runtime = self.library.runtime
-        code = runtime.aclrtEventElapsedTime(milliseconds, start.handle, end.handle)
-        if code == ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL:
-            # The contract gives end - start as a signed difference: measure the other way round.
-            reverse = runtime.aclrtEventElapsedTime(milliseconds, end.handle, start.handle)
-            self.library.check(reverse, "aclrtEventElapsedTime", {"start": end.name, "end": start.name})
-            return -float(milliseconds[0])
-        self.library.check(code, "aclrtEventElapsedTime", {"start": start.name, "end": end.name})
-        return float(milliseconds[0])
+        return self.events.elapsed(start, end)
 
     # -- host work --------------------------------------------------------------------------
     def host_func(self, stream: AscendStream, fn: Callable[[], None], name: str = "") -> None:
@@ -475,20 +333,12 @@ class AscendBackend:
     def host_func_c(self, stream: AscendStream, fn_address: int, args_address: int) -> None:
         """Enqueue a C ``void fn(void *args)``: ``aclrtLaunchHostFunc``, or the report-thread
         fallback ``aclrtLaunchCallback(fn, args, ACL_CALLBACK_BLOCK, stream)``."""
-        self._check_stream(stream)
-        runtime, args = self.library.runtime, _pointer(args_address)
-        if self.host_func_mode == "launch_host_func":
-            code = runtime.aclrtLaunchHostFunc(stream.handle, ffi.cast("aclrtHostFunc", fn_address), args)
-            what = "aclrtLaunchHostFunc"
-        else:
-            code = runtime.aclrtLaunchCallback(ffi.cast("aclrtCallback", fn_address), args, ACL_CALLBACK_BLOCK,
-                                               stream.handle)
-            what = "aclrtLaunchCallback"
-        self.library.check(code, what, {"stream": stream.name})
+        self._enter()
+        self.streams.launch_host_func(stream, fn_address, args_address)
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         first: BackendError | None = None
-        for stream in list(self._streams):
+        for stream in self.streams.all():
             try:
                 self.stream_sync(stream, timeout_ms)
             except BackendError as error:

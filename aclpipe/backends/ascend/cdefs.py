@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from cffi import FFI
 
-__all__ = ["ffi", "RUNTIME_REQUIRED", "RUNTIME_OPTIONAL", "NNOPBASE_REQUIRED", "NNOPBASE_OPTIONAL"]
+__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_OPTIONAL", "RUNTIME_REQUIRED", "ffi"]
 
 RUNTIME_CDEF = """
 typedef int aclError;

@@ -15,6 +15,7 @@ launch; a repeatable one keeps them until :meth:`Operators.destroy`.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,7 @@ class Operators:
         self._library = library
         self._enter = enter
         self._resolved: dict[str, tuple[OpBinding, Any, Any]] = {}
+        self._live: weakref.WeakSet[AscendExecutor] = weakref.WeakSet()
 
     def resolve(self, op: str) -> tuple[OpBinding, Any, Any]:
         """The binding and both phase functions of ``op``, or :class:`UnsupportedOpError`."""
@@ -109,7 +111,9 @@ class Operators:
         except BaseException:
             self._release_quietly(arguments)
             raise
-        return AscendExecutor(op, executor[0], size[0], phase_two, binding.phase_two, arguments, call)
+        prepared = AscendExecutor(op, executor[0], size[0], phase_two, binding.phase_two, arguments, call)
+        self._live.add(prepared)
+        return prepared
 
     @staticmethod
     def _release_quietly(arguments: CallArguments) -> None:
@@ -174,6 +178,11 @@ class Operators:
         if need > 0 and workspace_size < need:
             raise _refuse(op, 161002, f"workspace of {workspace_size} bytes is smaller than the {need} bytes phase "
                                       "one asked for", context)
+
+    def destroy_all(self) -> None:
+        """Destroy every executor still referenced (the device's streams are synchronized)."""
+        for executor in list(self._live):
+            self.destroy(executor)
 
     def destroy(self, executor: AscendExecutor) -> None:
         """Free the executor and its handles; idempotent."""

@@ -20,7 +20,7 @@ from typing import Any
 from ...errors import BackendError, error_from_code
 from .cdefs import ffi
 
-__all__ = ["PythonHostCall", "callback_address", "HostErrors"]
+__all__ = ["HostErrors", "PythonHostCall", "callback_address"]
 
 
 class HostErrors:
@@ -59,7 +59,7 @@ class PythonHostCall:
     def run(self) -> None:
         try:
             self.fn()
-        except BaseException as raised:  # never into C: the stream reports it instead
+        except BaseException as raised:  # noqa: BLE001 - never into C: the stream reports it instead
             error = error_from_code(507000, f"host function {self.name} raised {raised!r}")
             error.__cause__ = raised
             self.errors.add(error)

@@ -29,7 +29,7 @@ from .cdefs import (
     ffi,
 )
 
-__all__ = ["CannLibrary", "load_library", "library_directory", "opapi_libraries", "INSTALL_HINT"]
+__all__ = ["INSTALL_HINT", "CannLibrary", "library_directory", "load_library", "opapi_libraries"]
 
 INSTALL_HINT = ("install the CANN toolkit and run its set_env.sh (which sets ASCEND_HOME_PATH), "
                 "or set ACLPIPE_ASCEND_LIB to the directory holding libascendcl.so, libnnopbase.so "
@@ -133,13 +133,16 @@ class CannLibrary:
         message = self.runtime.aclGetRecentErrMsg()
         if message == ffi.NULL:
             return ""
-        return ffi.string(message).decode("utf-8", errors="replace").strip()
+        return str(ffi.string(message).decode("utf-8", errors="replace")).strip()
+
+    def failure(self, what: str) -> str:
+        """``what`` and the runtime's message about it: read right after the failing call."""
+        message = self.recent_message()
+        return f"{what}: {message}" if message else f"{what} failed"
 
     def error(self, code: int, what: str, context: dict[str, Any] | None = None, **fields: Any) -> BackendError:
         """The exception for status ``code`` returned by the call ``what``."""
-        message = self.recent_message()
-        detail = f"{what}: {message}" if message else f"{what} failed"
-        return error_from_code(int(code), detail, context, **fields)
+        return error_from_code(int(code), self.failure(what), context, **fields)
 
     def check(self, code: int, what: str, context: dict[str, Any] | None = None, **fields: Any) -> None:
         """Raise the exception for ``code`` unless it is 0 (ACL_SUCCESS)."""

@@ -24,7 +24,7 @@ from ...dtypes import as_dtype
 from ...tensor import TensorDesc
 from .tensors import CallArguments
 
-__all__ = ["Arg", "OpBinding", "BuiltCall", "OPS", "IN", "OUT"]
+__all__ = ["IN", "OPS", "OUT", "Arg", "BuiltCall", "OpBinding"]
 
 Tensors = Sequence[TensorDesc | None]
 Convert = Callable[[CallArguments, Tensors, Tensors, Mapping[str, Any]], Any]
@@ -79,11 +79,11 @@ def _nth(tensors: Tensors, index: int) -> TensorDesc | None:
     return tensors[index] if index < len(tensors) else None
 
 
-def IN(index: int) -> Arg:  # noqa: N802 - reads like the table it builds
+def IN(index: int) -> Arg:
     return Arg("input", index, lambda handles, ins, outs, attrs: handles.tensor(_nth(ins, index)))
 
 
-def OUT(index: int) -> Arg:  # noqa: N802
+def OUT(index: int) -> Arg:
     return Arg("output", index, lambda handles, ins, outs, attrs: handles.tensor(_nth(outs, index)))
 
 
@@ -91,23 +91,23 @@ def _attr(name: str, convert: Callable[[CallArguments, Any, Tensors], Any]) -> A
     return Arg("attr", name, lambda handles, ins, outs, attrs: convert(handles, attrs.get(name), ins))
 
 
-def SCALAR(name: str) -> Arg:  # noqa: N802
+def SCALAR(name: str) -> Arg:
     return _attr(name, lambda handles, value, ins: handles.scalar(value))
 
 
-def INT(name: str) -> Arg:  # noqa: N802 - int64_t and int8_t alike: cffi range-checks
+def INT(name: str) -> Arg:
     return _attr(name, lambda handles, value, ins: int(value))
 
 
-def DOUBLE(name: str) -> Arg:  # noqa: N802
+def DOUBLE(name: str) -> Arg:
     return _attr(name, lambda handles, value, ins: float(value))
 
 
-def INT_ARRAY(name: str) -> Arg:  # noqa: N802
+def INT_ARRAY(name: str) -> Arg:
     return _attr(name, lambda handles, value, ins: handles.int_array([value] if isinstance(value, int) else value))
 
 
-def DTYPE(name: str) -> Arg:  # noqa: N802
+def DTYPE(name: str) -> Arg:
     return _attr(name, lambda handles, value, ins: int(as_dtype(value)))
 
 

@@ -23,7 +23,7 @@ from .cdefs import ACL_ERROR_THREAD_NOT_SUBSCRIBE, ACL_ERROR_WAIT_CALLBACK_TIMEO
 if TYPE_CHECKING:
     from .library import CannLibrary
 
-__all__ = ["ReportThread", "POLL_MS"]
+__all__ = ["POLL_MS", "ReportThread"]
 
 POLL_MS = 100
 

@@ -24,7 +24,7 @@ from .cdefs import ffi
 if TYPE_CHECKING:
     from .library import CannLibrary
 
-__all__ = ["CallArguments", "ACL_INT64", "ACL_DOUBLE", "ACL_BOOL"]
+__all__ = ["ACL_BOOL", "ACL_DOUBLE", "ACL_INT64", "CallArguments"]
 
 ACL_INT64, ACL_DOUBLE, ACL_BOOL = 9, 11, 12  # aclDataType numbers for host scalars
 

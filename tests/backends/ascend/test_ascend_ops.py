@@ -274,4 +274,7 @@ def test_handles_are_released_with_their_executors(fake_lib, hooks):
         device.backend.op_destroy(executor)
         abandoned = device.backend.op_prepare("Relu", inputs[:1], outputs, {})  # never launched
         device.backend.op_destroy(abandoned)
+        forgotten = device.backend.op_prepare("Add", inputs, outputs, {"alpha": 3})
+        device.backend.op_set_repeatable(forgotten)  # still held when the device closes
     assert {kind: hooks.live(kind) for kind in kinds} == before
+    device.backend.op_destroy(forgotten)  # after close: a no-op, not a crash

@@ -32,6 +32,7 @@ def test_close_destroys_events_and_streams_before_the_context_and_resets_last(an
     any_hooks.clear_trace()
     device, held = busy_device()
     device.close()  # with every handle still referenced: close must release them all
+    del held
     trace = any_hooks.trace()
     context, reset, finalize = (positions(trace, call) for call in
                                 ("aclrtDestroyContext", "aclrtResetDevice", "aclFinalize"))
