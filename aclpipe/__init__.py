@@ -16,11 +16,14 @@ from .errors import (
     PlanError,
     UnsupportedOpError,
 )
+from .executor_cache import CacheStats, ExecutorCache
 from .graph import BoundGraph, Graph, load_graph
 from .pipeline import Pipeline, PipelineStats
 from .plan import Plan, PlannedNode, ValuePlacement, make_plan
+from .runner import OpRunner
 from .runtime import Device, DeviceBuffer, Event, HostBuffer, MemInfo, Stream, device_count, open_device
 from .tensor import TensorDesc
+from .workspace import CachedWorkspace, PerCallWorkspace, Workspace, WorkspacePool, WorkspaceStats, make_workspace_strategy
 
 __version__ = "0.1.0"
 
@@ -31,4 +34,6 @@ __all__ = [
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemInfo", "Stream", "device_count", "open_device",
     "Graph", "BoundGraph", "load_graph", "Plan", "PlannedNode", "ValuePlacement", "make_plan",
     "Pipeline", "PipelineStats",
+    "OpRunner", "ExecutorCache", "CacheStats", "Workspace", "WorkspaceStats", "PerCallWorkspace", "CachedWorkspace",
+    "WorkspacePool", "make_workspace_strategy",
 ]
