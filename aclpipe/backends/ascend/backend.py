@@ -109,7 +109,8 @@ class AscendBackend:
         if mode not in HOST_FUNC_MODES:
             raise ValueError(f"host_func_mode must be one of {HOST_FUNC_MODES}, got {mode!r}")
         if mode == "launch_host_func" and not library.has_launch_host_func:
-            raise LookupError(f"{library.directory}/libascendcl.so has no aclrtLaunchHostFunc (CANN before 8.3); "
+            raise LookupError(f"{library.directory}/libascendcl.so has no aclrtLaunchHostFunc (hiascend documents it "
+                              "from CANN 8.3.RC1); "
                               "use host_func_mode='callback' or 'auto'")
         if mode == "auto":
             return "launch_host_func" if library.has_launch_host_func else "callback"

@@ -140,11 +140,14 @@ def _opapi_cdef() -> str:
     return "\n".join(lines)
 
 
-RUNTIME_OPTIONAL = ("aclrtLaunchHostFunc", "aclrtSynchronizeEventWithTimeout")
+#: Resolved when present: aclrtLaunchHostFunc is missing from the CANN 7.x headers (torch_npu *-7.x
+#: branches), the event timeout is RT-only, and the reference does not show the stream timeout
+#: in the oldest headers; each has a fallback.
+RUNTIME_OPTIONAL = ("aclrtLaunchHostFunc", "aclrtSynchronizeEventWithTimeout", "aclrtSynchronizeStreamWithTimeout")
 RUNTIME_REQUIRED = (
     "aclInit", "aclFinalize", "aclGetRecentErrMsg", "aclrtSetDevice", "aclrtResetDevice", "aclrtGetDeviceCount",
     "aclrtCreateContext", "aclrtDestroyContext", "aclrtSetCurrentContext", "aclrtCreateStreamWithConfig",
-    "aclrtDestroyStream", "aclrtSynchronizeStream", "aclrtSynchronizeStreamWithTimeout", "aclrtStreamQuery",
+    "aclrtDestroyStream", "aclrtSynchronizeStream", "aclrtStreamQuery",
     "aclrtStreamWaitEvent", "aclrtCreateEventWithFlag", "aclrtDestroyEvent", "aclrtRecordEvent",
     "aclrtQueryEventStatus", "aclrtSynchronizeEvent", "aclrtEventElapsedTime", "aclrtMalloc", "aclrtFree",
     "aclrtMallocHost", "aclrtFreeHost", "aclrtMemcpyAsync", "aclrtMemsetAsync", "aclrtGetMemInfo",

@@ -94,6 +94,7 @@ class CannLibrary:
                               f"older than the API aclpipe binds (aclpipe/backends/ascend/cdefs.py); {INSTALL_HINT}")
         self.has_launch_host_func = hasattr(self.runtime, RUNTIME_OPTIONAL[0])
         self.has_event_sync_timeout = hasattr(self.runtime, RUNTIME_OPTIONAL[1])
+        self.has_stream_sync_timeout = hasattr(self.runtime, RUNTIME_OPTIONAL[2])
         self.has_repeatable_executors = not _missing(self.nnopbase, NNOPBASE_OPTIONAL)
         self._lock = threading.Lock()
         self._users = 0

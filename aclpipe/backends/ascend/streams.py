@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -143,10 +144,24 @@ class Streams:
         self.check(stream)
         if timeout_ms < 0:
             code = self._runtime.aclrtSynchronizeStream(stream.handle)
-        else:
+        elif self._library.has_stream_sync_timeout:
             code = self._runtime.aclrtSynchronizeStreamWithTimeout(stream.handle, timeout_ms)
+        else:
+            code = self._poll(stream, timeout_ms)
         self._library.check(code, "aclrtSynchronizeStream", {"stream": stream.name})
         self._raise_host_error(stream)
+
+    def _poll(self, stream: AscendStream, timeout_ms: int) -> int:
+        deadline = time.monotonic() + timeout_ms / 1000
+        status = ffi.new("aclrtStreamStatus *")
+        while True:
+            code = self._runtime.aclrtStreamQuery(stream.handle, status)
+            if code or int(status[0]) == ACL_STREAM_STATUS_COMPLETE:
+                return int(code)
+            if time.monotonic() >= deadline:
+                raise error_from_code(507046, f"stream {stream.name} did not finish within {timeout_ms} ms",
+                                      {"stream": stream.name})
+            time.sleep(0.0005)
 
     def query(self, stream: AscendStream) -> bool:
         self.check(stream)

@@ -91,6 +91,20 @@ def test_sync_with_a_timeout_raises_507046_and_the_stream_recovers(any_ascend: D
     stream.sync(TIMEOUT)
 
 
+def test_without_the_timeout_apis_timed_waits_poll(ascend: Device, monkeypatch):
+    # Older runtimes may lack aclrtSynchronize{Stream,Event}WithTimeout: the backend polls.
+    monkeypatch.setattr(ascend.backend.library, "has_stream_sync_timeout", False)
+    monkeypatch.setattr(ascend.backend.library, "has_event_sync_timeout", False)
+    stream = ascend.create_stream()
+    with latch(stream):
+        event = stream.record()
+        for wait in (stream.sync, event.sync):
+            with pytest.raises(DeviceFault, match="did not (finish|complete) within 30 ms"):
+                wait(timeout=0.03)
+    stream.sync(timeout=TIMEOUT)
+    event.sync(timeout=TIMEOUT)
+
+
 def test_host_functions_run_in_order_off_the_calling_thread(any_ascend: Device):
     stream = any_ascend.create_stream()
     seen: list[tuple[int, int]] = []
