@@ -35,7 +35,7 @@ import numpy as np
 from ...errors import BackendError, ClosedResourceError, error_from_code
 from ...tensor import TensorDesc
 from ..protocol import Capabilities, MemcpyKind
-from .cdefs import ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
+from .cdefs import ACL_DDR_MEM, ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
 from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
 from .host_calls import PythonHostCall, callback_address
@@ -124,11 +124,15 @@ class AscendBackend:
         self.library.check(runtime.aclrtSetDevice(index), f"aclrtSetDevice({index})")
         context = ffi.new("aclrtContext *")
         code = runtime.aclrtCreateContext(context, index)
+        if not code:  # made current explicitly: the headers do not promise that creation does
+            code = runtime.aclrtSetCurrentContext(context[0])
         if code:
             error = self.library.error(code, f"aclrtCreateContext({index})")
+            if context[0] != ffi.NULL:
+                runtime.aclrtDestroyContext(context[0])
             runtime.aclrtResetDevice(index)
             raise error
-        _THREAD.token = self._token  # aclrtCreateContext made it current here
+        _THREAD.token = self._token
         return context[0]
 
     @staticmethod
@@ -237,9 +241,13 @@ class AscendBackend:
         self.library.check(self.library.runtime.aclrtFreeHost(_pointer(address)), "aclrtFreeHost")
 
     def mem_info(self) -> tuple[int, int]:
+        """Free and total device memory: HBM, or DDR on parts without HBM."""
         self._enter()
         free, total = ffi.new("size_t *"), ffi.new("size_t *")
-        self.library.check(self.library.runtime.aclrtGetMemInfo(ACL_HBM_MEM, free, total), "aclrtGetMemInfo")
+        code = self.library.runtime.aclrtGetMemInfo(ACL_HBM_MEM, free, total)
+        if code or total[0] == 0:
+            code = self.library.runtime.aclrtGetMemInfo(ACL_DDR_MEM, free, total)
+        self.library.check(code, "aclrtGetMemInfo")
         return int(free[0]), int(total[0])
 
     def host_access(self, address: int, nbytes: int, *, write: bool, what: str) -> None:

@@ -166,6 +166,7 @@ ffi.cdef(_opapi_cdef())
 
 # Flags, enum values and status codes the binding uses (acl_rt.h, acl_base.h, rt_error_codes.h).
 ACL_MEM_MALLOC_HUGE_FIRST = 0
+ACL_DDR_MEM = 0
 ACL_HBM_MEM = 1
 ACL_CALLBACK_BLOCK = 1
 ACL_EVENT_SYNC = 0x1
