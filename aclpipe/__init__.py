@@ -22,7 +22,9 @@ from .pipeline import Pipeline, PipelineStats
 from .plan import Plan, PlannedNode, ValuePlacement, make_plan
 from .runner import OpRunner
 from .runtime import Device, DeviceBuffer, Event, HostBuffer, MemInfo, Stream, device_count, open_device
+from . import trace
 from .tensor import TensorDesc
+from .trace import Trace, record_trace
 from .workspace import CachedWorkspace, PerCallWorkspace, Workspace, WorkspacePool, WorkspaceStats, make_workspace_strategy
 
 __version__ = "0.1.0"
@@ -36,4 +38,5 @@ __all__ = [
     "Pipeline", "PipelineStats",
     "OpRunner", "ExecutorCache", "CacheStats", "Workspace", "WorkspaceStats", "PerCallWorkspace", "CachedWorkspace",
     "WorkspacePool", "make_workspace_strategy",
+    "Trace", "record_trace", "trace",
 ]
