@@ -32,11 +32,13 @@ class Folded:
     """A tensor known at build time: an initializer, a ``Constant``, or a folded result.
 
     ``array`` is read-only.  ``name`` is the initializer's name (used as the device
-    constant's name so that every specialization shares one upload), or None.
+    constant's name so that every specialization shares one upload), or None; ``hint`` is the
+    ONNX value that holds it (the stem of a folded constant's name).
     """
 
     array: np.ndarray
     name: str | None = None
+    hint: str | None = None
 
     @classmethod
     def of(cls, array: Any, name: str | None = None) -> Folded:

@@ -15,6 +15,7 @@ that names the ONNX node.  :func:`prune` drops nodes no output depends on.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -32,8 +33,9 @@ from .mapping import convert_node
 
 __all__ = ["DEFAULT_FOLD_LIMIT", "GraphContext", "emit_model", "node_label", "prune"]
 
-#: Folded results larger than this many bytes are computed on the device instead (an
-#: ``Expand`` of a constant to the batch size would otherwise become a large weight).
+#: Folded results larger than this many bytes, and larger than the inputs they come from, are
+#: computed on the device instead (an ``Expand`` of a constant to the batch size would
+#: otherwise become a large weight).
 DEFAULT_FOLD_LIMIT = 16 << 20
 
 
@@ -44,15 +46,13 @@ class GraphContext:
     ----------
     graph:
         The graph to add nodes and constants to (its inputs are already declared).
-    fold:
-        Evaluate ops whose inputs are all known on the host (default True).
     fold_limit:
-        Largest folded result, in bytes; bigger ones run on the device.
+        Largest folded result, in bytes, unless it is no larger than its inputs; bigger ones run
+        on the device.
     """
 
-    def __init__(self, graph: Graph, *, fold: bool = True, fold_limit: int = DEFAULT_FOLD_LIMIT):
+    def __init__(self, graph: Graph, *, fold_limit: int = DEFAULT_FOLD_LIMIT):
         self.graph = graph
-        self.fold = fold
         self.fold_limit = fold_limit
         self.node: OnnxNode | None = None  # the ONNX node being converted (for names and errors)
         self.label = "onnx"
@@ -65,7 +65,7 @@ class GraphContext:
     # -- the BuildContext interface ----------------------------------------------------------
     def op(self, name: str, *inputs: Any, outputs: int = 1, **attrs: Any) -> Any:
         present = [value for value in inputs if value is not None]
-        if self.fold and all(isinstance(value, Folded) for value in present):
+        if all(isinstance(value, Folded) for value in present):
             folded = self._try_fold(name, inputs, outputs, attrs)
             if folded is not None:
                 return folded[0] if outputs == 1 else tuple(folded)
@@ -118,7 +118,7 @@ class GraphContext:
             digest = content_digest(value.array)
             shared = self._by_digest.get(digest)
             if shared is None:
-                shared = self.graph.constant(self._fresh(f"{_stem(value.name or self.label)}~{digest}"),
+                shared = self.graph.constant(self._fresh(f"{_stem(value.name or value.hint or self.label)}~{digest}"),
                                              value.array)
                 self._by_digest[digest] = shared
             constant = shared
@@ -132,7 +132,10 @@ class GraphContext:
             results = evaluate_on_host(name, arrays, attrs, outputs)
         except (InvalidArgumentError, TypeError, ValueError):
             return None  # emit the node instead: graph.op reports the problem with the node's name
-        if sum(result.nbytes for result in results) > self.fold_limit:
+        produced = sum(result.nbytes for result in results)
+        # Large results fold only when they are no bigger than what they replace (a weight's
+        # Transpose or Reshape): an Expand to the batch size would otherwise become a huge weight.
+        if produced > self.fold_limit and produced > sum(0 if a is None else a.nbytes for a in arrays):
             return None
         self.folded_ops += 1
         return [Folded.of(result) for result in results]
@@ -187,7 +190,8 @@ def emit_model(ctx: GraphContext, graph: onnx.GraphProto, values: dict[str, Any]
                              f"inputs {_shapes(ctx, inputs)}): {error}") from error
         for name, value in zip(proto.output, outputs):
             if name:
-                values[name] = value
+                named = isinstance(value, Folded) and value.name is None and value.hint is None
+                values[name] = dataclasses.replace(value, hint=name) if named else value
     return values
 
 

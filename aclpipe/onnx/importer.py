@@ -45,7 +45,14 @@ from ..errors import GraphError, UnsupportedOpError
 from ..graph import BoundGraph, Graph, Node, Value
 from ..graph.bound import normalize_shapes
 from ..graph.builder import Dim
-from . import convert_activations, convert_image, convert_logic, convert_reduce, convert_select  # noqa: F401 (registers)
+from . import (  # noqa: F401 (importing them registers the converters)
+    convert_activations,
+    convert_image,
+    convert_logic,
+    convert_reduce,
+    convert_rounding,
+    convert_select,
+)
 from .context import onnx_dtype
 from .fold import Folded
 from .graph_context import DEFAULT_FOLD_LIMIT, GraphContext, emit_model, prune
@@ -61,7 +68,7 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 def load_onnx(model: ModelSource, *, name: str | None = None,
               input_shapes: Mapping[str, Sequence[Dim]] | None = None, upgrade_opset: int | None = None,
-              fold: bool = True, fold_limit: int = DEFAULT_FOLD_LIMIT) -> OnnxGraph:
+              fold_limit: int = DEFAULT_FOLD_LIMIT) -> OnnxGraph:
     """Import an ONNX model as a graph of catalog ops.
 
     Parameters
@@ -77,10 +84,9 @@ def load_onnx(model: ModelSource, *, name: str | None = None,
     upgrade_opset:
         Convert the model to this default-domain opset first (``onnx.version_converter``),
         e.g. 13 for models exported below opset 11.
-    fold:
-        Fold shape arithmetic and constant subgraphs at specialization (default True).
     fold_limit:
-        Largest folded tensor in bytes; larger constant results are computed on the device.
+        Largest folded tensor in bytes (unless it is no larger than its inputs, like a weight's
+        transpose); larger results of constant inputs are computed on the device.
 
     Raises
     ------
@@ -96,8 +102,7 @@ def load_onnx(model: ModelSource, *, name: str | None = None,
         proto = _upgrade(proto, upgrade_opset)
     _check_opset(proto)
     check_model(proto)
-    return OnnxGraph(proto, name or proto.graph.name or default_name, input_shapes or {}, fold=fold,
-                     fold_limit=fold_limit)
+    return OnnxGraph(proto, name or proto.graph.name or default_name, input_shapes or {}, fold_limit=fold_limit)
 
 
 def _read(model: ModelSource) -> tuple[onnx.ModelProto, str]:
@@ -146,11 +151,10 @@ class OnnxGraph(Graph):
     """
 
     def __init__(self, model: onnx.ModelProto, name: str, input_shapes: Mapping[str, Sequence[Dim]], *,
-                 fold: bool = True, fold_limit: int = DEFAULT_FOLD_LIMIT):
+                 fold_limit: int = DEFAULT_FOLD_LIMIT):
         super().__init__(name)
         self.model = model
         self.opsets = dict(model_opsets(model))
-        self.fold = fold
         self.fold_limit = fold_limit
         self._specialized: dict[tuple[Any, ...], Graph] = {}
         initializers = {tensor.name for tensor in model.graph.initializer}
@@ -220,7 +224,7 @@ class OnnxGraph(Graph):
         values: dict[str, Any] = {name: graph.input(name, shapes[name], spec.dtype)
                                   for name, spec in self.inputs.items()}
         values.update({name: Folded(array, name) for name, array in self.constants.items()})
-        context = GraphContext(graph, fold=self.fold, fold_limit=self.fold_limit)
+        context = GraphContext(graph, fold_limit=self.fold_limit)
         emit_model(context, self.model.graph, values, self.opsets)
         for output in self.model.graph.output:
             graph.output(output.name, _output_value(context, output.name, values[output.name]))

@@ -79,7 +79,7 @@ class ExtraReduceOp(ReduceOp):
                     reducer(values, axis=dims, keepdims=True, out=accumulator, dtype=accumulate)
                 else:
                     reducer(values, axis=dims, keepdims=True, out=accumulator)
-            store(outs[0], accumulator.reshape(shape))
+                store(outs[0], accumulator.reshape(shape))
 
         traffic = float(reduction.input.nbytes + out.nbytes + 2 * workspace_size)
         return OpPlan(kernel, workspace_size, float(reduction.input.numel), traffic,

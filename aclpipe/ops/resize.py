@@ -4,13 +4,15 @@ Attributes (the ONNX ``Resize`` semantics, opset 11 to 19, as one catalog op):
 
 - ``sizes``: the output shape (``ndim`` ints).  Dims whose size and scale are unchanged are
   copied; every other dim is resampled, one dim after the other (resampling is separable).
-- ``scales``: ``ndim`` floats used by the coordinate transform (None: ``sizes / input``).
+- ``scales``: ``ndim`` floats used by the coordinate transform (None: ``sizes / input``, in
+  float32).  Given scales also make ``scale * input`` (possibly fractional) the resized length
+  of ``align_corners`` and ``tf_crop_and_resize``, as in the ONNX reference.
 - ``mode``: ``"nearest"``, ``"linear"`` or ``"cubic"`` (``linear`` on two dims is bilinear).
 - ``coordinateTransformationMode``: how output index ``y`` maps to a source coordinate ``x``
   along a dim of input length ``L``, output length ``O`` and scale ``s``:
   ``half_pixel`` ``(y + .5) / s - .5``; ``half_pixel_symmetric`` the same, shifted so both
-  centres meet when ``O != s * L``; ``pytorch_half_pixel`` like ``half_pixel`` but ``-.5``
-  when ``O == 1``; ``align_corners`` ``y * (L - 1) / (O - 1)`` (0 when ``O == 1``);
+  centres meet when ``O != s * L``; ``pytorch_half_pixel`` like ``half_pixel`` but 0 when
+  ``O == 1``; ``align_corners`` ``y * (L - 1) / (O - 1)`` (0 when ``O == 1``);
   ``asymmetric`` ``y / s``; ``tf_crop_and_resize`` from ``roi`` (``2 * ndim`` floats:
   starts then ends, in normalized coordinates), with ``extrapolationValue`` outside the input.
 - ``nearestMode``: ``round_prefer_floor``, ``round_prefer_ceil``, ``floor``, ``ceil``.
@@ -68,26 +70,40 @@ class _Params:
 
 
 def source_coordinates(transform: str, length: int, out: int, scale: float,
-                       roi: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Source coordinate of every output index (and, for tf_crop_and_resize, which fall outside)."""
-    y = np.arange(out, dtype=np.float64)
-    scaled = scale * length
+                       roi: tuple[float, float] | None, given_scale: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Source coordinate of every output index (and, for tf_crop_and_resize, which fall outside).
+
+    Computed in float32 in the order onnxruntime uses, so that a coordinate within rounding of
+    a pixel boundary picks the same nearest pixel as the peer runtime does.  ``align_corners``
+    and ``tf_crop_and_resize`` divide by the resized length less one: with a ``given_scale``
+    that is ``scale * length`` (fractional), computed in float64 as the ONNX reference and its
+    conformance data have it (onnxruntime differs there); otherwise the output size."""
+    f32: type[np.floating[Any]] = np.float32
+    if given_scale and transform in ("align_corners", "tf_crop_and_resize"):
+        f32 = np.float64  # the reference's arithmetic, on the float32 scale
+    y = np.arange(out, dtype=f32)
+    s, size = f32(np.float32(scale)), f32(length)
+    count = s * size if given_scale else f32(out)
+    half = f32(0.5)
     if transform == "align_corners":
-        return (np.zeros(out) if scaled == 1 else y * (length - 1) / (scaled - 1)), None
+        return (np.zeros(out, f32) if count == 1 else y * (size - 1) / (count - 1)), None
     if transform == "asymmetric":
-        return y / scale, None
+        return y / s, None
     if transform == "pytorch_half_pixel":
-        return (np.full(out, -0.5) if scaled == 1 else (y + 0.5) / scale - 0.5), None
+        return (np.zeros(out, f32) if out == 1 else (y + half) / s - half), None
     if transform == "half_pixel":
-        return (y + 0.5) / scale - 0.5, None
+        return (y + half) / s - half, None
     if transform == "half_pixel_symmetric":
-        offset = length / 2 * (1 - out / scaled)
-        return offset + (y + 0.5) / scale - 0.5, None
-    start, end = roi if roi is not None else (0.0, 1.0)
-    x = np.full(out, (end - start) * (length - 1) / 2) if scaled == 1 else \
-        y * (end - start) * (length - 1) / (scaled - 1)
-    x = x + start * (length - 1)
-    return x, (x < 0) | (x > length - 1)
+        adjustment = f32(out) / (s * size)
+        offset = size / f32(2) * (f32(1) - adjustment)
+        # onnxruntime adds the half pixels as doubles here, then rounds the coordinate to float.
+        wide = offset.astype(np.float64) + (y.astype(np.float64) + 0.5) / np.float64(s) - 0.5
+        return wide.astype(f32), None
+    start, end = (f32(v) for v in (roi if roi is not None else (0.0, 1.0)))
+    x = np.full(out, half * (start + end) * (size - 1), f32) if count == 1 else \
+        start * (size - 1) + (y * (end - start) * (size - 1)) / (count - 1)
+    return x, (x < 0) | (x > size - 1)
 
 
 def _nearest_taps(x: np.ndarray, mode: str) -> np.ndarray:
@@ -130,9 +146,10 @@ def _filter_weights(ratio: np.ndarray, params: _Params, scale: float) -> tuple[n
     return offsets, weights
 
 
-def taps(length: int, out: int, scale: float, params: _Params, roi: tuple[float, float] | None = None) -> Taps:
+def taps(length: int, out: int, scale: float, params: _Params, roi: tuple[float, float] | None = None,
+         given_scale: bool = False) -> Taps:
     """The tap table of one dim (the ONNX reference's neighbour rule: ties take the lower index)."""
-    x, outside = source_coordinates(params.transform, length, out, scale, roi)
+    x, outside = source_coordinates(params.transform, length, out, scale, roi, given_scale)
     if params.mode == "nearest":
         indices = _nearest_taps(x, params.nearest)
         weights = np.ones(indices.shape)
@@ -208,7 +225,9 @@ class Resize(OpSpec):
             raise op_error(op, "sizes", f"{x.ndim} ints >= 0 (the output shape)", repr(sizes))
         shape = tuple(int(d) for d in sizes)
         scales = attrs.get("scales")
-        scales = tuple(o / i if i else 1.0 for o, i in zip(shape, x.shape)) if scales is None else \
+        # float32 division, as the peer runtime derives scales from sizes.
+        scales = tuple(float(np.float32(o) / np.float32(i)) if i else 1.0 for o, i in zip(shape, x.shape)) \
+            if scales is None else \
             _floats(op, "scales", scales, x.ndim)
         if any(not s > 0 for s in scales):
             raise op_error(op, "scales", "positive numbers", list(scales))
@@ -232,8 +251,10 @@ class Resize(OpSpec):
         out = need_output(self.name, "out", argument(outputs, 0), shape, x.dtype)
         axes = [axis for axis, (size, o, s) in enumerate(zip(x.shape, shape, scales))
                 if not (size == o and math.isclose(s, 1.0) and params.transform != "tf_crop_and_resize")]
+        given_scale = attrs.get("scales") is not None
         tables = {axis: taps(x.shape[axis], shape[axis], scales[axis], params,
-                             None if roi is None else (roi[axis], roi[axis + x.ndim])) for axis in axes}
+                             None if roi is None else (roi[axis], roi[axis + x.ndim]), given_scale)
+                  for axis in axes}
         # Shapes after each resampled dim; all but the last live in the workspace.
         stages, current = [], list(x.shape)
         for axis in axes:
