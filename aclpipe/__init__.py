@@ -39,4 +39,14 @@ __all__ = [
     "OpRunner", "ExecutorCache", "CacheStats", "Workspace", "WorkspaceStats", "PerCallWorkspace", "CachedWorkspace",
     "WorkspacePool", "make_workspace_strategy",
     "Trace", "record_trace", "trace",
+    "load_onnx", "OnnxGraph",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ONNX import needs the optional ``onnx`` package: load it only when asked for.
+    if name in ("load_onnx", "OnnxGraph"):
+        from .onnx import importer
+
+        return getattr(importer, name)
+    raise AttributeError(f"module 'aclpipe' has no attribute {name!r}")

@@ -21,7 +21,7 @@ def run_example(name: str, *args: str, timeout: float = 120) -> str:
 
 
 def test_every_example_is_tested():
-    tested = {"quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py"}
+    tested = {"quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py", "onnx_compare.py"}
     assert {path.name for path in EXAMPLES.glob("*.py")} == tested
 
 

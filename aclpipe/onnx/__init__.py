@@ -9,7 +9,17 @@ package (``pip install aclpipe[onnx]``).
 
 from __future__ import annotations
 
-from . import convert_math, convert_nn, convert_tensor  # noqa: F401  (registers the converters)
+from . import (  # noqa: F401  (registers the converters)
+    convert_activations,
+    convert_image,
+    convert_logic,
+    convert_math,
+    convert_nn,
+    convert_reduce,
+    convert_rounding,
+    convert_select,
+    convert_tensor,
+)
 from .context import BuildContext, OnnxNode, UnsupportedFeature
 from .eager import EagerContext
 from .mapping import (MIN_OPSET, UnsupportedNode, check_model, converts, emit_graph, lookup, model_opsets,
