@@ -14,9 +14,10 @@ up to which run the poisoned work reached; those runs raise :class:`ExecutionErr
 the failing node, earlier runs are unaffected, later runs run normally.
 
 Cancellation.  A run cancelled before it enqueued anything gives its slot straight back.
-Once work is enqueued, the slot (and the workspaces of its nodes) return only after the
-device has passed it: the cancelled task waits for that, shielded, up to ``cancel_grace``
-seconds, then reports the slot lost rather than risk a use-after-free.
+A run cancelled while enqueueing (waiting for a workspace) stops there; whatever it had
+enqueued is completed.  Once work is enqueued, the slot (and the workspaces of its nodes)
+return only after the device has passed it: the cancelled task waits for that, shielded, up
+to ``cancel_grace`` seconds, then reports the slot lost rather than risk a use-after-free.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class PipelineStats:
     workspace: Mapping[str, Any]
     device_peak_bytes: int | None
     in_flight: int
+    lost_slots: int = 0  # slots of cancelled runs the device had not passed within cancel_grace
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -278,10 +280,9 @@ class Pipeline:
             ticket = _Ticket(self._runs, program, slot, 0)
             # Live from the moment it has a number: faults collected meanwhile must cover it.
             self._live.add(ticket.run)
-            # Shielded: once the first task is on a stream the run must be completed, or the
-            # slot would come back while the device still used it.
-            with anyio.CancelScope(shield=True):
-                failure = await self._enqueue(ticket)
+            # Not shielded: a cancel while enqueueing waits for a workspace stops further
+            # enqueueing (ARCHITECTURE.md 6); _enqueue still completes what is on the streams.
+            failure = await self._enqueue(ticket)
         finally:
             self._enqueue_lock.release()
         if failure is not None:
@@ -292,7 +293,9 @@ class Pipeline:
         return ticket
 
     async def _enqueue(self, ticket: _Ticket) -> BaseException | None:
-        """Enqueue the run and, whatever happens, its completion; returns what stopped it."""
+        """Enqueue the run and, whatever happens (cancellation included), its completion: once
+        the first task is on a stream the run must be completed, or the slot would come back
+        while the device still used it.  Returns what stopped the run part way, if anything."""
         failure: BaseException | None = None
         try:
             await ticket.program.enqueue(ticket.slot, ticket.run, self._workspaces)
@@ -424,7 +427,8 @@ class Pipeline:
             waits_per_run=max((p.plan.num_waits for p in programs), default=0),
             arena_bytes=sum(p.plan.arena_size * len(p.slots) for p in programs),
             constant_bytes=sum(b.nbytes for b in self._constants.values()),
-            workspace=self._workspaces.stats(), device_peak_bytes=peak, in_flight=len(self._live))
+            workspace=self._workspaces.stats(), device_peak_bytes=peak, in_flight=len(self._live),
+            lost_slots=self._lost_slots)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -225,9 +225,12 @@ class PerCallWorkspaces(RunWorkspaces):
     def __init__(self, device: Device, streams: list[Stream], timeline: Timeline):
         super().__init__(device, streams, timeline)
         self._live: dict[int, DeviceBuffer] = {}
-        self._retired: list[DeviceBuffer] = []
+        # (lane, value, buffer): freed once the lane passes value (the wait for it was cancelled).
+        self._deferred: list[tuple[int, int, DeviceBuffer]] = []
+        self._retired: list[DeviceBuffer] = []  # freed at close
 
     def take(self, nbytes: int, lane: int) -> int | None:
+        self._free_passed()
         buffer = self.device.alloc(nbytes, label="per-call workspace")
         self._live[buffer.address] = buffer
         self.in_use += buffer.nbytes
@@ -247,18 +250,33 @@ class PerCallWorkspaces(RunWorkspaces):
         # stream, so this returns once the device passed (or skipped) the launch.
         try:
             value = self.timeline.enqueue_advance(self.device.backend, self.streams[lane].handle, lane)
-            await self.timeline.wait(lane, value)
         except BaseException:
             self._retired.append(buffer)  # the device may still use it: freed at close
             raise
+        try:
+            await self.timeline.wait(lane, value)
+        except BaseException:
+            self._deferred.append((lane, value, buffer))  # cancelled: freed once the lane passes
+            raise
+        self._free(buffer)
+
+    def _free(self, buffer: DeviceBuffer) -> None:
         self.in_use -= buffer.nbytes
         buffer.close()
 
+    def _free_passed(self) -> None:
+        if self._deferred:
+            passed = [entry for entry in self._deferred if self.timeline.value(entry[0]) >= entry[1]]
+            self._deferred = [entry for entry in self._deferred if entry not in passed]
+            for _, _, buffer in passed:
+                self._free(buffer)
+
     def close(self) -> None:
-        for buffer in [*self._live.values(), *self._retired]:
+        for buffer in [*self._live.values(), *self._retired, *(entry[2] for entry in self._deferred)]:
             buffer.close()
         self._live.clear()
         self._retired.clear()
+        self._deferred.clear()
 
 
 def make_run_workspaces(name: str, device: Device, streams: list[Stream], timeline: Timeline,
