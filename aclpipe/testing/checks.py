@@ -18,13 +18,14 @@ import numpy as np
 
 from ..backends.protocol import MemcpyKind
 from ..errors import BackendError, DeviceFault, DeviceOutOfMemory, HazardError, InvalidArgumentError
-from ..runtime import Device, DeviceBuffer, Stream
+from ..runtime import Device, DeviceBuffer, Event, Stream
 from ..tensor import TensorDesc
 from .latch import latch
 
 __all__ = ["CHECKS", "Check", "ConformanceFailure"]
 
 TIMEOUT = 10.0  # seconds any single wait in a check may take before the check fails
+HOLD = 0.2  # seconds a held event must stay incomplete: a broken backend gets this long to run ahead
 E = TypeVar("E", bound=BaseException)
 
 
@@ -57,6 +58,18 @@ def expect_raises(kind: type[E], rule: str, call: Callable[..., Any], *args: Any
         raise ConformanceFailure(f"{rule}: {_name(call)} raised {type(error).__name__} ({error}), "
                                  f"expected {kind.__name__}") from error
     raise ConformanceFailure(f"{rule}: {_name(call)} returned normally, expected {kind.__name__}")
+
+
+def expect_held(event: Event, rule: str) -> None:
+    """``event`` must not complete within :data:`HOLD` seconds because ``rule`` holds it back.
+
+    A query right away would pass a broken backend whose worker merely had not started yet;
+    giving it time to run ahead makes the failure show."""
+    try:
+        event.sync(HOLD)
+    except DeviceFault:
+        return  # the sync timed out: held, as it must be
+    raise ConformanceFailure(f"{rule}: work behind it completed while it should have been held")
 
 
 def _name(call: Callable[..., Any]) -> str:
@@ -113,7 +126,7 @@ def cross_stream_wait(device: Device) -> str:
         consumer.wait(producer.record())
         consumer.memcpy(copy, data)
         consumer_done = consumer.record()
-        expect(not consumer_done.is_done, "the consumer passed its wait while the producer was held")
+        expect_held(consumer_done, "a stream waits on another stream's event")
     seen = _read(device, consumer, copy, 128)
     expect((seen == 0x5A).all(), f"the consumer copied {seen[:4]}..., not the producer's 0x5a bytes")
     return "consumer held until the producer's event, then saw its bytes"
@@ -133,7 +146,7 @@ def event_semantics(device: Device) -> str:
             other.record(event)  # re-record on an idle stream: must not release the earlier wait
             other.sync(TIMEOUT)
             event.sync(TIMEOUT)
-            expect(not waiter_done.is_done, "re-recording an event released a wait enqueued before it")
+            expect_held(waiter_done, "re-recording an event must not release a wait enqueued before it")
     waiter.sync(TIMEOUT)
     expect(waiter_done.is_done, "the waiting stream did not finish after its event completed")
     return "record captures the position at the call; re-record leaves earlier waits alone"
@@ -176,7 +189,7 @@ def host_functions(device: Device) -> str:
     stream.host_func(step(3))
     expect(enqueuer not in threads, "a host function ran on the enqueuing thread, inside host_func()")
     expect(started.wait(TIMEOUT), "a host function never ran")
-    expect(not after.is_done, "the stream ran past a host function that had not returned")
+    expect_held(after, "a stream waits until its host function returns")
     gate.set()
     stream.sync(TIMEOUT)
     expect(order == [1, 2, 3], f"host functions ran in the order {order}, expected [1, 2, 3]")

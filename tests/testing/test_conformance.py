@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 
 import pytest
 from rich.console import Console
@@ -75,6 +76,11 @@ class InlineHostFunctions(SimBackend):
         fn()
 
 
+class HostFunctionsDoNotBlock(SimBackend):
+    def host_func(self, stream, fn, name=""):
+        threading.Thread(target=fn, daemon=True).start()
+
+
 class ForgetsErrors(SimBackend):
     def stream_sync(self, stream, timeout_ms=-1):
         try:
@@ -110,6 +116,7 @@ class UntimedEvents(SimBackend):
 @pytest.mark.parametrize("backend_class, failing", [
     (IgnoresWaits, {"cross_stream_wait", "event_semantics"}),
     (InlineHostFunctions, {"host_functions"}),
+    (HostFunctionsDoNotBlock, {"host_functions"}),
     (ForgetsErrors, {"host_functions", "fault_surfacing"}),
     (LenientFree, {"memory_errors"}),
     (NoAlignmentCheck, {"memory_errors"}),
