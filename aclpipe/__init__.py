@@ -21,7 +21,19 @@ from .graph import BoundGraph, Graph, load_graph
 from .pipeline import Pipeline, PipelineStats
 from .plan import Plan, PlannedNode, ValuePlacement, make_plan
 from .runner import OpRunner
-from .runtime import Device, DeviceBuffer, Event, HostBuffer, MemInfo, Stream, device_count, open_device
+from .runtime import (
+    Device,
+    DeviceBuffer,
+    Event,
+    HostBuffer,
+    MemInfo,
+    MemoryPool,
+    PoolBuffer,
+    PoolStats,
+    Stream,
+    device_count,
+    open_device,
+)
 from . import trace
 from .tensor import TensorDesc
 from .trace import Trace, record_trace
@@ -34,6 +46,7 @@ __all__ = [
     "ExecutionError", "GraphError", "HazardError", "InvalidArgumentError", "PlanError", "UnsupportedOpError",
     "DType", "Format", "TensorDesc",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemInfo", "Stream", "device_count", "open_device",
+    "MemoryPool", "PoolBuffer", "PoolStats",
     "Graph", "BoundGraph", "load_graph", "Plan", "PlannedNode", "ValuePlacement", "make_plan",
     "Pipeline", "PipelineStats",
     "OpRunner", "ExecutorCache", "CacheStats", "Workspace", "WorkspaceStats", "PerCallWorkspace", "CachedWorkspace",

@@ -110,45 +110,77 @@ class StaticWorkspaces(RunWorkspaces):
         self._retired.clear()
 
 
+class _Region:
+    """One device allocation of the pool with its own free list (blocks never span regions)."""
+
+    def __init__(self, buffer: DeviceBuffer):
+        self.buffer = buffer
+        self.free: list[tuple[int, int]] = [(0, buffer.nbytes)]  # (offset, size), sorted, coalesced
+
+    def take(self, size: int) -> int | None:
+        for index, (offset, free) in enumerate(self.free):
+            if free >= size:
+                if free == size:
+                    del self.free[index]
+                else:
+                    self.free[index] = (offset + size, free - size)
+                return offset
+        return None
+
+    def give_back(self, offset: int, size: int) -> None:
+        index = bisect.bisect(self.free, (offset, size))
+        self.free.insert(index, (offset, size))
+        # Coalesce with the neighbours so large workspaces keep fitting.
+        if index + 1 < len(self.free) and offset + size == self.free[index + 1][0]:
+            self.free[index] = (offset, size + self.free.pop(index + 1)[1])
+        if index > 0 and self.free[index - 1][0] + self.free[index - 1][1] == offset:
+            previous = self.free.pop(index - 1)
+            self.free[index - 1] = (previous[0], previous[1] + self.free[index - 1][1])
+
+
 class PooledWorkspaces(RunWorkspaces):
     name = "pool"
 
     def __init__(self, device: Device, streams: list[Stream], timeline: Timeline, *, limit: int = 0,
                  batch: int = 8):
         super().__init__(device, streams, timeline)
-        self.limit = _round(limit) if limit else 0
+        #: A fixed size when given; otherwise the pool grows as programs with larger workspaces arrive.
+        self.fixed_limit = _round(limit) if limit else 0
         self.batch = batch
-        self._region: DeviceBuffer | None = None
-        self._free: list[tuple[int, int]] = []  # (offset, size), sorted, coalesced
-        self._pending: list[deque[tuple[int, int, int]]] = [deque() for _ in streams]  # (tag, offset, size)
+        self._regions: list[_Region] = []
+        self._pending: list[deque[tuple[int, int, int, int]]] = [deque() for _ in streams]  # (tag, region, offset, size)
         self._unflushed = [0] * len(streams)
 
+    @property
+    def limit(self) -> int:
+        return sum(region.buffer.nbytes for region in self._regions)
+
     def reserve(self, sizes_by_stream: dict[int, int]) -> None:
-        largest = max(sizes_by_stream.values(), default=0)
+        largest = _round(max(sizes_by_stream.values(), default=0))
         if not largest:
             return
-        if self._region is None:
-            # Default: room for every stream's largest workspace, twice over, so two runs overlap.
-            self.limit = self.limit or 2 * sum(_round(s) for s in sizes_by_stream.values())
-            self._region = self.device.alloc(self.limit, label="workspace pool")
-            self._free = [(0, self.limit)]
-        if _round(largest) > self.limit:
-            raise PlanError(f"a node needs a {largest}-byte workspace but the workspace pool holds "
-                            f"{self.limit} bytes; pass a larger pool_bytes to Pipeline")
+        if self.fixed_limit:
+            if largest > self.fixed_limit:
+                raise PlanError(f"a node needs a {largest}-byte workspace but the workspace pool holds "
+                                f"{self.fixed_limit} bytes; pass a larger pool_bytes to Pipeline")
+            if not self._regions:
+                self._regions.append(_Region(self.device.alloc(self.fixed_limit, label="workspace pool")))
+            return
+        if largest > max((region.buffer.nbytes for region in self._regions), default=0):
+            # Room for every stream's largest workspace, twice over, so two runs overlap.  Earlier
+            # regions stay: in-flight runs may hold blocks of them, and later runs can use them.
+            size = 2 * sum(_round(s) for s in sizes_by_stream.values())
+            self._regions.append(_Region(self.device.alloc(size, label=f"workspace pool {len(self._regions)}")))
 
     def take(self, nbytes: int, lane: int) -> int | None:
-        assert self._region is not None
         size = _round(nbytes)
         self._reclaim()
-        for index, (offset, free) in enumerate(self._free):
-            if free >= size:
-                if free == size:
-                    del self._free[index]
-                else:
-                    self._free[index] = (offset + size, free - size)
+        for region in self._regions:
+            offset = region.take(size)
+            if offset is not None:
                 self.in_use += size
                 self.peak_in_use = max(self.peak_in_use, self.in_use)
-                return self._region.address + offset
+                return region.buffer.address + offset
         return None
 
     async def take_waiting(self, nbytes: int, lane: int) -> int:
@@ -166,9 +198,12 @@ class PooledWorkspaces(RunWorkspaces):
             await self.timeline.wait(which, tag)
 
     def launched(self, address: int, nbytes: int, lane: int) -> None:
-        assert self._region is not None
         tag = self.timeline.next_value(lane)
-        self._pending[lane].append((tag, address - self._region.address, _round(nbytes)))
+        for index, region in enumerate(self._regions):
+            offset = address - region.buffer.address
+            if 0 <= offset < region.buffer.nbytes:
+                self._pending[lane].append((tag, index, offset, _round(nbytes)))
+                break
         self._unflushed[lane] += 1
         if self._unflushed[lane] >= self.batch:
             self._flush(lane)
@@ -188,19 +223,9 @@ class PooledWorkspaces(RunWorkspaces):
                 continue
             passed = self.timeline.value(lane)
             while queue and queue[0][0] <= passed:
-                _, offset, size = queue.popleft()
-                self._give_back(offset, size)
-
-    def _give_back(self, offset: int, size: int) -> None:
-        self.in_use -= size
-        index = bisect.bisect(self._free, (offset, size))
-        self._free.insert(index, (offset, size))
-        # Coalesce with the neighbours so large workspaces keep fitting.
-        if index + 1 < len(self._free) and offset + size == self._free[index + 1][0]:
-            self._free[index] = (offset, size + self._free.pop(index + 1)[1])
-        if index > 0 and self._free[index - 1][0] + self._free[index - 1][1] == offset:
-            previous = self._free.pop(index - 1)
-            self._free[index - 1] = (previous[0], previous[1] + self._free[index - 1][1])
+                _, region, offset, size = queue.popleft()
+                self.in_use -= size
+                self._regions[region].give_back(offset, size)
 
     @property
     def outstanding(self) -> int:
@@ -209,13 +234,13 @@ class PooledWorkspaces(RunWorkspaces):
         return sum(len(queue) for queue in self._pending)
 
     def stats(self) -> dict[str, Any]:
-        self._reclaim()
-        return {**super().stats(), "limit": self.limit, "outstanding": sum(len(q) for q in self._pending)}
+        outstanding = self.outstanding  # reclaims first, so in_use is current
+        return {**super().stats(), "limit": self.limit, "regions": len(self._regions), "outstanding": outstanding}
 
     def close(self) -> None:
-        if self._region is not None:
-            self._region.close()
-            self._region = None
+        for region in self._regions:
+            region.buffer.close()
+        self._regions.clear()
 
 
 class PerCallWorkspaces(RunWorkspaces):
