@@ -233,7 +233,12 @@ class Program:
         if size:
             found = workspaces.take(size, step.lane)
             address = found if found is not None else await workspaces.take_waiting(size, step.lane)
-        self._enqueue_step(step, executor, address, run)
+        try:
+            self._enqueue_step(step, executor, address, run)
+        except BaseException:
+            if size:  # back to its strategy once the stream passed whatever did get enqueued
+                workspaces.abandoned(address, size, step.lane)
+            raise
         if size:
             if workspaces.synchronous:
                 await workspaces.after_launch(address, size, step.lane)

@@ -69,6 +69,11 @@ class RunWorkspaces:
     async def after_launch(self, address: int, nbytes: int, lane: int) -> None:
         """Only for ``synchronous`` strategies."""
 
+    def abandoned(self, address: int, nbytes: int, lane: int) -> None:
+        """The launch meant to use ``address`` raised: take the block back once ``lane`` has
+        passed whatever of it was enqueued (never sooner: a wait or the kernel may be queued)."""
+        self.launched(address, nbytes, lane)
+
     def end_run(self) -> None:
         """The run is fully enqueued: publish what is pending."""
 
@@ -284,6 +289,15 @@ class PerCallWorkspaces(RunWorkspaces):
             self._deferred.append((lane, value, buffer))  # cancelled: freed once the lane passes
             raise
         self._free(buffer)
+
+    def abandoned(self, address: int, nbytes: int, lane: int) -> None:
+        buffer = self._live.pop(address)
+        try:
+            value = self.timeline.enqueue_advance(self.device.backend, self.streams[lane].handle, lane)
+        except BaseException:
+            self._retired.append(buffer)
+            raise
+        self._deferred.append((lane, value, buffer))
 
     def _free(self, buffer: DeviceBuffer) -> None:
         self.in_use -= buffer.nbytes
