@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _run_b import desc, random
+from helpers import desc, random
 
 from aclpipe.dtypes import DType
 from aclpipe.errors import InvalidArgumentError
