@@ -9,6 +9,7 @@ a sanitizing device, checks that no copy still in flight touches those bytes.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,16 +33,18 @@ def _free_host(backend: Any, address: int) -> None:
         backend.mem_free_host(address)
 
 
-class DeviceBuffer:
-    """``nbytes`` of device memory at ``address``."""
+class _Buffer:
+    """What both kinds of buffer share: ``nbytes`` at ``address``, owned until :meth:`close` or
+    garbage collection frees it."""
 
-    def __init__(self, device: Device, address: int, nbytes: int, label: str = ""):
+    def __init__(self, device: Device, address: int, nbytes: int, label: str,
+                 release: Callable[[Any, int], None]):
         self.device = device
         self.address = address
         self.nbytes = nbytes
         self.label = label
         # Any arguments: subclasses (the pool's PoolBuffer) finalize differently.
-        self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, _free_device, device.backend, address)
+        self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, release, device.backend, address)
 
     @property
     def closed(self) -> bool:
@@ -58,30 +61,25 @@ class DeviceBuffer:
 
     free = close
 
+
+class DeviceBuffer(_Buffer):
+    """``nbytes`` of device memory at ``address``."""
+
+    def __init__(self, device: Device, address: int, nbytes: int, label: str = ""):
+        super().__init__(device, address, nbytes, label, _free_device)
+
     def __repr__(self) -> str:
         state = "freed" if self.closed else f"{self.address:#x}"
         label = f" {self.label!r}" if self.label else ""
         return f"<DeviceBuffer{label} {self.nbytes} bytes at {state} on {self.device.name}>"
 
 
-class HostBuffer:
+class HostBuffer(_Buffer):
     """``nbytes`` of pinned host memory."""
 
     def __init__(self, device: Device, address: int, data: np.ndarray, label: str = ""):
-        self.device = device
-        self.address = address
-        self.nbytes = int(data.nbytes)
-        self.label = label
+        super().__init__(device, address, int(data.nbytes), label, _free_host)
         self._data = data
-        self._finalizer = weakref.finalize(self, _free_host, device.backend, address)
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def check_open(self) -> None:
-        if self.closed:
-            raise ClosedResourceError(f"{self!r} was freed")
 
     def numpy(self, dtype: Any = np.uint8, shape: tuple[int, ...] | int | None = None, *,
               offset: int = 0) -> np.ndarray:
@@ -104,11 +102,6 @@ class HostBuffer:
         self.device.backend.host_access(self.address + offset, max(nbytes, 1), write=True,
                                         what=f"host view of {self.label or 'HostBuffer'}")
         return self._data[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
-
-    def close(self) -> None:
-        self._finalizer()
-
-    free = close
 
     def __repr__(self) -> str:
         state = "freed" if self.closed else f"{self.address:#x}"
