@@ -194,14 +194,28 @@ class WorkspaceStrategy(ABC):
         with self._lock:
             self._stats.waits += 1
 
-    def _check_release(self, workspace: Workspace) -> bool:
-        """True when ``workspace`` holds memory to give back; refuses a second release."""
+    def _claim_release(self, workspace: Workspace) -> _Block | None:
+        """The block ``workspace`` holds, now marked released (None for :data:`NO_WORKSPACE`,
+        which holds no memory); refuses a second release."""
         if workspace._released:
             raise ValueError("this workspace was already released; each acquire gets one release_after")
         if workspace._block is None:
-            return False
+            return None
         workspace._released = True
-        return True
+        return workspace._block
+
+    def _acquire_nothing(self) -> Workspace:
+        """A zero-byte request: counted, and answered with :data:`NO_WORKSPACE`."""
+        with self._lock:
+            self._stats.acquires += 1
+        return NO_WORKSPACE
+
+    def _record_last_use(self, block: _Block, stream: Stream) -> None:
+        """Record ``block``'s event on ``stream`` now, at its release, rather than when another
+        stream asks: a record placed later would also wait for whatever the stream does meanwhile."""
+        if block.event is None:
+            block.event = self.device.create_event()
+        stream.record(block.event)
 
     def _allocate(self, nbytes: int) -> _Block:
         buffer = self.device.alloc(nbytes, label=f"{self.name} workspace")
@@ -227,9 +241,21 @@ class WorkspaceStrategy(ABC):
         with self._lock:
             return WorkspaceStats(**vars(self._stats))
 
-    @abstractmethod
     def close(self) -> None:
         """Wait for every launch that uses a workspace of this strategy, then free them all."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            blocks = self._take_blocks()
+        for block in blocks:
+            if block.event is not None:
+                _finished(block.event, wait=True)
+            self._free(block)
+
+    @abstractmethod
+    def _take_blocks(self) -> list[_Block]:
+        """Every block the strategy holds, forgotten by it (:meth:`close` calls this under the lock)."""
 
 
 def _finished(event: Event, wait: bool = False) -> bool:
@@ -251,41 +277,35 @@ class PerCallWorkspace(WorkspaceStrategy):
     blocking_release = True
 
     def try_acquire(self, nbytes: int, stream: Stream, key: Hashable | None = None) -> Workspace:
+        if nbytes <= 0:
+            return self._acquire_nothing()
         with self._lock:
             self._stats.acquires += 1
-        if nbytes <= 0:
-            return NO_WORKSPACE
         block = self._allocate(nbytes)
         self._track_in_use(nbytes)
         return Workspace(block.buffer.address, nbytes, block)
 
     def release_after(self, workspace: Workspace, stream: Stream) -> None:
         """Synchronize ``stream`` and free; the stream's error (if any) is raised here."""
-        if not self._check_release(workspace):
+        block = self._claim_release(workspace)
+        if block is None:
             return
-        block = workspace._block
-        assert block is not None
         try:
             stream.sync()
         finally:
-            block.buffer.close()
-            with self._lock:
-                self._stats.reserved -= block.nbytes
+            self._free(block)
             self._track_in_use(-block.nbytes)
 
     def release_now(self, workspace: Workspace) -> None:
         """Free at once (the caller synchronized)."""
-        if not self._check_release(workspace):
+        block = self._claim_release(workspace)
+        if block is None:
             return
-        block = workspace._block
-        assert block is not None
-        block.buffer.close()
-        with self._lock:
-            self._stats.reserved -= block.nbytes
+        self._free(block)
         self._track_in_use(-block.nbytes)
 
-    def close(self) -> None:
-        self._closed = True
+    def _take_blocks(self) -> list[_Block]:
+        return []  # every block belongs to a caller until its release frees it
 
 
 class CachedWorkspace(WorkspaceStrategy):
@@ -311,9 +331,7 @@ class CachedWorkspace(WorkspaceStrategy):
 
     def try_acquire(self, nbytes: int, stream: Stream, key: Hashable | None = None) -> Workspace | None:
         if nbytes <= 0:
-            with self._lock:
-                self._stats.acquires += 1
-            return NO_WORKSPACE
+            return self._acquire_nothing()
         slot_key = ("bytes", nbytes) if key is None else key
         with self._lock:
             slots = self._slots.setdefault(slot_key, [])
@@ -345,15 +363,10 @@ class CachedWorkspace(WorkspaceStrategy):
         return None
 
     def release_after(self, workspace: Workspace, stream: Stream) -> None:
-        if not self._check_release(workspace):
+        block = self._claim_release(workspace)
+        if block is None:
             return
-        block = workspace._block
-        assert block is not None
-        if block.event is None:
-            block.event = self.device.create_event()
-        # Recorded now rather than when another stream asks: a record placed later would
-        # also wait for whatever the stream does meanwhile.
-        stream.record(block.event)
+        self._record_last_use(block, stream)
         with self._lock:
             block.stream = stream
             block.busy = False
@@ -361,27 +374,19 @@ class CachedWorkspace(WorkspaceStrategy):
             self._lock.notify_all()
 
     def release_now(self, workspace: Workspace) -> None:
-        if not self._check_release(workspace):
+        block = self._claim_release(workspace)
+        if block is None:
             return
-        block = workspace._block
-        assert block is not None
         with self._lock:
             block.stream = None  # the host knows the last use is done: any stream may take it
             block.busy = False
             self._stats.in_use -= block.nbytes
             self._lock.notify_all()
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with self._lock:
-            blocks = [block for slots in self._slots.values() for block in slots]
-            self._slots.clear()
-        for block in blocks:
-            if block.event is not None:
-                _finished(block.event, wait=True)
-            self._free(block)
+    def _take_blocks(self) -> list[_Block]:
+        blocks = [block for slots in self._slots.values() for block in slots]
+        self._slots.clear()
+        return blocks
 
 
 class WorkspacePool(WorkspaceStrategy):
@@ -413,9 +418,7 @@ class WorkspacePool(WorkspaceStrategy):
 
     def try_acquire(self, nbytes: int, stream: Stream, key: Hashable | None = None) -> Workspace | None:
         if nbytes <= 0:
-            with self._lock:
-                self._stats.acquires += 1
-            return NO_WORKSPACE
+            return self._acquire_nothing()
         size = self._round(nbytes)
         if size > self.limit:
             raise ValueError(f"a workspace of {nbytes} bytes can never fit a pool limited to {self.limit} "
@@ -477,13 +480,10 @@ class WorkspacePool(WorkspaceStrategy):
             self._stats.peak = max(self._stats.peak, self._stats.in_use)
 
     def release_after(self, workspace: Workspace, stream: Stream) -> None:
-        if not self._check_release(workspace):
+        block = self._claim_release(workspace)
+        if block is None:
             return
-        block = workspace._block
-        assert block is not None
-        if block.event is None:
-            block.event = self.device.create_event()
-        stream.record(block.event)
+        self._record_last_use(block, stream)
         with self._lock:
             block.ticket += 1
             ticket = block.ticket
@@ -502,10 +502,9 @@ class WorkspacePool(WorkspaceStrategy):
         stream.host_func(give_back, name="workspace pool release")
 
     def release_now(self, workspace: Workspace) -> None:
-        if not self._check_release(workspace):
+        block = self._claim_release(workspace)
+        if block is None:
             return
-        block = workspace._block
-        assert block is not None
         with self._lock:
             block.ticket += 1
             block.passed = block.ticket  # the caller synchronized: the stream passed it
@@ -514,16 +513,9 @@ class WorkspacePool(WorkspaceStrategy):
             self._stats.in_use -= block.nbytes
             self._lock.notify_all()
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with self._lock:
-            blocks, self._blocks = self._blocks, []
-        for block in blocks:
-            if block.event is not None:
-                _finished(block.event, wait=True)
-            self._free(block)
+    def _take_blocks(self) -> list[_Block]:
+        blocks, self._blocks = self._blocks, []
+        return blocks
 
 
 def make_workspace_strategy(device: Device, name: str, **options: Any) -> WorkspaceStrategy:
