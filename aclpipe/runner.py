@@ -41,7 +41,7 @@ out: float32[2, 3]; alpha=1.0)``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import numpy as np
@@ -249,10 +249,7 @@ class OpRunner:
                 self._parked.append((bound, workspace))
                 bound, workspace = None, NO_WORKSPACE
             self._fail(bound, call, workspace, drain=True)
-            explained = self._explain(error)
-            if explained is error:
-                raise
-            raise explained from error
+            self._raise_explained(error)
         finally:
             self._free(bound)
 
@@ -274,10 +271,7 @@ class OpRunner:
                 if bound is not None:
                     await _drained(self.stream)
                 self._fail(bound, call, workspace, drain=False)
-            explained = self._explain(error)
-            if explained is error:
-                raise
-            raise explained from error
+            self._raise_explained(error)
         finally:
             self._free(bound)
 
@@ -419,6 +413,13 @@ class OpRunner:
             _drain(self.stream)
         if workspace is not NO_WORKSPACE and not workspace._released:
             self.workspace.release_now(workspace)
+
+    def _raise_explained(self, error: BaseException) -> NoReturn:
+        """Raise ``error`` again or, where :meth:`_explain` rebuilt it, the rebuilt one from it."""
+        explained = self._explain(error)
+        if explained is error:
+            raise error
+        raise explained from error
 
     def _explain(self, error: BaseException) -> BaseException:
         """The same error, saying which call failed."""
