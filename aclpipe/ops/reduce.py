@@ -1,4 +1,5 @@
-"""Reductions: ``Mean``, ``ReduceSum`` and ``Amax``.
+"""Reductions: ``Mean``, ``ReduceSum`` and ``Amax`` (``Amin`` and ``Prod`` are rows of the same
+:class:`ReduceOp`, registered in :mod:`aclpipe.ops.reduce_more`).
 
 Attributes use aclnn's names: ``Mean(dim, keepDim, dtype)``, ``ReduceSum(dims, keepDims,
 dtype)``, ``Amax(dim, keepdim)``.  A dim list of None or ``[]`` reduces every dim (as
@@ -84,6 +85,20 @@ def _max_dtype(op: str, source: DType, requested: DType | None) -> DType:
     return source
 
 
+#: Kinds whose result is an element of the input: same dtype, and nothing to pick from an
+#: empty dim.
+_EXTREMA = ("max", "min")
+
+
+def _reducer(kind: str, accumulate: np.dtype[Any]) -> Callable[..., Any]:
+    """The numpy reduction of ``kind``; sums and products accumulate in ``accumulate``."""
+    if kind == "max":
+        return np.max
+    if kind == "min":
+        return np.min
+    return functools.partial(np.prod if kind == "prod" else np.sum, dtype=accumulate)
+
+
 class ReduceOp(OpSpec):
     """A reduction over some dims, described by a table row.
 
@@ -92,7 +107,7 @@ class ReduceOp(OpSpec):
     name:
         The aclnn name.
     kind:
-        ``"sum"``, ``"mean"`` or ``"max"``.
+        ``"sum"``, ``"mean"``, ``"max"``, ``"min"`` or ``"prod"``.
     result:
         The output dtype from the input dtype and the optional ``dtype`` attribute.
     dims, keep:
@@ -136,13 +151,13 @@ class ReduceOp(OpSpec):
         shape = keep_shape if keep else tuple(size for axis, size in enumerate(x.shape) if axis not in dims)
         dtype = self.result(self.name, x.dtype, self._requested_dtype(attrs))
         reduction = _Reduction(x, dims, keep_shape, shape, dtype, self._accumulator(x.dtype, dtype))
-        if self.kind == "max" and reduction.count == 0 and math.prod(shape) > 0:
+        if self.kind in _EXTREMA and reduction.count == 0 and math.prod(shape) > 0:
             sizes = [x.shape[d] for d in dims]
             raise op_error(self.name, self.dims_attr, "reduced dims of non-zero size", f"sizes {sizes}")
         return reduction
 
     def _accumulator(self, source: DType, result: DType) -> np.dtype[Any]:
-        if self.kind == "max":
+        if self.kind in _EXTREMA:
             return source.compute
         return np.dtype(np.float32) if result.is_floating else np.dtype(np.int64)
 
@@ -157,9 +172,10 @@ class ReduceOp(OpSpec):
         accumulate, keep_shape, dims = reduction.accumulate, reduction.keep_shape, reduction.dims
         numel = math.prod(keep_shape)
         workspace_size, (accumulator_at,) = scratch_layout(numel * accumulate.itemsize)
-        # The input is cast to the result's dtype first (torch.sum(dtype=) semantics).
+        # The input is cast to the result's dtype first (torch.sum(dtype=) semantics); an
+        # extremum's result dtype is its input's.
         operand = reduction.dtype.compute
-        reducer: Callable[..., Any] = np.max if self.kind == "max" else functools.partial(np.sum, dtype=accumulate)
+        reducer = _reducer(self.kind, accumulate)
         divisor, shape = (reduction.count if self.kind == "mean" else None), reduction.shape
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
@@ -169,12 +185,13 @@ class ReduceOp(OpSpec):
                 return
             accumulator = scratch_view(workspace, accumulator_at, keep_shape, accumulate)
             values = ins[0].astype(operand, copy=False)
-            with np.errstate(all="ignore"):  # the mean of nothing is nan, as in PyTorch
+            # the mean of nothing is nan, as in PyTorch; overflow to inf is data, as on the device
+            with np.errstate(all="ignore"):
                 # the accumulator lives in the workspace: partial results are device scratch
                 reducer(values, axis=dims, keepdims=True, out=accumulator)
                 if divisor is not None:
                     accumulator /= divisor
-            store(outs[0], accumulator.reshape(shape))
+                store(outs[0], accumulator.reshape(shape))
 
         traffic = float(reduction.input.nbytes + out.nbytes + 2 * workspace_size)
         return OpPlan(kernel, workspace_size, float(reduction.input.numel), traffic, variant="workspace-accumulator")
