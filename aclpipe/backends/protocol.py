@@ -13,15 +13,16 @@ failure.  Stream errors are sticky: they surface at the next ``stream_sync`` or
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import BackendError
 from ..tensor import TensorDesc
 
-__all__ = ["Backend", "Capabilities", "MemcpyKind", "Executor"]
+__all__ = ["Backend", "Capabilities", "MemcpyKind", "Executor", "sync_streams"]
 
 
 class MemcpyKind(enum.IntEnum):
@@ -107,3 +108,16 @@ class Backend(Protocol):
     def op_destroy(self, executor: Executor) -> None: ...
     def op_launch(self, executor: Executor, workspace: int, workspace_size: int, stream: Any,
                   context: Mapping[str, Any] | None = None) -> None: ...
+
+
+def sync_streams(stream_sync: Callable[[Any, int], None], streams: Iterable[Any], timeout_ms: int = -1) -> None:
+    """``device_sync`` written once for every backend: ``stream_sync`` each of ``streams``, then
+    raise the first error seen (a failed stream does not keep the others from being waited for)."""
+    first: BackendError | None = None
+    for stream in streams:
+        try:
+            stream_sync(stream, timeout_ms)
+        except BackendError as error:
+            first = first or error
+    if first is not None:
+        raise first

@@ -34,7 +34,7 @@ import numpy as np
 
 from ...errors import BackendError, ClosedResourceError, error_from_code
 from ...tensor import TensorDesc
-from ..protocol import Capabilities, MemcpyKind
+from ..protocol import Capabilities, MemcpyKind, sync_streams
 from .cdefs import ACL_DDR_MEM, ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
 from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
@@ -346,14 +346,7 @@ class AscendBackend:
         self.streams.launch_host_func(stream, fn_address, args_address)
 
     def device_sync(self, timeout_ms: int = -1) -> None:
-        first: BackendError | None = None
-        for stream in self.streams.all():
-            try:
-                self.stream_sync(stream, timeout_ms)
-            except BackendError as error:
-                first = first or error
-        if first is not None:
-            raise first
+        sync_streams(self.stream_sync, self.streams.all(), timeout_ms)
 
     # -- operators (aclnn two-phase) --------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],

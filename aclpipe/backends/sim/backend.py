@@ -18,7 +18,7 @@ from typing import Any
 from ..._hostfunc import ffi as _hostfunc_ffi
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
-from ..protocol import Capabilities, MemcpyKind
+from ..protocol import Capabilities, MemcpyKind, sync_streams
 from .callbacks import CallbackThread
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
@@ -472,14 +472,7 @@ class SimBackend:
         self._submit(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args)))
 
     def device_sync(self, timeout_ms: int = -1) -> None:
-        first: BackendError | None = None
-        for stream in list(self._streams):
-            try:
-                self.stream_sync(stream, timeout_ms)
-            except BackendError as error:
-                first = first or error
-        if first is not None:
-            raise first
+        sync_streams(self.stream_sync, list(self._streams), timeout_ms)
 
     # -- operators --------------------------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
