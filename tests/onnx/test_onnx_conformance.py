@@ -152,7 +152,7 @@ def test_node_case(name: str, eager: EagerContext) -> None:
         _skip(group, reason)
     problems = unsupported_nodes(case.model.graph, model_opsets(case.model))
     if problems:
-        _skip(group, "uses ops without a converter: " + ", ".join(sorted(p.op_type for p in problems)))
+        _skip(group, "; ".join(sorted({f"{p.op_type}: {p.why}" for p in problems})))
     graph = case.model.graph
     TALLY.setdefault(group, Counter())["failed"] += 1  # undone below when the case passes
     for inputs, expected in case.data_sets:
