@@ -24,11 +24,10 @@ from rich.table import Table
 
 from .backends import KNOWN_BACKENDS, get_backend_class, parse_device
 from .commands import command_modules
+from .commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_command
 from .errors import AclpipeError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -130,9 +129,7 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
     parser = _Parser(prog="aclpipe", description="Run DAGs of Ascend NPU (aclnn) operators asynchronously.")
     subparsers = parser.add_subparsers(dest="command", metavar="command", required=True)
     for command in commands:
-        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
-        command.configure(sub)
-        sub.set_defaults(run=command.run)
+        add_command(subparsers, command.name, command.help, command.configure, command.run)
     return parser
 
 

@@ -31,6 +31,7 @@ from .common import (
     EXIT_FAILED,
     EXIT_OK,
     CommandError,
+    add_command,
     bind_shapes,
     load_any_graph,
     output_console,
@@ -84,10 +85,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``bench`` to an argparse subparsers object."""
-    parser = subparsers.add_parser(NAME, help=HELP, description=HELP)
-    configure(parser)
-    parser.set_defaults(run=run)
-    return parser
+    return add_command(subparsers, NAME, HELP, configure, run)
 
 
 def find_folder(name: str) -> Path | None:

@@ -26,10 +26,10 @@ from ..runtime import open_device
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
+    add_command,
     add_graph_arguments,
-    bind_shapes,
     describe_shapes,
-    load_any_graph,
+    load_graph_arguments,
     output_console,
     positive_int,
     random_inputs,
@@ -70,10 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``check`` to an argparse subparsers object."""
-    parser = subparsers.add_parser(NAME, help=HELP, description=HELP)
-    configure(parser)
-    parser.set_defaults(run=run)
-    return parser
+    return add_command(subparsers, NAME, HELP, configure, run)
 
 
 @dataclass
@@ -141,9 +138,7 @@ def _table(outcomes: list[Outcome]) -> Table:
 @reporting_errors
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     console = output_console(console)
-    graph = load_any_graph(args.graph)
-    shapes = bind_shapes(graph, args.batch, dict(args.dim))
-    graph.bind(**shapes)  # shape errors now, as one line, before any configuration runs
+    graph, shapes, _ = load_graph_arguments(args)  # shape errors now, before any configuration runs
     rng = np.random.default_rng(args.seed)
     batches = [random_inputs(graph, shapes, rng) for _ in range(args.runs)]
     workspaces = RUN_STRATEGIES if args.workspace == "all" else (args.workspace,)

@@ -19,12 +19,12 @@ import numpy as np
 
 from ..dtypes import as_dtype
 from ..errors import AclpipeError, BackendError, ExecutionError, HazardError
-from ..graph import Graph, load_graph
+from ..graph import BoundGraph, Graph, load_graph
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "add_graph_arguments", "bind_shapes",
-    "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph", "positive_int", "random_inputs",
-    "reporting_errors",
+    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "add_command", "add_graph_arguments", "bind_shapes",
+    "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph", "load_graph_arguments", "positive_int",
+    "random_inputs", "reporting_errors",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -91,6 +91,16 @@ def add_graph_arguments(parser: argparse.ArgumentParser, batch: int = 8) -> None
                         help="size for one named dim, overriding --batch (repeatable)")
 
 
+def add_command(subparsers: Any, name: str, help_text: str, configure: Callable[[argparse.ArgumentParser], None],
+                run: Callable[..., int]) -> argparse.ArgumentParser:
+    """Add one subcommand to an argparse subparsers object: its parser (``help_text`` as help and
+    description), the arguments ``configure`` adds, and ``run`` as ``args.run``."""
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    configure(parser)
+    parser.set_defaults(run=run)
+    return parser
+
+
 # -- graphs --------------------------------------------------------------------------------------------
 def find_load_onnx() -> Callable[[Any], Graph] | None:
     """``aclpipe.load_onnx`` when this version has it (and ``onnx`` is installed), else None."""
@@ -148,6 +158,15 @@ def bind_shapes(graph: Graph, batch: int, dims: Mapping[str, int] | None = None)
         raise CommandError(f"graph {graph.name!r} has no inputs: nothing to feed it")
     return {name: tuple(d if isinstance(d, int) else dims.get(d, batch) if isinstance(d, str) else batch
                         for d in spec.shape) for name, spec in graph.inputs.items()}
+
+
+def load_graph_arguments(args: argparse.Namespace) -> tuple[Graph, dict[str, tuple[int, ...]], BoundGraph]:
+    """The graph GRAPH names, its input shapes from ``--batch`` and ``--dim`` (the arguments
+    :func:`add_graph_arguments` declares), and the graph bound to them: shape errors surface
+    here, as one line, before a command opens a device or runs anything."""
+    graph = load_any_graph(args.graph)
+    shapes = bind_shapes(graph, args.batch, dict(args.dim))
+    return graph, shapes, graph.bind(**shapes)
 
 
 def random_inputs(graph: Graph, shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator

@@ -25,10 +25,10 @@ from ..plan.render import format_bytes
 from ..trace import plan_dot
 from .common import (
     EXIT_OK,
+    add_command,
     add_graph_arguments,
-    bind_shapes,
     describe_shapes,
-    load_any_graph,
+    load_graph_arguments,
     output_console,
     positive_int,
     reporting_errors,
@@ -49,10 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``plan`` to an argparse subparsers object."""
-    parser = subparsers.add_parser(NAME, help=HELP, description=HELP)
-    configure(parser)
-    parser.set_defaults(run=run)
-    return parser
+    return add_command(subparsers, NAME, HELP, configure, run)
 
 
 def workspace_sizes(plan: Plan) -> dict[str, int | str]:
@@ -88,9 +85,8 @@ def workspace_table(plan: Plan, sizes: dict[str, int | str]) -> Table:
 @reporting_errors
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     console = output_console(console)
-    graph = load_any_graph(args.graph)
-    shapes = bind_shapes(graph, args.batch, dict(args.dim))
-    plan = make_plan(graph.bind(**shapes), streams=args.streams)
+    _, shapes, bound = load_graph_arguments(args)
+    plan = make_plan(bound, streams=args.streams)
     say(console, f"inputs {describe_shapes(shapes)}")
     say(console, plan.summary())
     sizes = workspace_sizes(plan)

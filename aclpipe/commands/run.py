@@ -34,10 +34,10 @@ from ..trace import format_seconds
 from .common import (
     EXIT_OK,
     CommandError,
+    add_command,
     add_graph_arguments,
-    bind_shapes,
     describe_shapes,
-    load_any_graph,
+    load_graph_arguments,
     output_console,
     positive_int,
     random_inputs,
@@ -76,10 +76,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``run`` to an argparse subparsers object."""
-    parser = subparsers.add_parser(NAME, help=HELP, description=HELP)
-    configure(parser)
-    parser.set_defaults(run=run)
-    return parser
+    return add_command(subparsers, NAME, HELP, configure, run)
 
 
 def device_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
@@ -100,9 +97,7 @@ def device_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]
 @reporting_errors
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     console = output_console(console)
-    graph = load_any_graph(args.graph)
-    shapes = bind_shapes(graph, args.batch, dict(args.dim))
-    graph.bind(**shapes)  # shape errors now, before a device is opened
+    graph, shapes, _ = load_graph_arguments(args)  # shape errors now, before a device is opened
     if args.gantt:
         _need_matplotlib()
     name, options = device_options(args)
