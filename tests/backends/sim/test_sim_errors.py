@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from sim_kernels import kernel
 
 from aclpipe import DeviceFault
 from aclpipe.backends.sim.engines import Cost
 from aclpipe.testing import latch
-
-
-def kernel(device, stream, name, ran, node=None):
-    context = {"node": node} if node else None
-    device.backend.launch_kernel(stream.handle, name, lambda: ran.append(name), cost=Cost(), context=context)
 
 
 def test_an_error_is_reported_once_at_sync_with_the_failing_task(device):

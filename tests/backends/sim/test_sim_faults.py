@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from sim_kernels import kernel
 
 from aclpipe import DeviceFault, DeviceOutOfMemory
-from aclpipe.backends.sim.engines import Cost
-
-
-def kernel(device, stream, name, ran, node=None):
-    context = {"node": node} if node else None
-    device.backend.launch_kernel(stream.handle, name, lambda: ran.append(name), cost=Cost(), context=context)
 
 
 def test_kernel_fault_matches_the_node_and_fires_once(device):
