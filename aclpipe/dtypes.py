@@ -7,6 +7,7 @@ bfloat16 maps to ``ml_dtypes.bfloat16``.
 
 from __future__ import annotations
 
+import builtins
 import enum
 from typing import Any
 
@@ -37,11 +38,11 @@ class DType(enum.IntEnum):
         return _TO_NUMPY[self].itemsize
 
     @property
-    def is_floating(self) -> bool:
+    def is_floating(self) -> builtins.bool:  # plain ``bool`` here would name the member DType.bool
         return self in (DType.float32, DType.float16, DType.bfloat16)
 
     @property
-    def is_integer(self) -> bool:
+    def is_integer(self) -> builtins.bool:
         return self in (DType.int8, DType.uint8, DType.int32, DType.int64)
 
     @property
