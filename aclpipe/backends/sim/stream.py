@@ -201,6 +201,6 @@ class SimStream:
         except BackendError as error:
             self._fail(task, error)
         except Exception as exc:
-            error = error_from_code(507015, f"{task.kind} {task.name} raised {exc!r}")
-            error.__cause__ = exc
-            self._fail(task, error)
+            failure = error_from_code(507015, f"{task.kind} {task.name} raised {exc!r}")
+            failure.__cause__ = exc
+            self._fail(task, failure)
