@@ -204,7 +204,7 @@ def test_an_op_that_refuses_repeatable_still_runs_once_and_the_cache_falls_back(
     backend.op_launch(executor, 0, 0, stream.handle)
     stream.sync()
     np.testing.assert_array_equal(buffers.download(outputs[0]), source)
-    for attempt in range(3):  # OpRunner's cache runs phase one each time for a refusing op
+    for _ in range(3):  # OpRunner's cache runs phase one each time for a refusing op
         data = rand(8)
         np.testing.assert_array_equal(OpRunner("InplaceCopy", stream).input(data).output().run()[0], data)
     assert ExecutorCache.for_device(ascend).stats().not_repeatable >= 1
@@ -212,7 +212,7 @@ def test_an_op_that_refuses_repeatable_still_runs_once_and_the_cache_falls_back(
 
 def test_op_runner_caches_repeatable_executors_on_ascend(ascend):
     stream = ascend.create_stream()
-    for attempt in range(3):
+    for _ in range(3):
         a, b = rand(4, 6), rand(6)
         (out,) = OpRunner("Add", stream).input(a).input(b).output().attr(alpha=0.5).run()
         np.testing.assert_allclose(out, a + 0.5 * b, rtol=1e-6)
