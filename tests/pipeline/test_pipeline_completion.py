@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from aclpipe.aio import Timeline
@@ -30,7 +31,7 @@ async def test_a_promoted_waiter_whose_value_arrived_hands_the_pump_on(device):
         second_gate.set()
         deadline = time.monotonic() + 10
         while timeline.value(0) < values[2] and time.monotonic() < deadline:
-            time.sleep(0.001)
+            time.sleep(0.001)  # noqa: ASYNC251 - blocking the loop on purpose
         done.append(values[0])
 
     async def follower(value: int) -> None:
@@ -69,6 +70,6 @@ async def test_many_waiters_on_many_lanes_all_resume(device):
             await anyio.sleep(0.01)
             for gate in gates:
                 gate.set()
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
     assert sorted(done) == sorted(targets) and timeline.waiting == 0
     timeline.close()
