@@ -109,7 +109,9 @@ async def check_configuration(graph: Graph, batches: list[dict[str, np.ndarray]]
 
 def compare(reference: Outcome, outcome: Outcome) -> None:
     """Mark ``outcome`` a mismatch when its outputs differ from ``reference``'s beyond tolerance."""
-    assert reference.outputs is not None and outcome.outputs is not None
+    if reference.outputs is None or outcome.outputs is None:
+        raise ValueError(f"compare needs two outcomes that produced outputs, got a {reference.status!r} and a "
+                         f"{outcome.status!r} one; compare only configurations that ran")
     worst, where = 0.0, ""
     for index, (expected, seen) in enumerate(zip(reference.outputs, outcome.outputs)):
         for name, value in expected.items():
