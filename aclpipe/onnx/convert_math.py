@@ -14,8 +14,6 @@ import math
 from functools import reduce
 from typing import Any
 
-import numpy as np
-
 from ..dtypes import DType
 from .context import BuildContext, OnnxNode, normalize_axis
 from .mapping import converts
@@ -185,9 +183,3 @@ def convert_gemm(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
         return [ctx.op("Addmm", c, a, b, beta=beta, alpha=alpha)]
     product = ctx.op("Mm", a, b)
     return [product if alpha == 1.0 else ctx.op("Muls", product, other=alpha)]
-
-
-def constant_like(ctx: BuildContext, value: Any, fill: float, shape: tuple[int, ...] | None = None) -> Any:
-    """A constant of ``value``'s dtype filled with ``fill`` (shape defaults to ``value``'s)."""
-    dtype = ctx.dtype(value).numpy
-    return ctx.constant(np.full(ctx.shape(value) if shape is None else shape, fill, dtype=dtype))

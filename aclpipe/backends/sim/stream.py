@@ -84,19 +84,12 @@ class SimStream:
         with self._cond:
             return self._cond.wait_for(lambda: self.completed >= target, timeout)
 
-    def is_idle(self) -> bool:
-        with self._cond:
-            return self.completed >= self.enqueued
-
     def take_error(self) -> BackendError | None:
         with self._cond:
             error, self.error = self.error, None
             if error is not None:
                 self._gen += 1
             return error
-
-    def peek_error(self) -> BackendError | None:
-        return self.error
 
     def stop(self) -> None:
         self._queue.put(None)
