@@ -6,7 +6,15 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import FLOAT_DTYPES, OpCall, assert_close_to_peak, check_shared_workspace, desc, random, run_op
+from helpers import (
+    FLOAT_DTYPES,
+    OpCall,
+    assert_close_to_peak,
+    check_shared_workspace,
+    desc,
+    random,
+    run_op,
+)
 
 from aclpipe.dtypes import Format
 from aclpipe.errors import InvalidArgumentError

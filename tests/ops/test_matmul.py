@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FLOAT_DTYPES, OpCall, assert_close_to_peak, check_shared_workspace, desc, random, run_op
+from helpers import (
+    FLOAT_DTYPES,
+    OpCall,
+    assert_close_to_peak,
+    check_shared_workspace,
+    desc,
+    random,
+    run_op,
+)
 
 from aclpipe.errors import InvalidArgumentError
 from aclpipe.ops import get_op
