@@ -59,7 +59,30 @@ class _Ticket:
 
 @dataclass(frozen=True)
 class PipelineStats:
-    """What :meth:`Pipeline.stats` reports."""
+    """What :meth:`Pipeline.stats` reports.
+
+    Attributes
+    ----------
+    runs, failed_runs:
+        Runs enqueued so far, and runs that raised :class:`ExecutionError`.
+    signatures, prepare_hits:
+        Programs prepared (one per input signature), and runs that found theirs prepared.
+    executors:
+        Executors held (one per compute node per slot, over every program).
+    events_per_run, waits_per_run:
+        Events recorded and waits enqueued by one run (the largest program's).
+    arena_bytes, constant_bytes:
+        Device bytes of all slots' activation arenas, and of the uploaded weights.
+    workspace:
+        The workspace strategy's counters (``strategy``, ``in_use``, ``peak_in_use``, ``waits``;
+        the pool adds ``limit`` and ``outstanding``: blocks not yet back).
+    device_peak_bytes:
+        The device's peak memory use, when the backend reports it.
+    in_flight:
+        Runs enqueued whose results have not been read or abandoned yet.
+    lost_slots:
+        Slots of cancelled runs the device had not passed within ``cancel_grace``; never reused.
+    """
 
     runs: int
     failed_runs: int
@@ -233,7 +256,11 @@ class Pipeline:
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
-        """Run every batch (a dict of inputs), ``depth`` in flight, yielding results in order."""
+        """Run every batch (a dict of inputs), ``depth`` in flight, yielding results in order.
+
+        Leaving the loop early leaves runs in flight until the generator is closed: wrap it in
+        ``contextlib.aclosing(pipe.stream(...))`` to give their slots back at once.
+        """
         pending: collections.deque[_Ticket] = collections.deque()
         try:
             async for batch in _aiter(batches):
