@@ -1,0 +1,368 @@
+"""Pipeline benchmarks on the simulated NPU, sanitizer off, each printed side by side with its baseline.
+
+``host``        host cost per node of ``Pipeline.run()`` on a prepared 200-node graph of
+                zero-cost kernels (tiny Relu/Add on 8 floats) against ``OpRunner`` per op
+                (``workspace="per-call"``); enqueue path and whole-run latency, captured
+                (one graph replay per run) and uncaptured (node by node); cProfile of the
+                enqueue path when the 2 us/node goal is missed.
+``overlap``     ``stream()`` of 32 batches with the timing model on, H2D / compute / D2H of
+                similar modelled time: makespan against the lower bound (busiest engine +
+                fill + drain) and against one stream doing everything in order.
+``memory``      planned activation memory per slot against the live-set lower bound and one
+                buffer per value, for the graphs in ``graphs/`` and a four-tower model.
+``streams``     a four-tower graph on 1, 2 and 4 streams with the timing model on: run
+                latency, speedup, and events/waits against one per cross-stream edge.
+``completion``  device done (end of a run's last D2H copy, device clock) to the awaiting task
+                resuming with its result: median and p99, under asyncio and trio.
+
+Run: ``python benchmarks/bench_pipeline.py [host|overlap|memory|streams|completion ...]``
+(default: all).  Timing figures depend on the machine's load: run on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import io
+import math
+import pstats
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+
+import aclpipe
+from aclpipe import Pipeline
+from aclpipe.graph import Graph, load_graph
+from aclpipe.runner import OpRunner
+
+GRAPHS = Path(__file__).resolve().parent.parent / "graphs"
+
+
+def _open(**options: Any) -> aclpipe.Device:
+    return aclpipe.open_device("sim", sanitizer=False, **options)
+
+
+def _without_capture(device: aclpipe.Device) -> None:
+    """Make the device look like a backend without graph capture (runs enqueue node by node)."""
+    backend = device.backend
+    backend.capabilities = dataclasses.replace(backend.capabilities, graph_capture=False)
+
+
+# -- 1. host cost per node -----------------------------------------------------------------------
+def tiny_graph(nodes: int = 200, branches: int = 4) -> Graph:
+    """``branches`` chains of alternating Relu and Add(h, x) on 8 floats: kernels that cost nothing."""
+    g = Graph(f"tiny{nodes}")
+    x = g.input("x", shape=(8,))
+    for branch in range(branches):
+        h = x
+        for k in range(nodes // branches):
+            h = g.relu(h) if k % 2 else g.add(h, x)
+        g.output(f"y{branch}", h)
+    return g
+
+
+async def _pipeline_host_cost(device: aclpipe.Device, graph: Graph, runs: int) -> dict[str, float]:
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    async with Pipeline(graph, device, streams=4, depth=2) as pipe:
+        for _ in range(20):  # warm up: prepare, capture, thread start-up
+            await pipe.run(x=x)
+        enqueue, whole, cpu = [], [], []
+        for _ in range(runs):
+            started, cpu_started = time.perf_counter(), time.thread_time()
+            program, arrays = pipe._accept({"x": x})  # what run() does, timed in two parts
+            ticket = await pipe._start(program, arrays)
+            enqueued = time.perf_counter()
+            await pipe._finish(ticket)
+            whole.append(time.perf_counter() - started)
+            enqueue.append(enqueued - started)
+            cpu.append(time.thread_time() - cpu_started)
+        captured = next(iter(pipe._programs.values())).slots[0].graph is not None
+    return {"enqueue": statistics.median(enqueue), "run": statistics.median(whole), "cpu": statistics.median(cpu),
+            "captured": float(captured)}
+
+
+def _op_runner_cost(device: aclpipe.Device, ops: int) -> float:
+    stream = device.create_stream()
+    x = device.upload(np.linspace(-1, 1, 8, dtype=np.float32))
+    y = device.alloc(32)
+    relu = OpRunner("Relu", stream, workspace="per-call").input(x, shape=(8,), dtype="float32") \
+        .output(y, shape=(8,), dtype="float32")
+    add = OpRunner("Add", stream, workspace="per-call").input(y, shape=(8,), dtype="float32") \
+        .input(x, shape=(8,), dtype="float32").output(y, shape=(8,), dtype="float32")
+    for _ in range(20):
+        relu.run()
+        add.run()
+    best = math.inf
+    for _ in range(3):
+        started = time.perf_counter()
+        for k in range(ops):
+            (relu if k % 2 else add).run()
+        best = min(best, (time.perf_counter() - started) / ops)
+    stream.close()
+    return best
+
+
+def _profile_enqueue(device: aclpipe.Device, graph: Graph) -> str:
+    async def runs() -> None:
+        x = np.zeros(8, np.float32)
+        async with Pipeline(graph, device, streams=4, depth=2) as pipe:
+            await pipe.run(x=x)
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(50):
+                await pipe.run(x=x)
+            profile.disable()
+        stats.append(profile)
+
+    stats: list[cProfile.Profile] = []
+    anyio.run(runs)
+    out = io.StringIO()
+    table = pstats.Stats(stats[0], stream=out)
+    table.sort_stats("tottime").print_stats(12)
+    shares: dict[str, float] = {}
+    for (filename, _, _), (_, _, own, _, _) in table.stats.items():  # type: ignore[attr-defined]
+        where = ("simulator (aclpipe/backends/sim)" if "backends/sim" in filename else
+                 "pipeline (pipeline, program, run_workspace, aio)" if any(
+                     name in filename for name in ("pipeline.py", "program.py", "run_workspace.py", "aio.py")) else
+                 "event loop, numpy, other")
+        shares[where] = shares.get(where, 0.0) + own
+    total = sum(shares.values())
+    lines = [f"  {share / total:4.0%}  {where}" for where, share in sorted(shares.items(), key=lambda kv: -kv[1])]
+    return "\n".join(["own time by layer:", *lines, *(line for line in out.getvalue().splitlines()[4:] if line.strip())])
+
+
+def bench_host(args: argparse.Namespace) -> None:
+    graph = tiny_graph()
+    nodes = len(graph.nodes)
+    print(f"\n== host cost per node: {nodes}-node graph of Relu/Add on 8 floats, 4 streams, depth 2, "
+          f"median of {args.runs} sequential runs")
+    device = _open()
+    runner = _op_runner_cost(device, 2000)
+    captured = anyio.run(_pipeline_host_cost, device, graph, args.runs)
+    device.close()
+    device = _open()
+    _without_capture(device)
+    uncaptured = anyio.run(_pipeline_host_cost, device, graph, args.runs)
+    print(f"{'path':<64} {'us/node':>9} {'OpRunner/this':>14}")
+    print(f"{'OpRunner.run() per op (per-call, sync each)':<64} {runner * 1e6:9.2f} {1.0:13.1f}x")
+    for label, result in (("captured graph replay", captured), ("node by node (no graph capture)", uncaptured)):
+        for part, text in (("enqueue", "submit -> enqueued"), ("run", "whole run() latency"),
+                           ("cpu", "host CPU per run (thread time)")):
+            per_node = result[part] / nodes
+            title = f"Pipeline {label}: {text}"
+            print(f"{title:<64} {per_node * 1e6:9.2f} {runner / per_node:13.1f}x")
+    goal = captured["enqueue"] / nodes <= 2e-6 and runner / (captured["enqueue"] / nodes) >= 50
+    print(f"goal <= 2 us/node and >= 50x (captured enqueue path): {'met' if goal else 'missed'}")
+    if uncaptured["enqueue"] / nodes > 2e-6:
+        print("\ncProfile of 50 runs, node by node (where the uncaptured enqueue time goes):")
+        device.close()
+        device = _open()
+        _without_capture(device)
+        print(_profile_enqueue(device, graph))
+    device.close()
+
+
+# -- 2. overlap of H2D, compute and D2H ------------------------------------------------------------------
+def overlap_graph(elements: int) -> Graph:
+    g = Graph("overlap")
+    x = g.input("x", shape=(elements,))
+    g.output("y", g.tanh(g.mul(x, x)))
+    return g
+
+
+async def _stream_makespan(device: aclpipe.Device, graph: Graph, batches: list[dict[str, np.ndarray]],
+                           streams: int, depth: int) -> tuple[float, dict[str, float]]:
+    engines = device.backend.engines
+    async with Pipeline(graph, device, streams=streams, depth=depth) as pipe:
+        async for _ in pipe.stream(batches[:2]):  # warm up
+            pass
+        busy_before = dict(engines.busy)
+        started = engines.now()
+        count = 0
+        async for _ in pipe.stream(batches):
+            count += 1
+        makespan = engines.now() - started
+    assert count == len(batches)
+    return makespan, {engine: engines.busy[engine] - busy_before[engine] for engine in engines.busy}
+
+
+def bench_overlap(args: argparse.Namespace) -> None:
+    # The simulator's own per-task overhead (thread hand-offs, sleep overshoot) is fixed wall
+    # time, so a larger scale shows the schedule rather than the simulator: 5000 by default.
+    elements, count, scale = 64 * 1024, 32, args.time_scale or 5000.0
+    print(f"\n== stream() of {count} batches of {elements} float32 ({elements * 4 // 1024} KiB), timing model on "
+          f"(time_scale {scale:g} wall s per device s), best of {args.repeats}")
+    graph = overlap_graph(elements)
+    batches = [{"x": np.random.default_rng(i).standard_normal(elements).astype(np.float32)} for i in range(count)]
+    results: dict[str, tuple[float, dict[str, float]]] = {}
+    for _ in range(args.repeats):  # interleaved, best kept: host load only ever adds time
+        for label, streams, depth in (("pipelined: streams=1, depth=4", 1, 4), ("in order: streams=1, depth=1", 1, 1)):
+            device = _open(timing=True, time_scale=scale)
+            result = anyio.run(_stream_makespan, device, graph, batches, streams, depth)
+            device.close()
+            if label not in results or result[0] < results[label][0]:
+                results[label] = result
+    _, busy = results["pipelined: streams=1, depth=4"]
+    per_batch = {engine: seconds / count for engine, seconds in busy.items()}
+    order = ("h2d", "compute", "d2h")
+    bound = max(sum(per_batch[e] for e in order[:i]) + count * per_batch[engine] + sum(per_batch[e] for e in order[i + 1:])
+                for i, engine in enumerate(order))
+    print("modelled device time per batch: " + ", ".join(f"{e} {per_batch[e] * 1e6:.1f} us" for e in order))
+    print(f"lower bound (busiest engine + fill + drain): {bound * 1e3:.3f} ms device time")
+    print(f"{'schedule':<32} {'makespan':>12} {'/ bound':>9} {'vs in order':>12}")
+    in_order = results["in order: streams=1, depth=1"][0]
+    for label, (makespan, _) in results.items():
+        print(f"{label:<32} {makespan * 1e3:9.3f} ms {makespan / bound:8.3f}x {in_order / makespan:11.2f}x")
+    ratio = results["pipelined: streams=1, depth=4"][0] / bound
+    print(f"goal: pipelined within 1.05 of the bound: {'met' if ratio <= 1.05 else 'missed'} ({ratio:.3f})")
+
+
+# -- 3. planned memory -------------------------------------------------------------------------------
+def four_towers(width: int = 64, depth: int = 4) -> Graph:
+    """Four independent towers of matmul+relu over one input, summed at the end."""
+    rng = np.random.default_rng(2)
+    g = Graph("four_towers")
+    x = g.input("x", shape=("batch", width))
+    tops = []
+    for tower in range(4):
+        h = x
+        for layer in range(depth):
+            weight = (rng.standard_normal((width, width)) / math.sqrt(width)).astype(np.float32)
+            h = g.relu(g.matmul(h, g.constant(f"t{tower}w{layer}", weight)))
+        tops.append(h)
+    g.output("y", g.add(g.add(tops[0], tops[1]), g.add(tops[2], tops[3])))
+    return g
+
+
+def bench_memory(args: argparse.Namespace) -> None:
+    print("\n== planned activation memory per slot (batch 32, 4 streams)")
+    graphs: list[tuple[str, Graph]] = [(path.name, load_graph(path)) for path in sorted(GRAPHS.glob("*.yaml"))]
+    graphs.append(("four towers (built here)", four_towers()))
+    print(f"{'graph':<26} {'nodes':>5} {'arena':>10} {'lower bound':>12} {'arena/bound':>12} {'one per value':>14} "
+          f"{'saved':>7}")
+    for name, graph in graphs:
+        shapes = {inp: tuple(32 if not isinstance(d, int) else d for d in spec.shape)
+                  for inp, spec in graph.inputs.items()}
+        plan = aclpipe.make_plan(graph.bind(**shapes), streams=4)
+        print(f"{name:<26} {len(plan.nodes):5d} {_kib(plan.arena_size):>10} {_kib(plan.lower_bound):>12} "
+              f"{plan.arena_size / max(plan.lower_bound, 1):11.2f}x {_kib(plan.naive_bytes):>14} "
+              f"{1 - plan.arena_size / max(plan.naive_bytes, 1):6.0%}")
+
+
+def _kib(count: int) -> str:
+    return f"{count / 1024:.1f} KiB"
+
+
+# -- 4. streams on a branchy graph ---------------------------------------------------------------------
+async def _latency(device: aclpipe.Device, graph: Graph, streams: int, runs: int) -> tuple[float, Any]:
+    engines = device.backend.engines
+    x = np.random.default_rng(0).standard_normal((32, 128)).astype(np.float32)
+    async with Pipeline(graph, device, streams=streams, depth=1) as pipe:
+        plan = pipe.plan_for(x=x.shape)
+        await pipe.run(x=x)
+        times = []
+        for _ in range(runs):
+            started = engines.now()
+            await pipe.run(x=x)
+            times.append(engines.now() - started)
+    return statistics.median(times), plan
+
+
+def bench_streams(args: argparse.Namespace) -> None:
+    graph = load_graph(GRAPHS / "branchy.yaml")
+    print(f"\n== four-tower graph ({graph.name}, batch 32) on 1, 2 and 4 streams, timing model on "
+          f"(time_scale {args.time_scale or 2000.0:g}), median run latency of 15 runs, best of {args.repeats}")
+    print(f"{'streams':>7} {'latency':>12} {'speedup':>8} {'events':>7} {'waits':>6} {'cross-stream edges':>19}")
+    base = None
+    for streams in (1, 2, 4):
+        latency = math.inf
+        for _ in range(args.repeats):
+            device = _open(timing=True, time_scale=args.time_scale or 2000.0)
+            measured, plan = anyio.run(_latency, device, graph, streams, 15)
+            device.close()
+            latency = min(latency, measured)
+        base = base or latency
+        print(f"{plan.num_streams:7d} {latency * 1e6:9.1f} us {base / latency:7.2f}x {plan.num_events:7d} "
+              f"{plan.num_waits:6d} {plan.cross_stream_edges:19d}")
+    print("(latency in device time; events/waits count the copy streams' too; one wait per cross-stream edge "
+          "is what ONNX Runtime inserts)")
+
+
+# -- 5. completion latency ---------------------------------------------------------------------------
+async def _completion(device: aclpipe.Device, runs: int) -> list[tuple[float, float]]:
+    """Per run: (device done -> resumed, completion host function start -> resumed)."""
+    backend = device.backend
+    g = Graph("small")
+    x = g.input("x", shape=(8,))
+    g.output("y", g.relu(x))
+    value = np.ones(8, np.float32)
+    latencies = []
+    async with Pipeline(g, device, streams=1, depth=1) as pipe:
+        for _ in range(20):
+            await pipe.run(x=value)
+        for _ in range(runs):
+            backend.trace_begin()
+            await pipe.run(x=value)
+            resumed = backend.engines.now()
+            records = backend.trace_end()
+            done = max(r.end for r in records if r.kind == "copy" and r.node == "d2h:y")
+            host_func = min(r.start for r in records if r.kind == "host_func" and r.start >= done)
+            latencies.append((resumed - done, resumed - host_func))
+    return latencies
+
+
+def _percentiles(values: list[float]) -> str:
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+    return f"{statistics.median(ordered) * 1e6:7.1f} us {p99 * 1e6:7.1f} us"
+
+
+def bench_completion(args: argparse.Namespace) -> None:
+    runs = args.runs
+    print(f"\n== completion latency, {runs} sequential runs of a one-node graph, timing off, device clock")
+    print(f"{'event loop':<10} {'device done -> resumed':>24} {'host function -> resumed':>26}")
+    print(f"{'':<10} {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}")
+    for backend in ("asyncio", "trio"):
+        device = _open()
+        latencies = anyio.run(_completion, device, runs, backend=backend)
+        device.close()
+        print(f"{backend:<10} {_percentiles([done for done, _ in latencies])}   "
+              f"{_percentiles([start for _, start in latencies])}")
+    print("device done = end of the run's last D2H copy; then the D2H stream passes the run's tail waits and "
+          "reaches the completion host function, which the callback thread runs (C: store the counter, write "
+          "the wake pipe); the pump task reads the pipe, wakes the waiter, and the outputs are copied out")
+
+
+BENCHES: dict[str, Callable[[argparse.Namespace], None]] = {
+    "host": bench_host, "overlap": bench_overlap, "memory": bench_memory, "streams": bench_streams,
+    "completion": bench_completion,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("benches", nargs="*", metavar="bench", help=f"any of {', '.join(BENCHES)} (default: all)")
+    parser.add_argument("--runs", type=int, default=300, help="runs for host and completion (default 300)")
+    parser.add_argument("--repeats", type=int, default=3, help="timing-model measurements repeated (best kept)")
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help="wall seconds per modelled device second (default: 5000 overlap, 2000 streams)")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.benches if name not in BENCHES]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHES)}")
+    print("$ python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]))
+    print(f"aclpipe {aclpipe.__version__}, sanitizer off, python {sys.version.split()[0]}, numpy {np.__version__}")
+    for name in args.benches or list(BENCHES):
+        BENCHES[name](args)
+
+
+if __name__ == "__main__":
+    main()
