@@ -263,7 +263,7 @@ static int run_memset(task *t, char *why, size_t why_len)
     return ACL_SUCCESS;
 }
 
-static void run_event_task(task *t)
+static void run_event_task(fake_stream *s, task *t)
 {
     fake_event *e = t->event;
     pthread_mutex_lock(&rt_lock);
@@ -271,6 +271,7 @@ static void run_event_task(task *t)
         ptr_set_remove(&e->pending, generation_key(t->event_generation));
         if (t->event_generation == e->recorded)
             e->stamp = rt_now();
+        s->completed++;
     } else {
         while (!reached(e, t->event_generation))
             pthread_cond_wait(&rt_changed, &rt_lock);
@@ -299,7 +300,7 @@ static void execute(fake_stream *s, task *t)
         break;
     case TASK_RECORD:
     case TASK_WAIT:
-        run_event_task(t);
+        run_event_task(s, t);
         break;
 #ifdef FAKE_HAVE_LAUNCH_HOST_FUNC
     case TASK_HOST_FUNC:
@@ -317,7 +318,10 @@ static void execute(fake_stream *s, task *t)
     pthread_mutex_lock(&rt_lock);
     if (rc != ACL_SUCCESS)
         fail_task(s, t, rc, why);
-    s->completed++;
+    /* A record completes its event under this same lock (run_event_task), so whoever sees
+       the event done also sees the stream past it, as on the device. */
+    if (t->kind != TASK_RECORD)
+        s->completed++;
     pthread_cond_broadcast(&rt_changed);
     pthread_mutex_unlock(&rt_lock);
     free(t);

@@ -66,6 +66,8 @@ class SimStream:
         self._failed_gens: dict[int, BackendError] = {}
         self._cond = threading.Condition()
         self._graph_context: dict[str, Any] | None = None  # run context of the replay being executed
+        self._graph_last: Task | None = None  # the replay's last task
+        self._counted = False  # the current queue entry was already counted as completed
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"aclpipe-{name}", daemon=True)
         self._thread.start()
@@ -102,13 +104,23 @@ class SimStream:
             task = self._queue.get()
             if task is None:
                 return
+            self._counted = False
             try:
                 self._execute(task)
             except BaseException as exc:  # never let the worker die: the stream would hang
                 self._fail(task, error_from_code(507000, f"simulator bug in {task.kind} task: {exc!r}"))
-            with self._cond:
-                self.completed += 1
-                self._cond.notify_all()
+            if not self._counted:
+                self._count_done()
+
+    def _last_of_entry(self, task: Task) -> bool:
+        """Whether finishing ``task`` finishes the queue entry it belongs to."""
+        return self._graph_last is None or task is self._graph_last
+
+    def _count_done(self) -> None:
+        with self._cond:
+            self.completed += 1
+            self._counted = True
+            self._cond.notify_all()
 
     def _fail(self, task: Task, error: BackendError) -> None:
         context = {**(task.context or {}), **(self._graph_context or {})}
@@ -149,12 +161,14 @@ class SimStream:
             assert task.tasks is not None
             # A replayed graph's tasks share its generation and its run context.
             self._graph_context = task.context
+            self._graph_last = task.tasks[-1] if task.tasks else None
             try:
                 for sub in task.tasks:
                     sub.gen = task.gen
                     self._execute(sub)
             finally:
                 self._graph_context = None
+                self._graph_last = None
             return
         if task.kind == WAIT:
             assert task.event is not None
@@ -166,6 +180,9 @@ class SimStream:
         if task.kind == RECORD:
             assert task.event is not None
             error = self._failed_gens.get(task.gen)
+            if self._last_of_entry(task):
+                # Whoever sees the event done must also see the stream past it, as on the device.
+                self._count_done()
             task.event.complete(task.generation, backend.engines.now(), error)
             return
         if task.kind == HOST_FUNC:

@@ -50,3 +50,14 @@ def test_timestamps_are_ordered_along_a_stream(device):
     events[-1].sync()
     gaps = [later - earlier for earlier, later in itertools.pairwise(events)]
     assert all(gap >= 0 for gap in gaps)
+
+
+def test_an_event_recorded_last_implies_its_stream_is_done(device):
+    # Whoever sees the event complete must see the stream past it (a race the fake CANN had too).
+    stream = device.create_stream()
+    buffer = device.alloc(64)
+    for _ in range(300):
+        stream.memset(buffer, 1)
+        event = stream.record()
+        event.sync(5)
+        assert stream.is_done
