@@ -22,7 +22,7 @@ import anyio
 from ._hostfunc import ffi, lib
 from .errors import ClosedResourceError
 
-__all__ = ["Timeline", "HOST_FUNC_ADDRESS"]
+__all__ = ["HOST_FUNC_ADDRESS", "Timeline"]
 
 #: Address of ``aclpipe_advance``: an ``aclrtHostFunc`` (``void (*)(void *)``).
 HOST_FUNC_ADDRESS: int = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_advance")))

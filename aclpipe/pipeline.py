@@ -25,14 +25,20 @@ from __future__ import annotations
 import collections
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import numpy as np
 
 from .aio import Timeline
 from .dtypes import as_dtype
-from .errors import AclpipeError, BackendError, ClosedResourceError, ExecutionError, GraphError
+from .errors import (
+    AclpipeError,
+    BackendError,
+    ClosedResourceError,
+    ExecutionError,
+    GraphError,
+)
 from .graph import Graph
 from .plan import Plan, make_plan
 from .program import Program, Slot
@@ -115,7 +121,7 @@ class _SlotQueue:
             raise ClosedResourceError("the pipeline is closed")
         if self.free and not self.waiters:
             return self.free.popleft()
-        event, box = anyio.Event(), []
+        event, box = anyio.Event(), list[Slot]()
         self.waiters.append((event, box))
         try:
             await event.wait()
@@ -509,7 +515,7 @@ class Pipeline:
             except (BackendError, AclpipeError):
                 pass  # its run already reported it, or nobody is left to tell
 
-    async def __aenter__(self) -> Pipeline:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

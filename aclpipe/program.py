@@ -173,6 +173,7 @@ class Program:
             try:
                 for step in slot.steps:
                     address = workspaces.take(step.workspace_size, step.lane) if step.workspace_size else 0
+                    assert address is not None  # only static regions are captured: always room
                     self._enqueue_step(step, step.executor, address, None)
                 self._enqueue_tails(slot, d2h_lane)
             finally:

@@ -29,8 +29,14 @@ if TYPE_CHECKING:
     from .aio import Timeline
     from .runtime import Device, DeviceBuffer, Stream
 
-__all__ = ["RunWorkspaces", "StaticWorkspaces", "PooledWorkspaces", "PerCallWorkspaces", "make_run_workspaces",
-           "RUN_STRATEGIES"]
+__all__ = [
+    "RUN_STRATEGIES",
+    "PerCallWorkspaces",
+    "PooledWorkspaces",
+    "RunWorkspaces",
+    "StaticWorkspaces",
+    "make_run_workspaces",
+]
 
 RUN_STRATEGIES = ("pool", "static", "per-call")
 _ALIGN = 512
