@@ -156,6 +156,41 @@ class _SlotQueue:
             self.free.append(slot)
 
 
+class _FifoLock:
+    """A first-come-first-served lock for the enqueue path.
+
+    Not an ``anyio.Lock``: that belongs to the event loop library it was first used under
+    (a pipeline may serve asyncio, then trio), and its ``acquire`` always checkpoints, which
+    costs every run a whole loop iteration.  Waits here make their own events, and a free
+    lock is taken without yielding.
+    """
+
+    def __init__(self) -> None:
+        self.held = False
+        self.waiters: collections.deque[anyio.Event] = collections.deque()
+
+    async def acquire(self) -> None:
+        if not self.held and not self.waiters:
+            self.held = True
+            return
+        event = anyio.Event()
+        self.waiters.append(event)
+        try:
+            await event.wait()
+        except BaseException:
+            if event.is_set():  # handed the lock while being cancelled: pass it on
+                self.release()
+            else:
+                self.waiters.remove(event)
+            raise
+
+    def release(self) -> None:
+        if self.waiters:
+            self.waiters.popleft().set()  # ownership passes straight to the next waiter
+        else:
+            self.held = False
+
+
 class Pipeline:
     """Run a graph on a device, asynchronously.
 
@@ -204,7 +239,7 @@ class Pipeline:
         self._constants: dict[str, DeviceBuffer] = {}
         self._programs: dict[tuple[Any, ...], Program] = {}
         self._queues: dict[int, _SlotQueue] = {}
-        self._enqueue_lock: anyio.Lock | None = None
+        self._enqueue_lock = _FifoLock()
         self._faults: list[_Fault] = []
         self._runs = 0
         self._failed = 0
@@ -299,14 +334,7 @@ class Pipeline:
         slot = await queue.acquire()
         try:
             program.write_inputs(slot, arrays)
-            if self._enqueue_lock is None:
-                self._enqueue_lock = anyio.Lock()
-            try:
-                # Uncontended, skip acquire()'s scheduling checkpoint: a whole loop iteration on
-                # the enqueue path of every run.
-                self._enqueue_lock.acquire_nowait()
-            except anyio.WouldBlock:
-                await self._enqueue_lock.acquire()
+            await self._enqueue_lock.acquire()
         except BaseException:
             queue.release(slot)
             raise
@@ -486,9 +514,8 @@ class Pipeline:
         with anyio.CancelScope(shield=True):
             for queue in self._queues.values():
                 queue.close()
-            if self._enqueue_lock is not None:
-                async with self._enqueue_lock:
-                    pass
+            await self._enqueue_lock.acquire()  # a run being enqueued finishes enqueueing first
+            self._enqueue_lock.release()
             await self._timeline.drain()
             while self._finishing:
                 self._finished = anyio.Event()

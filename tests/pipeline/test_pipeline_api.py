@@ -297,3 +297,22 @@ async def test_numbers_of_a_real_input_type_are_accepted(device):
         view = batch(8)[::2]
         assert_outputs(await pipe.run(x=view), reference(graph, {"x": view}))
 
+
+
+def test_one_pipeline_serves_asyncio_then_trio_then_asyncio(device):
+    graph = mlp()
+    pipe = Pipeline(graph, device, depth=2)
+
+    async def several() -> None:
+        x = batch(3, seed=5)
+        async with anyio.create_task_group() as group:
+            for _ in range(4):  # contended: the enqueue lock and the slots have waiters
+                group.start_soon(lambda: check(pipe, graph, x))
+
+    for library in ("asyncio", "trio", "asyncio"):
+        anyio.run(several, backend=library)
+    anyio.run(pipe.aclose, backend="trio")
+
+
+async def check(pipe: Pipeline, graph: Graph, x: np.ndarray) -> None:
+    assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
