@@ -122,7 +122,7 @@ def random_graphs(draw: st.DrawFn) -> tuple[Graph, dict[str, np.ndarray]]:
         name = f"x{index}"
         builder.add(builder.graph.input(name, shape=shape), 1.0)
         inputs[name] = np.random.default_rng(draw(st.integers(0, 2**16))).uniform(-1, 1, shape).astype(np.float32)
-    for _ in range(draw(st.integers(3, 16))):
+    for _ in range(draw(st.integers(3, 20))):
         builder.node(draw(st.sampled_from(_KINDS)))
     produced = builder.values[len(inputs):] or builder.values
     for index, value in enumerate(draw(st.lists(st.sampled_from(produced), min_size=1, max_size=3))):
@@ -137,7 +137,7 @@ def _variant(inputs: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=random_graphs(), streams=st.integers(1, 4), depth=st.integers(1, 3),
-       workspace=st.sampled_from(["pool", "static", "per-call"]), time_scale=st.sampled_from([None, 20.0, 200.0]),
+       workspace=st.sampled_from(["pool", "static", "per-call"]), time_scale=st.sampled_from([None, 50.0, 500.0]),
        concurrent=st.integers(1, 5), backend=st.sampled_from(["asyncio", "trio"]))
 def test_random_dags_match_numpy_and_leave_nothing_behind(case, streams, depth, workspace, time_scale, concurrent,
                                                          backend):
