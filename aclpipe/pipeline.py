@@ -250,6 +250,7 @@ class Pipeline:
         self._freed = False  # aclose freed the device memory: late tickets only retire
         self._finishing = 0  # callers between awaiting completion and having their result
         self._finished: anyio.Event | None = None
+        self._closing: anyio.Event | None = None  # set once aclose has freed everything
 
     # -- planning and preparing ----------------------------------------------------------------
     def plan_for(self, **shapes: Any) -> Plan:
@@ -509,8 +510,18 @@ class Pipeline:
         and every caller awaiting a run has its result.
         """
         if self._closed:
+            if not self._freed and self._closing is not None:  # another task is closing: wait for it
+                with anyio.CancelScope(shield=True):
+                    await self._closing.wait()
             return
         self._closed = True
+        self._closing = anyio.Event()
+        try:
+            await self._close()
+        finally:
+            self._closing.set()
+
+    async def _close(self) -> None:
         with anyio.CancelScope(shield=True):
             for queue in self._queues.values():
                 queue.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 
 import anyio
 import anyio.lowlevel
@@ -316,3 +317,25 @@ def test_one_pipeline_serves_asyncio_then_trio_then_asyncio(device):
 
 async def check(pipe: Pipeline, graph: Graph, x: np.ndarray) -> None:
     assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+
+
+async def test_concurrent_acloses_all_return_once_everything_is_freed(device):
+    baseline = live_device_state(device)
+    pipe = Pipeline(mlp(), device, depth=2)
+    await pipe.run(x=batch(2))
+    device.inject_fault("kernel", match="softmax", hang=True)
+    returned: list[tuple[int, int]] = []
+
+    async def close(tag: int) -> None:
+        await pipe.aclose()
+        returned.append((tag, live_device_state(device)[0]))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(partial(pipe.run, x=batch(2)))
+        await anyio.sleep(0.01)
+        group.start_soon(close, 1)
+        group.start_soon(close, 2)
+        await anyio.sleep(0.01)
+        assert returned == []  # both wait for the held run
+        device.release_hangs()
+    assert sorted(returned) == [(1, baseline[0]), (2, baseline[0])]
