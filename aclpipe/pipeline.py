@@ -403,7 +403,7 @@ class Pipeline:
             raise ClosedResourceError("the pipeline was closed before this run's result was read")
         try:
             self._collect_errors()
-            self._raise_fault(ticket.run)
+            self._raise_fault(ticket.run, ticket.program.run_error(ticket.slot))
             return ticket.program.read_outputs(ticket.slot)
         finally:
             self._retire(ticket.run)
@@ -446,8 +446,14 @@ class Pipeline:
         oldest = min(self._live, default=self._runs + 1)
         self._faults = [fault for fault in self._faults if fault.last_run >= oldest]
 
-    def _raise_fault(self, run: int) -> None:
-        for fault in self._faults:
+    def _raise_fault(self, run: int, own_error: BaseException | None = None) -> None:
+        """Raise for ``run`` if a recorded fault's window covers it, or if its own ``done`` event
+        reported ``own_error`` (which no one else's consuming of stream errors can hide)."""
+        faults = [f for f in self._faults if f.first_run <= run <= f.last_run]
+        if not faults and own_error is not None:
+            first = (getattr(own_error, "context", {}) or {}).get("run")
+            faults = [_Fault(own_error, int(first) if first is not None else run, run)]
+        for fault in faults:
             if fault.first_run <= run <= fault.last_run:
                 self._failed += 1
                 error = fault.error

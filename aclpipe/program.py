@@ -54,6 +54,10 @@ class Slot:
     steps: list[Step] = field(default_factory=list)
     events: dict[int, Event] = field(default_factory=dict)  # node index -> event it records
     tails: list[tuple[Any, Event]] = field(default_factory=list)  # (stream handle, event) per used stream
+    #: Recorded on the D2H stream after the run's last work, behind the tails: on backends whose
+    #: events carry their producer's error, an error on it is this run's, whoever consumed the
+    #: streams' sticky errors.
+    done: Event | None = None
     executors: list[Any] = field(default_factory=list)
     graph: Any | None = None  # the captured run, when the backend can replay graphs
 
@@ -100,6 +104,8 @@ class Program:
             slot.steps.append(self._build_step(slot, node, handles, events))
         used = sorted({self.lane_of[node.stream] for node in plan.nodes} - {len(handles) - 1})
         slot.tails = [(handles[lane], device.create_event()) for lane in used]
+        if getattr(device.capabilities, "event_errors", False):
+            slot.done = device.create_event()
         self._building = None
         return slot
 
@@ -208,6 +214,19 @@ class Program:
         for stream, event in slot.tails:
             backend.event_record(event.handle, stream)
             backend.stream_wait_event(d2h, event.handle)
+        if slot.done is not None:
+            backend.event_record(slot.done.handle, d2h)
+
+    def run_error(self, slot: Slot) -> BackendError | None:
+        """The error the slot's last run ended with, as its ``done`` event reports it (None when
+        it ran cleanly, or when the backend's events carry no errors)."""
+        if slot.done is None:
+            return None
+        try:
+            slot.done.sync(0)  # the completion host function ran after it: this never waits
+        except BackendError as error:
+            return error
+        return None
 
     def _enqueue_step(self, step: Step, executor: Any, workspace: int, run: int | None) -> None:
         backend, node = self.device.backend, step.node
@@ -272,5 +291,7 @@ class Program:
                 slot.arena.close()
             for event in [*slot.events.values(), *(event for _, event in slot.tails)]:
                 event.close()
+            if slot.done is not None:
+                slot.done.close()
         self.slots.clear()
         self._building = None

@@ -46,6 +46,7 @@ class Capabilities:
     timing_model: bool = False
     repeatable_executors: bool = True
     graph_capture: bool = False  # graph_capture_begin/end and graph_launch
+    event_errors: bool = False  # event_sync raises the error of a record made on a failed stream
 
 
 @runtime_checkable

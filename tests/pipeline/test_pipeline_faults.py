@@ -261,3 +261,26 @@ async def test_a_launch_the_backend_refuses_gives_its_workspace_back(device, mon
         stats = pipe.stats()
         assert stats.in_flight == 0 and stats.workspace["in_use"] == 0
     assert live_device_state(device) == baseline
+
+
+@pytest.mark.parametrize(("streams", "workspace"), [(1, "static"), (4, "pool")])
+async def test_a_fault_whose_stream_error_someone_else_consumed_still_fails_its_run(device, monkeypatch, streams,
+                                                                                  workspace):
+    """Other code may drain the streams' sticky errors first (a Device.sync() say): the run's own
+    ``done`` event still carries the error, so the run fails instead of returning stale numbers."""
+    graph = mixed40()
+    async with Pipeline(graph, device, streams=streams, depth=2, workspace=workspace) as pipe:
+        drained: list[BaseException] = []
+
+        def drain_without_telling_the_pipeline() -> None:
+            drained.extend(e for e in (s.take_error() for s in pipe._streams) if e is not None)
+
+        monkeypatch.setattr(pipe, "_collect_errors", drain_without_telling_the_pipeline)
+        for position, node in enumerate(NODE_NAMES[::7]):
+            device.inject_fault("kernel", match=node)
+            with pytest.raises(ExecutionError) as info:
+                await pipe.run(x=batch(8, 16, position))
+            assert info.value.node == node
+            x = batch(8, 16, 500 + position)
+            assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+        assert drained  # the errors really were consumed behind the pipeline's back

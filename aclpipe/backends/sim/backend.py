@@ -114,7 +114,8 @@ class SimBackend:
         self.faults = FaultInjector()
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=max_streams, sanitizer=sanitize,
-            fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=True)
+            fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=True,
+            event_errors=True)
         self.callbacks = CallbackThread(f"aclpipe-sim{index}-callbacks")
         self._streams: list[SimStream] = []
         self._names = itertools.count()
