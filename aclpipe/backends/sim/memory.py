@@ -131,8 +131,9 @@ class DeviceMemory:
     def is_device(self, address: int) -> bool:
         return address >= DEVICE_BASE and address < self._next
 
-    def find(self, address: int, nbytes: int, *, what: str) -> tuple[Allocation, int]:
-        """The live allocation (device or pinned host) holding ``[address, address+nbytes)``."""
+    def _containing(self, address: int) -> Allocation | None:
+        """The live allocation whose bytes include ``address``: a device allocation for an address
+        in the device range, else a pinned host buffer."""
         with self._lock:
             if self.is_device(address):
                 starts, table = self._starts, self._by_start
@@ -141,6 +142,13 @@ class DeviceMemory:
             index = bisect.bisect_right(starts, address) - 1
             allocation = table[starts[index]] if index >= 0 else None
         if allocation is None or address >= allocation.start + allocation.size:
+            return None
+        return allocation
+
+    def find(self, address: int, nbytes: int, *, what: str) -> tuple[Allocation, int]:
+        """The live allocation (device or pinned host) holding ``[address, address+nbytes)``."""
+        allocation = self._containing(address)
+        if allocation is None:
             raise error_from_code(107000, self._unknown(address, what))
         offset = address - allocation.start
         if offset + nbytes > allocation.size:
@@ -153,7 +161,7 @@ class DeviceMemory:
 
     def find_device(self, address: int, nbytes: int, *, what: str, aligned: bool = False) -> Allocation:
         if not self.is_device(address):
-            kind = "a pinned host buffer" if self._host_holds(address) else "not device memory"
+            kind = "a pinned host buffer" if self._containing(address) is not None else "not device memory"
             raise error_from_code(
                 107000, f"{what}: address {address:#x} is {kind}; kernels take device addresses "
                 "(copy host data to a DeviceBuffer first)")
@@ -176,14 +184,6 @@ class DeviceMemory:
         typed = flat.view(desc.dtype.numpy)
         return np.lib.stride_tricks.as_strided(
             typed[desc.offset:], shape=desc.shape, strides=tuple(s * itemsize for s in desc.strides))
-
-    def _host_holds(self, address: int) -> bool:
-        with self._lock:
-            index = bisect.bisect_right(self._host_starts, address) - 1
-            if index < 0:
-                return False
-            allocation = self._host[self._host_starts[index]]
-        return address < allocation.start + allocation.size
 
     def _unknown(self, address: int, what: str) -> str:
         for start, size, description in reversed(self._freed):
