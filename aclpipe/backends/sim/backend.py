@@ -355,23 +355,23 @@ class SimBackend:
 
     def stream_sync(self, stream: SimStream, timeout_ms: int = -1) -> None:
         self._check_stream(stream)
-        target = stream.position()
-        snapshot = self.sanitizer.snapshot(stream.name) if self.sanitizer else None
-        timeout = None if timeout_ms < 0 else timeout_ms / 1000
-        if not stream.wait_position(target, timeout):
+        if not self._wait_stream(stream, None if timeout_ms < 0 else timeout_ms / 1000):
             raise error_from_code(507046, f"stream {stream.name} did not finish within {timeout_ms} ms")
-        if snapshot is not None and self.sanitizer is not None:
-            self.sanitizer.host_learns(snapshot)
         self._raise_sticky(stream)
 
     def stream_query(self, stream: SimStream) -> bool:
         self._check_stream(stream)
+        done = self._wait_stream(stream, 0)
+        self._raise_sticky(stream)
+        return done
+
+    def _wait_stream(self, stream: SimStream, timeout: float | None) -> bool:
+        """Wait for what is enqueued now; once it is done the host knows all of it."""
+        # The snapshot is taken before the target so it never covers work the wait did not.
         snapshot = self.sanitizer.snapshot(stream.name) if self.sanitizer else None
-        target = stream.position()
-        done = stream.wait_position(target, 0)
+        done = stream.wait_position(stream.position(), timeout)
         if done and snapshot is not None and self.sanitizer is not None:
             self.sanitizer.host_learns(snapshot)
-        self._raise_sticky(stream)
         return done
 
     def stream_take_error(self, stream: SimStream) -> BackendError | None:
