@@ -134,7 +134,7 @@ def promote_types(a: DType, b: DType) -> DType:
     return a if _RANK[a] >= _RANK[b] else b
 
 
-def result_type_with_scalar(tensor: DType, scalar: float | int | bool) -> DType:
+def result_type_with_scalar(tensor: DType, scalar: float | bool) -> DType:
     """The dtype of ``tensor op scalar``: the tensor's dtype wins unless the scalar is of a higher
     category (a float scalar with an integer tensor gives float32)."""
     if isinstance(scalar, bool):

@@ -15,8 +15,8 @@ import asyncio
 import numpy as np
 
 import aclpipe
-from aclpipe.executor_cache import ExecutorCache
-from aclpipe.runner import OpRunner
+from aclpipe.eager import OpRunner
+from aclpipe.eager.executor_cache import ExecutorCache
 
 
 def numpy_in_numpy_out(stream: aclpipe.Stream, rng: np.random.Generator) -> None:
@@ -32,7 +32,8 @@ def numpy_in_numpy_out(stream: aclpipe.Stream, rng: np.random.Generator) -> None
     x16 = rng.standard_normal((8, 16)).astype(np.float16)
     y, mean, rstd = (OpRunner("LayerNorm", stream).input(x16).input(None).input(None)  # no weight, no bias
                      .output().output().output().attr(normalizedShape=[16]).run())
-    print(f"LayerNorm float16: y {y.dtype}{list(y.shape)} with row means {np.abs(y.astype(np.float32).mean(-1)).max():.1e}"
+    row_means = np.abs(y.astype(np.float32).mean(-1)).max()
+    print(f"LayerNorm float16: y {y.dtype}{list(y.shape)} with row means {row_means:.1e}"
           f"; statistics mean {mean.dtype}{list(mean.shape)}, rstd {rstd.dtype}{list(rstd.shape)}")
 
 

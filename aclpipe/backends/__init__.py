@@ -12,7 +12,7 @@ import importlib
 import os
 from typing import Any
 
-__all__ = ["get_backend_class", "parse_device", "KNOWN_BACKENDS", "DEFAULT_DEVICE"]
+__all__ = ["DEFAULT_DEVICE", "KNOWN_BACKENDS", "get_backend_class", "parse_device"]
 
 DEFAULT_DEVICE = "sim"
 KNOWN_BACKENDS = {
@@ -41,6 +41,8 @@ def parse_device(spec: str | None) -> tuple[str, int]:
 
 
 def get_backend_class(name: str) -> Any:
+    """The backend class registered as ``name`` (imported once, then cached); raises
+    :class:`LookupError` saying what to install or set when it cannot be loaded."""
     if name in _CACHE:
         return _CACHE[name]
     if name not in KNOWN_BACKENDS:

@@ -7,5 +7,14 @@ from .bound import BoundGraph, BoundNode, BoundValue
 from .files import load_graph, save_graph
 from .graph import Graph, InputSpec, Node, Value
 
-__all__ = ["Graph", "Node", "Value", "InputSpec", "BoundGraph", "BoundNode", "BoundValue", "load_graph",
-           "save_graph"]
+__all__ = [
+           "BoundGraph",
+           "BoundNode",
+           "BoundValue",
+           "Graph",
+           "InputSpec",
+           "Node",
+           "Value",
+           "load_graph",
+           "save_graph",
+]

@@ -32,7 +32,7 @@ from .builder import ValueInfo, infer_outputs, resolve_op, view_or_copy_desc
 if TYPE_CHECKING:
     from .graph import Graph, Node
 
-__all__ = ["BoundGraph", "BoundNode", "BoundValue", "bind_graph", "normalize_shapes", "VALUE_KINDS"]
+__all__ = ["VALUE_KINDS", "BoundGraph", "BoundNode", "BoundValue", "bind_graph", "normalize_shapes"]
 
 VALUE_KINDS = ("input", "constant", "node", "view")
 

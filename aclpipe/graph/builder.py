@@ -32,8 +32,19 @@ from ..ops.registry import get_op, op_names
 from ..tensor import TensorDesc
 
 __all__ = [
-    "Dim", "Shape", "snake_case", "builder_names", "resolve_op", "is_list_argument", "freeze_attrs",
-    "thaw", "ValueInfo", "infer_outputs", "node_error", "view_or_copy_desc", "COPYABLE_VIEWS",
+    "COPYABLE_VIEWS",
+    "Dim",
+    "Shape",
+    "ValueInfo",
+    "builder_names",
+    "freeze_attrs",
+    "infer_outputs",
+    "is_list_argument",
+    "node_error",
+    "resolve_op",
+    "snake_case",
+    "thaw",
+    "view_or_copy_desc",
 ]
 
 #: A dimension of a graph value: a size, a symbol fixed at prepare time, or unknown (None).

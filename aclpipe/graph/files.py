@@ -39,7 +39,7 @@ from ..errors import GraphError
 from .builder import is_list_argument, resolve_op, thaw
 from .graph import Graph
 
-__all__ = ["load_graph", "save_graph", "INITS"]
+__all__ = ["INITS", "load_graph", "save_graph"]
 
 INITS = ("zeros", "ones", "normal", "uniform")
 _TOP_KEYS = {"name", "inputs", "constants", "nodes", "outputs"}
@@ -69,7 +69,7 @@ class _Where:
         return value
 
     def typed(self, value: Any, types: type | tuple[type, ...], where: str, expected: str) -> Any:
-        if not isinstance(value, types) or isinstance(value, bool) and bool not in _tuple(types):
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
             raise self.error(where, f"expected {expected}, got {type(value).__name__} {value!r}")
         return value
 

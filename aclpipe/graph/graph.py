@@ -43,7 +43,7 @@ from .builder import (
 if TYPE_CHECKING:
     from .bound import BoundGraph
 
-__all__ = ["Graph", "Node", "Value", "InputSpec"]
+__all__ = ["Graph", "InputSpec", "Node", "Value"]
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,30 @@ from . import (  # noqa: F401  (registers the converters)
 )
 from .context import BuildContext, OnnxNode, UnsupportedFeature
 from .eager import EagerContext
-from .mapping import (MIN_OPSET, UnsupportedNode, check_model, converts, emit_graph, lookup, model_opsets,
-                      supported_ops, unsupported_nodes)
+from .mapping import (
+    MIN_OPSET,
+    UnsupportedNode,
+    check_model,
+    converts,
+    emit_graph,
+    lookup,
+    model_opsets,
+    supported_ops,
+    unsupported_nodes,
+)
 
-__all__ = ["BuildContext", "OnnxNode", "UnsupportedFeature", "EagerContext", "MIN_OPSET", "UnsupportedNode",
-           "check_model", "converts", "emit_graph", "lookup", "model_opsets", "supported_ops",
-           "unsupported_nodes"]
+__all__ = [
+    "MIN_OPSET",
+    "BuildContext",
+    "EagerContext",
+    "OnnxNode",
+    "UnsupportedFeature",
+    "UnsupportedNode",
+    "check_model",
+    "converts",
+    "emit_graph",
+    "lookup",
+    "model_opsets",
+    "supported_ops",
+    "unsupported_nodes",
+]

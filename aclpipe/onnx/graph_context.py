@@ -207,7 +207,7 @@ def _shapes(ctx: GraphContext, inputs: list[Any]) -> str:
 
 def prune(graph: Graph) -> Graph:
     """``graph`` without the nodes and constants no output depends on (itself when all are used)."""
-    needed = {value for value in graph.outputs.values()}
+    needed = set(graph.outputs.values())
     live = []
     for node in reversed(graph.nodes):
         if any(output in needed for output in node.outputs if output is not None):

@@ -36,8 +36,17 @@ import onnx.defs
 from ..errors import UnsupportedOpError
 from .context import BuildContext, OnnxNode
 
-__all__ = ["Converter", "converts", "lookup", "check_model", "unsupported_nodes", "emit_graph", "supported_ops",
-           "MIN_OPSET", "UnsupportedNode"]
+__all__ = [
+    "MIN_OPSET",
+    "Converter",
+    "UnsupportedNode",
+    "check_model",
+    "converts",
+    "emit_graph",
+    "lookup",
+    "supported_ops",
+    "unsupported_nodes",
+]
 
 Converter = Callable[[BuildContext, OnnxNode, list[Any]], list[Any]]
 

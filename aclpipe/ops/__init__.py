@@ -11,7 +11,7 @@ import importlib
 from .base import OpPlan, OpSpec, op_error
 from .registry import get_op, op_names, register
 
-__all__ = ["OpPlan", "OpSpec", "op_error", "get_op", "op_names", "register"]
+__all__ = ["OpPlan", "OpSpec", "get_op", "op_error", "op_names", "register"]
 
 _FAMILIES = ("elementwise", "activation", "norm", "reduce", "matmul", "conv", "pool", "shape", "index", "views",
              "compare", "piecewise", "reduce_more", "select", "pad", "resize", "conv_transpose", "lrn", "rounding")

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..tensor import TensorDesc
 
-__all__ = ["OpPlan", "OpSpec", "Kernel", "op_error"]
+__all__ = ["Kernel", "OpPlan", "OpSpec", "op_error"]
 
 #: ``kernel(inputs, outputs, workspace)``: arrays are views of device memory.
 Kernel = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray | None], np.ndarray | None], None]

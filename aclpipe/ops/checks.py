@@ -17,9 +17,22 @@ from ..tensor import MAX_DIMS, TensorDesc
 from .base import op_error
 
 __all__ = [
-    "need", "need_dtype", "need_same_dtype", "broadcast_shapes", "need_output", "normalize_dim",
-    "normalize_dims", "need_rank", "FLOATS", "INTS", "NUMERIC", "ALL", "compute_view", "store",
-    "elementwise_cost", "optional_attr",
+    "ALL",
+    "FLOATS",
+    "INTS",
+    "NUMERIC",
+    "broadcast_shapes",
+    "compute_view",
+    "elementwise_cost",
+    "need",
+    "need_dtype",
+    "need_output",
+    "need_rank",
+    "need_same_dtype",
+    "normalize_dim",
+    "normalize_dims",
+    "optional_attr",
+    "store",
 ]
 
 FLOATS = frozenset({DType.float32, DType.float16, DType.bfloat16})
@@ -29,6 +42,7 @@ ALL = NUMERIC | {DType.bool}
 
 
 def need(op: str, name: str, tensor: TensorDesc | None) -> TensorDesc:
+    """The tensor argument ``name`` of ``op``; 161001 when it is NULL, 161002 beyond 8 dims."""
     if tensor is None:
         raise op_error(op, name, "a tensor", "NULL", null=True)
     if tensor.ndim > MAX_DIMS:
@@ -37,6 +51,7 @@ def need(op: str, name: str, tensor: TensorDesc | None) -> TensorDesc:
 
 
 def need_dtype(op: str, name: str, tensor: TensorDesc, allowed: Iterable[DType]) -> None:
+    """Refuse (161002) a tensor whose dtype is not one of ``allowed``."""
     allowed = frozenset(allowed)
     if tensor.dtype not in allowed:
         names = ", ".join(sorted(d.name for d in allowed))
@@ -44,6 +59,7 @@ def need_dtype(op: str, name: str, tensor: TensorDesc, allowed: Iterable[DType])
 
 
 def need_same_dtype(op: str, names: Sequence[str], tensors: Sequence[TensorDesc]) -> None:
+    """Refuse (161002) tensors whose dtype differs from the first one's."""
     first = tensors[0].dtype
     for name, tensor in zip(names[1:], tensors[1:]):
         if tensor.dtype != first:
@@ -51,6 +67,7 @@ def need_same_dtype(op: str, names: Sequence[str], tensors: Sequence[TensorDesc]
 
 
 def need_rank(op: str, name: str, tensor: TensorDesc, ranks: Iterable[int]) -> None:
+    """Refuse (161002) a tensor whose rank is not one of ``ranks``."""
     ranks = tuple(ranks)
     if tensor.ndim not in ranks:
         raise op_error(op, name, f"rank in {ranks}", f"rank {tensor.ndim} {list(tensor.shape)}")
@@ -88,6 +105,8 @@ def need_output(op: str, name: str, out: TensorDesc | None, shape: tuple[int, ..
 
 
 def normalize_dim(op: str, name: str, dim: Any, ndim: int) -> int:
+    """``dim`` as a non-negative axis of a rank-``ndim`` tensor (negative counts from the end);
+    161002 when it is not an integer in range."""
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
         raise op_error(op, name, "an integer dim", repr(dim))
     low = -max(ndim, 1)
@@ -98,6 +117,7 @@ def normalize_dim(op: str, name: str, dim: Any, ndim: int) -> int:
 
 
 def normalize_dims(op: str, name: str, dims: Any, ndim: int) -> tuple[int, ...]:
+    """Several dims normalized (None: every axis); 161002 on a repeated or bad dim."""
     if dims is None:
         return tuple(range(ndim))
     if isinstance(dims, (int, np.integer)):
@@ -109,6 +129,7 @@ def normalize_dims(op: str, name: str, dims: Any, ndim: int) -> tuple[int, ...]:
 
 
 def optional_attr(attrs: dict[str, Any], key: str, default: Any) -> Any:
+    """``attrs[key]``, or ``default`` when it is absent or None."""
     value = attrs.get(key, default)
     return default if value is None else value
 
@@ -125,7 +146,8 @@ def store(out: np.ndarray, value: Any) -> None:
     np.copyto(out, np.asarray(value).astype(out.dtype, copy=False), casting="unsafe")
 
 
-def elementwise_cost(numel: int, tensors: Sequence[TensorDesc | None], flops_per_element: float = 1.0) -> tuple[float, float]:
+def elementwise_cost(numel: int, tensors: Sequence[TensorDesc | None],
+                     flops_per_element: float = 1.0) -> tuple[float, float]:
     """(flops, bytes) of an elementwise kernel over ``numel`` outputs touching ``tensors``."""
     traffic = sum(t.numel * t.dtype.itemsize for t in tensors if t is not None)
     return numel * flops_per_element, float(traffic)
@@ -160,7 +182,8 @@ def scratch_view(workspace: np.ndarray | None, offset: int, shape: tuple[int, ..
     if workspace is None or offset + nbytes > workspace.size:
         have = 0 if workspace is None else workspace.size
         raise ValueError(f"workspace of {have} bytes cannot hold {nbytes} bytes at offset {offset}")
-    return workspace[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
+    view: np.ndarray = workspace[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
+    return view
 
 
 def argument(values: Sequence[Any], index: int) -> Any:
@@ -168,4 +191,4 @@ def argument(values: Sequence[Any], index: int) -> Any:
     return values[index] if index < len(values) else None
 
 
-__all__ += ["SCRATCH_ALIGN", "scratch_layout", "scratch_view", "argument"]
+__all__ += ["SCRATCH_ALIGN", "argument", "scratch_layout", "scratch_view"]

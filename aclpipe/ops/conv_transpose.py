@@ -58,6 +58,8 @@ class _Call:
 
 
 class ConvTranspose(OpSpec):
+    """``aclnnConvolution`` with ``transposed=true``: 1-D and 2-D transposed convolution."""
+
     name = "ConvTranspose"
     inputs = ("input", "weight", "bias")
     outputs = ("output",)

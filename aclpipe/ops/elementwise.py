@@ -42,7 +42,7 @@ from .base import OpPlan, OpSpec, op_error
 from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
 from .registry import register
 
-__all__ = ["UnaryOp", "BinaryOp", "keep_dtype", "float_result", "erf", "sigmoid"]
+__all__ = ["BinaryOp", "UnaryOp", "erf", "float_result", "keep_dtype", "sigmoid"]
 
 UnaryFn = Callable[[np.ndarray, Mapping[str, Any]], Any]
 BinaryFn = Callable[[Any, Any, Mapping[str, Any]], Any]
@@ -110,7 +110,7 @@ def scalar_attr(op: str, name: str, attrs: Mapping[str, Any], default: Any = _MI
     return value if isinstance(value, bool) else float(value)
 
 
-def cast_scalar(op: str, name: str, value: int | float | bool, dtype: DType) -> Any:
+def cast_scalar(op: str, name: str, value: float | bool, dtype: DType) -> Any:
     """``value`` as a numpy scalar of ``dtype``'s compute type, refusing values it cannot hold."""
     if dtype.is_integer:
         if isinstance(value, float):

@@ -152,6 +152,8 @@ class Embedding(_Indexing):
 
 
 class Where(OpSpec):
+    """``aclnnSWhere``: ``self`` where ``condition`` holds, else ``other`` (broadcast)."""
+
     name = "Where"
     inputs = ("condition", "self", "other")
 

@@ -27,6 +27,8 @@ __all__ = ["LocalResponseNorm"]
 
 
 class LocalResponseNorm(OpSpec):
+    """Local response normalization across channels (ONNX LRN)."""
+
     name = "LocalResponseNorm"
     inputs = ("self",)
     outputs = ("out",)

@@ -44,7 +44,7 @@ from .checks import (
 )
 from .registry import register
 
-__all__ = ["LayerNormOp", "RmsNormOp", "BatchNormOp"]
+__all__ = ["BatchNormOp", "LayerNormOp", "RmsNormOp"]
 
 
 # -- shared checks ------------------------------------------------------------------------------

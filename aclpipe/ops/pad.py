@@ -34,6 +34,8 @@ MODES = ("constant", "reflect", "edge", "wrap")
 
 
 class PadV3(OpSpec):
+    """``aclnnPadV3``: constant, reflect, edge (replicate) or wrap padding."""
+
     name = "PadV3"
     inputs = ("self",)
     outputs = ("out",)

@@ -111,6 +111,8 @@ def _pooled(values: np.ndarray, window: Window, fill: float, combine: Any) -> np
 
 
 class MaxPool2d(_SlidingPool2d):
+    """``aclnnMaxPool2dWithIndices`` without the indices: maximum over kernel windows (NCHW)."""
+
     name = "MaxPool2d"
     attrs = {"kernelSize": None, "stride": [], "padding": [0], "dilation": [1], "ceilMode": False}
 
@@ -128,6 +130,8 @@ class MaxPool2d(_SlidingPool2d):
 
 
 class AvgPool2d(_SlidingPool2d):
+    """``aclnnAvgPool2d``: average over kernel windows (NCHW)."""
+
     name = "AvgPool2d"
     keys = ("kernelSize", "strides", "paddings", "")
     attrs = {"kernelSize": None, "strides": [], "paddings": [0], "ceilMode": False, "countIncludePad": True,
@@ -165,6 +169,8 @@ class AvgPool2d(_SlidingPool2d):
 
 
 class AdaptiveAvgPool2d(_Pool2d):
+    """``aclnnAdaptiveAvgPool2d``: average pooling to a given output size."""
+
     name = "AdaptiveAvgPool2d"
     attrs = {"outputSize": None}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import UnsupportedOpError
 from .base import OpSpec
 
-__all__ = ["register", "get_op", "op_names"]
+__all__ = ["get_op", "op_names", "register"]
 
 _CATALOG: dict[str, OpSpec] = {}
 
@@ -21,6 +21,7 @@ def register(spec: OpSpec) -> OpSpec:
 
 
 def get_op(name: str) -> OpSpec:
+    """The catalog op named ``name``; raises :class:`UnsupportedOpError` with close names."""
     try:
         return _CATALOG[name]
     except KeyError:
@@ -31,4 +32,5 @@ def get_op(name: str) -> OpSpec:
 
 
 def op_names() -> list[str]:
+    """Every catalog op name, sorted."""
     return sorted(_CATALOG)

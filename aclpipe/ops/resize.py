@@ -200,6 +200,8 @@ def _floats(op: str, name: str, value: Any, count: int) -> tuple[float, ...]:
 
 
 class Resize(OpSpec):
+    """Resize (nearest, linear, cubic) with ONNX's coordinate transformation modes."""
+
     name = "Resize"
     inputs = ("self",)
     outputs = ("out",)

@@ -32,7 +32,8 @@ __all__ = ["ArgExtremeOp", "Topk", "descending_key"]
 def descending_key(values: np.ndarray) -> np.ndarray:
     """An array whose ascending order is ``values``' descending order, without overflow
     (``~x`` for integers and bool, ``-x`` for floats)."""
-    return np.invert(values) if values.dtype.kind in "iub" else np.negative(values)
+    key: np.ndarray = np.invert(values) if values.dtype.kind in "iub" else np.negative(values)
+    return key
 
 
 def _flag(op: str, name: str, attrs: Mapping[str, Any], default: bool) -> bool:

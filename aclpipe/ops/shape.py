@@ -24,6 +24,7 @@ None needs a workspace.  Decisions beyond the aclnn headers:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,7 +83,7 @@ def copy_plan(kernel: Kernel, tensors: Sequence[TensorDesc | None]) -> OpPlan:
 def _pieces(dim: int, sizes: Sequence[int]) -> list[tuple[slice, ...]]:
     """Index tuples of consecutive pieces of ``sizes`` along ``dim`` (what Cat joins, Split cuts)."""
     bounds = np.cumsum([0, *sizes]).tolist()
-    return [(slice(None),) * dim + (slice(start, end),) for start, end in zip(bounds[:-1], bounds[1:])]
+    return [(slice(None),) * dim + (slice(start, end),) for start, end in itertools.pairwise(bounds)]
 
 
 def _single(op: str, inputs: Sequence[TensorDesc | None], name: str = "self") -> TensorDesc:
@@ -123,6 +124,8 @@ class _Movement(OpSpec):
 
 
 class Cast(_Movement):
+    """``aclnnCast``: the tensor converted to ``dtype``."""
+
     name = "Cast"
     attrs = {"dtype": None}
 
@@ -138,6 +141,8 @@ class Cast(_Movement):
 
 
 class Permute(_Movement):
+    """``aclnnPermute``: the axes reordered by ``dims`` (a copy)."""
+
     name = "Permute"
     attrs = {"dims": None}
 
@@ -156,6 +161,8 @@ class Permute(_Movement):
 
 
 class Slice(_Movement):
+    """``aclnnSlice``: ``start:end:step`` along ``dim`` (a copy)."""
+
     name = "Slice"
     attrs = {"dim": 0, "start": None, "end": None, "step": 1}
 
@@ -180,6 +187,8 @@ class Slice(_Movement):
 
 
 class Expand(_Movement):
+    """``aclnnExpand``: broadcast to ``size`` (a copy, not a view)."""
+
     name = "Expand"
     attrs = {"size": None}
 
@@ -206,6 +215,8 @@ class Expand(_Movement):
 
 
 class InplaceCopy(OpSpec):
+    """``aclnnInplaceCopy``: copy ``src`` into ``selfRef`` (strided on either side)."""
+
     name = "InplaceCopy"
     inputs = ("src",)
     outputs = ("selfRef",)

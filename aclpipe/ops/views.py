@@ -113,6 +113,8 @@ class _View(OpSpec):
 
 
 class Reshape(_View):
+    """A view with a new shape over the same elements (launches nothing)."""
+
     name = "Reshape"
     attrs = {"shape": None}
 
@@ -134,6 +136,8 @@ class Reshape(_View):
 
 
 class Flatten(_View):
+    """A view: dims ``axis..`` folded into one (launches nothing)."""
+
     name = "Flatten"
     attrs = {"startDim": 0, "endDim": -1}
 
@@ -148,6 +152,8 @@ class Flatten(_View):
 
 
 class Squeeze(_View):
+    """A view without the given size-1 dims (launches nothing)."""
+
     name = "Squeeze"
     attrs = {"dim": None}
 
@@ -165,6 +171,8 @@ class Squeeze(_View):
 
 
 class Unsqueeze(_View):
+    """A view with size-1 dims inserted (launches nothing)."""
+
     name = "Unsqueeze"
     attrs = {"dim": None}
 
@@ -178,6 +186,8 @@ class Unsqueeze(_View):
 
 
 class Transpose(_View):
+    """A view with two axes (or all, reversed) swapped (launches nothing)."""
+
     name = "Transpose"
     attrs = {"dim0": 0, "dim1": 1}
 

@@ -13,9 +13,21 @@ from .plan import Plan, PlannedNode, ValuePlacement, make_plan
 from .streams import assign_streams, chains, transitive_reduction
 
 __all__ = [
-    "Plan", "PlannedNode", "ValuePlacement", "make_plan",
-    "Dag", "topological_order", "critical_path", "estimate_cost",
-    "assign_streams", "chains", "transitive_reduction",
-    "EventPlacement", "place_events",
-    "ALIGNMENT", "Buffer", "MemoryPlan", "plan_memory",
+    "ALIGNMENT",
+    "Buffer",
+    "Dag",
+    "EventPlacement",
+    "MemoryPlan",
+    "Plan",
+    "PlannedNode",
+    "ValuePlacement",
+    "assign_streams",
+    "chains",
+    "critical_path",
+    "estimate_cost",
+    "make_plan",
+    "place_events",
+    "plan_memory",
+    "topological_order",
+    "transitive_reduction",
 ]

@@ -43,7 +43,7 @@ import numpy as np
 
 from .events import EventPlacement
 
-__all__ = ["ALIGNMENT", "Buffer", "MemoryPlan", "plan_memory", "live_set_lower_bound", "aligned"]
+__all__ = ["ALIGNMENT", "Buffer", "MemoryPlan", "aligned", "live_set_lower_bound", "plan_memory"]
 
 ALIGNMENT = 512
 
@@ -83,6 +83,7 @@ class MemoryPlan:
 
 
 def aligned(nbytes: int, alignment: int = ALIGNMENT) -> int:
+    """``nbytes`` rounded up to a multiple of ``alignment``."""
     return -(-nbytes // alignment) * alignment
 
 

@@ -23,8 +23,19 @@ from functools import cached_property
 from ..errors import PlanError
 from ..tensor import TensorDesc
 
-__all__ = ["Dag", "topological_order", "bottom_levels", "top_levels", "critical_path", "estimate_cost",
-           "LAUNCH_US", "HBM_BYTES_PER_US", "PCIE_BYTES_PER_US", "VECTOR_FLOPS_PER_US", "CUBE_FLOPS_PER_US"]
+__all__ = [
+    "CUBE_FLOPS_PER_US",
+    "HBM_BYTES_PER_US",
+    "LAUNCH_US",
+    "PCIE_BYTES_PER_US",
+    "VECTOR_FLOPS_PER_US",
+    "Dag",
+    "bottom_levels",
+    "critical_path",
+    "estimate_cost",
+    "top_levels",
+    "topological_order",
+]
 
 LAUNCH_US = 3.0
 HBM_BYTES_PER_US = 1.6e6  # 1.6 TB/s

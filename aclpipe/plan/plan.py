@@ -35,7 +35,7 @@ from .streams import assign_streams
 if TYPE_CHECKING:
     from ..graph.bound import BoundGraph
 
-__all__ = ["Plan", "PlannedNode", "ValuePlacement", "make_plan", "VALUE_KINDS", "COPY_OPS"]
+__all__ = ["COPY_OPS", "VALUE_KINDS", "Plan", "PlannedNode", "ValuePlacement", "make_plan"]
 
 VALUE_KINDS = ("input", "constant", "activation", "output", "view")
 COPY_OPS = ("H2D", "D2H")

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .plan import Plan, PlannedNode
 
-__all__ = ["plan_summary", "plan_dot", "format_bytes"]
+__all__ = ["format_bytes", "plan_dot", "plan_summary"]
 
 _COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
             "#9c755f", "#bab0ac")
 
 
 def format_bytes(count: int) -> str:
+    """``1536`` -> ``"1.5 KiB"``."""
     value = float(count)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
@@ -40,6 +41,7 @@ def _node_line(plan: Plan, node: PlannedNode) -> str:
 
 
 def plan_summary(plan: Plan) -> str:
+    """A few lines: streams, events and waits, arena against its lower bound."""
     ratio = plan.arena_size / plan.lower_bound if plan.lower_bound else 1.0
     lines = [
         f"plan {plan.name!r}: {len(plan.nodes)} nodes on {plan.num_streams} compute stream(s), "
@@ -72,6 +74,7 @@ def _quote(text: str) -> str:
 
 
 def plan_dot(plan: Plan) -> str:
+    """The plan as Graphviz DOT: a cluster per stream, data edges solid, event waits dashed."""
     lines = [f"digraph {_quote(plan.name)} {{", "  rankdir=TB;", '  node [shape=box, style="rounded,filled", '
              'fontname="Helvetica", fontsize=10];']
     for stream in range(plan.stream_count):

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from .order import Dag, _any_order, bottom_levels, top_levels
 
-__all__ = ["assign_streams", "transitive_reduction", "chains"]
+__all__ = ["assign_streams", "chains", "transitive_reduction"]
 
 
 def transitive_reduction(dag: Dag) -> Dag:

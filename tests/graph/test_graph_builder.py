@@ -78,7 +78,7 @@ def test_optional_outputs_are_produced_only_when_named() -> None:
     weight = g.constant("w", np.ones(16, np.float32))
     y = g.layer_norm(x, weight, normalizedShape=[16])
     assert isinstance(y, Value) and g.nodes[-1].outputs == ("layer_norm_0", None, None)
-    y2, mean, rstd = g.layer_norm(x, biasOptional=weight, normalizedShape=[16], outputs=["y2", "mean", "rstd"])
+    _y2, mean, _rstd = g.layer_norm(x, biasOptional=weight, normalizedShape=[16], outputs=["y2", "mean", "rstd"])
     assert g.nodes[-1].inputs == ("x", None, "w")
     assert mean.dtype == aclpipe.DType.float32 and mean.shape == ("batch", 1)
 

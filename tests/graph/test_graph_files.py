@@ -133,8 +133,8 @@ MALFORMED = [
      r"the nodes form a cycle: (a -> b -> a|b -> a -> b)"),
     ("inputs: {x: {shape: [2]}}\nnodes: [{name: a, op: Relux, inputs: [x]}]\noutputs: {}\n",
      r"node 'a': unknown op 'Relux'.*did you mean Relu"),
-    ("inputs: {x: {shape: [2]}}\nnodes: [{name: a, op: Relu, inputs: [x]}, {name: a, op: Neg, inputs: [x]}]\n"
-     "outputs: {}\n", r"node 'a': duplicate name 'a'"),
+    (("inputs: {x: {shape: [2]}}\nnodes: [{name: a, op: Relu, inputs: [x]}, {name: a, op: Neg, inputs: [x]}]\n"
+      "outputs: {}\n"), r"node 'a': duplicate name 'a'"),
     ("inputs: {x: {shape: [2]}}\nnodes: [{name: x, op: Relu, inputs: [x]}]\noutputs: {}\n", r"duplicate name 'x'"),
     ("inputs: {x: {shape: [2]}}\nnodes: [{name: a, op: Relu, inputs: [x], attrs: [1]}]\noutputs: {}\n",
      r"node 'a' attrs: expected a mapping"),
@@ -142,8 +142,8 @@ MALFORMED = [
      r"output 'y': value 'b' is not defined"),
     ("inputs: {x: {shape: [2]}}\nnodes: [{name: a, op: Relu, inputs: [x]}]\noutputs: [a]\n",
      r"outputs: expected a mapping"),
-    ("inputs: {x: {shape: [2, 3]}, w: {shape: [4, 5]}}\nnodes: [{name: mm, op: Matmul, inputs: [x, w]}]\n"
-     "outputs: {y: mm}\n", r"node 'mm' \(Matmul\): aclnnMatmul"),
+    (("inputs: {x: {shape: [2, 3]}, w: {shape: [4, 5]}}\nnodes: [{name: mm, op: Matmul, inputs: [x, w]}]\n"
+      "outputs: {y: mm}\n"), r"node 'mm' \(Matmul\): aclnnMatmul"),
     ("inputs: {x: {shape: [2]}}\nnodes: [{name: a, op: Relu, inputs: [x], attrs: {dim: 1}}]\noutputs: {y: a}\n",
      r"node 'a' \(Relu\): unknown attribute\(s\) dim"),
 ]

@@ -40,7 +40,7 @@ def node_model(op_type: str, opset: int, inputs: dict[str, np.ndarray | None], o
     ``constants`` initializers (structure inputs such as shapes and axes)."""
     constants = constants or {}
     names = list(inputs) + list(constants)
-    order = [name for name in names]
+    order = list(names)
     node = helper.make_node(op_type, [n if (inputs.get(n) is not None or n in constants) else "" for n in order],
                             [f"y{i}" for i in range(outputs)], **attrs)
     graph = helper.make_graph(
@@ -369,7 +369,7 @@ def test_unsupported_features_are_named(eager, build, feature):
 
 
 def test_the_table_covers_the_required_ops():
-    required = ["Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Max", "Min", "Relu", "Gelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Cast", "Transpose", "Concat", "Split", "Slice", "Gather", "Where", "ReduceMean", "ReduceSum", "ReduceMax", "Expand", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"]
+    required = ["Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Max", "Min", "Relu", "Gelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Cast", "Transpose", "Concat", "Split", "Slice", "Gather", "Where", "ReduceMean", "ReduceSum", "ReduceMax", "Expand", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"]  # noqa: E501
     table = supported_ops()
     for op_type in required:
         for opset in range(11, 22):

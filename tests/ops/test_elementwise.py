@@ -251,5 +251,6 @@ def test_integer_division_output_must_be_float32():
 
 
 def test_infer_gives_contiguous_nd_outputs():
-    (out,) = get_op("Add").infer([TensorDesc((4, 3), DType.float16, (1, 4)), TensorDesc.contiguous((3,), "float32")], {})
+    mixed = [TensorDesc((4, 3), DType.float16, (1, 4)), TensorDesc.contiguous((3,), "float32")]
+    (out,) = get_op("Add").infer(mixed, {})
     assert out.shape == (4, 3) and out.dtype == DType.float32 and out.is_contiguous and out.address == 0

@@ -115,7 +115,7 @@ def random_graphs(draw: st.DrawFn) -> tuple[Graph, dict[str, np.ndarray]]:
 def test_random_plans_replay_cleanly_under_the_sanitizer(case: tuple[Graph, dict[str, np.ndarray]],
                                                          max_streams: int) -> None:
     graph, expected = case
-    plan = make_plan(graph.bind(**{name: SHAPE for name in graph.inputs}), streams=max_streams)
+    plan = make_plan(graph.bind(**dict.fromkeys(graph.inputs, SHAPE)), streams=max_streams)
     device = aclpipe.open_device("sim", sanitizer=True)
     try:
         results = replay(plan, device, {name: expected[name] for name in graph.inputs})

@@ -116,7 +116,7 @@ def test_chains_pack_within_ten_percent_of_the_bound(sizes: list[int], max_strea
 @given(st.lists(st.integers(1, 3), min_size=1, max_size=4), st.sampled_from([512, 4096, 20000]))
 def test_trees_on_one_stream_pack_within_ten_percent_of_the_bound(branching: list[int], size: int) -> None:
     shape = tree(branching)
-    bound = tree(branching, sizes={name: size for name in shape.values})
+    bound = tree(branching, sizes=dict.fromkeys(shape.values, size))
     plan = make_plan(bound, streams=1)
     check_memory(plan)
     assert plan.arena_size <= 1.10 * plan.lower_bound

@@ -99,7 +99,8 @@ aclnnStatus aclSetInputTensorAddr(aclOpExecutor *executor, const size_t index, a
 aclnnStatus aclSetOutputTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor, void *addr);
 """
 
-_PHASE_TWO = "aclnnStatus aclnn{0}(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream);"
+_PHASE_TWO = ("aclnnStatus aclnn{0}(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, "
+              "aclrtStream stream);")
 _TAIL = "uint64_t *workspaceSize, aclOpExecutor **executor"
 _SELF_OUT = f"const aclTensor *self, aclTensor *out, {_TAIL}"
 _BINARY_ALPHA = f"const aclTensor *self, const aclTensor *other, const aclScalar *alpha, aclTensor *out, {_TAIL}"

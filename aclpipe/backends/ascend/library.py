@@ -134,7 +134,8 @@ class CannLibrary:
         message = self.runtime.aclGetRecentErrMsg()
         if message == ffi.NULL:
             return ""
-        return str(ffi.string(message).decode("utf-8", errors="replace")).strip()
+        text = ffi.string(message)
+        return (text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)).strip()
 
     def failure(self, what: str) -> str:
         """``what`` and the runtime's message about it: read right after the failing call."""

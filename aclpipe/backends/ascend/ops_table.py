@@ -80,10 +80,12 @@ def _nth(tensors: Tensors, index: int) -> TensorDesc | None:
 
 
 def IN(index: int) -> Arg:
+    """The ``index``-th catalog input, as an ``aclTensor *`` argument."""
     return Arg("input", index, lambda handles, ins, outs, attrs: handles.tensor(_nth(ins, index)))
 
 
 def OUT(index: int) -> Arg:
+    """The ``index``-th catalog output, as an ``aclTensor *`` argument."""
     return Arg("output", index, lambda handles, ins, outs, attrs: handles.tensor(_nth(outs, index)))
 
 

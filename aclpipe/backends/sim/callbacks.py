@@ -16,7 +16,7 @@ __all__ = ["CallbackThread"]
 
 
 class _Call:
-    __slots__ = ("fn", "done", "error")
+    __slots__ = ("done", "error", "fn")
 
     def __init__(self, fn: Callable[[], object]):
         self.fn = fn
@@ -25,6 +25,8 @@ class _Call:
 
 
 class CallbackThread:
+    """The thread that runs host functions, one call at a time, each blocking its stream
+    until it returns (``ACL_CALLBACK_BLOCK``)."""
     def __init__(self, name: str):
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -45,7 +47,7 @@ class CallbackThread:
                 return
             try:
                 item.fn()
-            except BaseException as exc:  # a host function's failure belongs to its stream
+            except BaseException as exc:  # noqa: BLE001 - a host function's failure belongs to its stream
                 item.error = exc
             finally:
                 item.done.set()

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["DeviceSpec", "ATLAS_A2", "Cost", "Engines", "SPECS"]
+__all__ = ["ATLAS_A2", "SPECS", "Cost", "DeviceSpec", "Engines"]
 
 
 @dataclass(frozen=True)

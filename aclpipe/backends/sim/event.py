@@ -19,6 +19,8 @@ __all__ = ["SimEvent"]
 
 
 class SimEvent:
+    """A simulated event: every record starts a generation that completes when its stream
+    reaches it (see the module docstring)."""
     def __init__(self, name: str, timing: bool):
         self.name = name
         self.timing = timing

@@ -26,12 +26,16 @@ __all__ = ["SimExecutor", "prepare_executor"]
 
 def prepare_executor(op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
                      attrs: Mapping[str, Any]) -> SimExecutor:
+    """Phase one on the simulator: the catalog op's checks, shape inference, workspace size
+    and kernel, as a :class:`SimExecutor`."""
     spec = get_op(op)
     plan = spec.prepare(list(inputs), list(outputs), dict(attrs))
     return SimExecutor(op, plan, list(inputs), list(outputs))
 
 
 class SimExecutor:
+    """What the simulated phase one returns: the op's plan bound to its tensors, single-use
+    until made repeatable, re-pointable and destroyable like an ``aclOpExecutor``."""
     def __init__(self, op: str, plan: OpPlan, inputs: list[TensorDesc | None], outputs: list[TensorDesc | None]):
         self.op = op
         self.plan = plan

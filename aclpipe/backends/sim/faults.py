@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FaultRule", "FaultInjector", "FAULT_KINDS"]
+__all__ = ["FAULT_KINDS", "FaultInjector", "FaultRule"]
 
 FAULT_KINDS = ("kernel", "copy", "alloc", "host_func")
 _DEFAULT_CODES = {"kernel": 507015, "copy": 507053, "alloc": 207001, "host_func": 507000}

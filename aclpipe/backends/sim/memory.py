@@ -23,7 +23,7 @@ import numpy as np
 from ...errors import DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
 
-__all__ = ["DeviceMemory", "Allocation", "POISON_BYTE", "DEVICE_BASE", "ALIGNMENT"]
+__all__ = ["ALIGNMENT", "DEVICE_BASE", "POISON_BYTE", "Allocation", "DeviceMemory"]
 
 DEVICE_BASE = 0x12C0_0000_0000  # an NPU-like range far from host heap and mmap addresses
 ALIGNMENT = 32

@@ -28,7 +28,7 @@ from typing import Any
 from ...errors import HazardError
 from .memory import Allocation
 
-__all__ = ["Sanitizer", "Clock", "HOST"]
+__all__ = ["HOST", "Clock", "Sanitizer"]
 
 HOST = "host"
 Clock = dict[str, int]

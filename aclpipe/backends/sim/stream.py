@@ -51,6 +51,8 @@ class Task:
 
 
 class SimStream:
+    """A simulated stream: an in-order queue run by its own worker thread, with sticky errors
+    per generation (see the module docstring)."""
     def __init__(self, backend: SimBackend, name: str, priority: int):
         self.backend = backend
         self.name = name
@@ -107,7 +109,7 @@ class SimStream:
             self._counted = False
             try:
                 self._execute(task)
-            except BaseException as exc:  # never let the worker die: the stream would hang
+            except BaseException as exc:  # noqa: BLE001 - never let the worker die: the stream would hang
                 self._fail(task, error_from_code(507000, f"simulator bug in {task.kind} task: {exc!r}"))
             if not self._counted:
                 self._count_done()
@@ -210,7 +212,7 @@ class SimStream:
             backend.execute(task)
         except BackendError as error:
             self._fail(task, error)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a kernel's bug is the stream's fault, as on the device
             failure = error_from_code(507015, f"{task.kind} {task.name} raised {exc!r}")
             failure.__cause__ = exc
             self._fail(task, failure)
