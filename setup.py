@@ -2,4 +2,4 @@
 
 from setuptools import setup
 
-setup(cffi_modules=["aclpipe/_hostfunc_build.py:ffibuilder"])
+setup(cffi_modules=["aclpipe/runtime/_hostfunc_build.py:ffibuilder"])

@@ -1,8 +1,16 @@
-"""aclpipe: run DAGs of Ascend NPU (aclnn) operators asynchronously from Python."""
+"""aclpipe: run DAGs of Ascend NPU (aclnn) operators asynchronously from Python.
+
+The public surface is :data:`__all__`; the layers beneath it, each importing only the ones
+below (tests/test_public_api.py keeps it so): ``cli`` -> ``pipeline`` -> ``onnx`` ->
+``eager`` -> ``trace`` -> ``plan`` -> ``graph`` -> ``testing`` -> ``runtime`` ->
+``backends`` -> ``ops``; ``errors``, ``dtypes`` and ``tensor`` serve them all.
+"""
 
 from __future__ import annotations
 
+from . import trace
 from .dtypes import DType, Format
+from .eager import CacheStats, ExecutorCache, OpRunner
 from .errors import (
     AclpipeError,
     BackendError,
@@ -16,43 +24,84 @@ from .errors import (
     PlanError,
     UnsupportedOpError,
 )
-from .executor_cache import CacheStats, ExecutorCache
 from .graph import BoundGraph, Graph, load_graph
 from .pipeline import Pipeline, PipelineStats
 from .plan import Plan, PlannedNode, ValuePlacement, make_plan
-from .runner import OpRunner
 from .runtime import (
+    CachedWorkspace,
     Device,
     DeviceBuffer,
     Event,
     HostBuffer,
     MemInfo,
     MemoryPool,
+    PerCallWorkspace,
     PoolBuffer,
     PoolStats,
+    StaticWorkspace,
     Stream,
+    Workspace,
+    WorkspacePool,
+    WorkspaceStats,
     device_count,
+    make_workspace_strategy,
     open_device,
 )
-from . import trace
 from .tensor import TensorDesc
 from .trace import Trace, record_trace
-from .workspace import CachedWorkspace, PerCallWorkspace, Workspace, WorkspacePool, WorkspaceStats, make_workspace_strategy
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AclpipeError", "BackendError", "ClosedResourceError", "DeviceFault", "DeviceOutOfMemory",
-    "ExecutionError", "GraphError", "HazardError", "InvalidArgumentError", "PlanError", "UnsupportedOpError",
-    "DType", "Format", "TensorDesc",
-    "Device", "DeviceBuffer", "Event", "HostBuffer", "MemInfo", "Stream", "device_count", "open_device",
-    "MemoryPool", "PoolBuffer", "PoolStats",
-    "Graph", "BoundGraph", "load_graph", "Plan", "PlannedNode", "ValuePlacement", "make_plan",
-    "Pipeline", "PipelineStats",
-    "OpRunner", "ExecutorCache", "CacheStats", "Workspace", "WorkspaceStats", "PerCallWorkspace", "CachedWorkspace",
-    "WorkspacePool", "make_workspace_strategy",
-    "Trace", "record_trace", "trace",
-    "load_onnx", "OnnxGraph",
+    "AclpipeError",
+    "BackendError",
+    "BoundGraph",
+    "CacheStats",
+    "CachedWorkspace",
+    "ClosedResourceError",
+    "DType",
+    "Device",
+    "DeviceBuffer",
+    "DeviceFault",
+    "DeviceOutOfMemory",
+    "Event",
+    "ExecutionError",
+    "ExecutorCache",
+    "Format",
+    "Graph",
+    "GraphError",
+    "HazardError",
+    "HostBuffer",
+    "InvalidArgumentError",
+    "MemInfo",
+    "MemoryPool",
+    "OnnxGraph",
+    "OpRunner",
+    "PerCallWorkspace",
+    "Pipeline",
+    "PipelineStats",
+    "Plan",
+    "PlanError",
+    "PlannedNode",
+    "PoolBuffer",
+    "PoolStats",
+    "StaticWorkspace",
+    "Stream",
+    "TensorDesc",
+    "Trace",
+    "UnsupportedOpError",
+    "ValuePlacement",
+    "Workspace",
+    "WorkspacePool",
+    "WorkspaceStats",
+    "device_count",
+    "load_graph",
+    "load_onnx",
+    "make_plan",
+    "make_workspace_strategy",
+    "open_device",
+    "record_trace",
+    "trace",
 ]
 
 

@@ -11,19 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 __all__ = [
+    "CODE_TABLE",
     "AclpipeError",
     "BackendError",
-    "DeviceOutOfMemory",
-    "DeviceFault",
-    "InvalidArgumentError",
-    "GraphError",
-    "UnsupportedOpError",
-    "PlanError",
-    "ExecutionError",
-    "HazardError",
     "ClosedResourceError",
-    "CODE_TABLE",
+    "DeviceFault",
+    "DeviceOutOfMemory",
+    "ExecutionError",
+    "GraphError",
+    "HazardError",
+    "InvalidArgumentError",
+    "PlanError",
+    "UnsupportedOpError",
     "error_from_code",
 ]
 
@@ -152,8 +154,12 @@ class HazardError(AclpipeError):
         super().__init__(message)
 
 
-class ClosedResourceError(AclpipeError):
-    """A device, stream, event, buffer or pipeline was used after ``close()``."""
+class ClosedResourceError(AclpipeError, anyio.ClosedResourceError):
+    """A device, stream, event, buffer or pipeline was used after ``close()``.
+
+    Also an :class:`anyio.ClosedResourceError`, so code that already catches anyio's (the
+    same situation on a stream or socket) catches aclpipe's too.
+    """
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .dtypes import DType, Format, as_dtype
 
-__all__ = ["TensorDesc", "contiguous_strides", "MAX_DIMS"]
+__all__ = ["MAX_DIMS", "TensorDesc", "contiguous_strides"]
 
 MAX_DIMS = 8  # aclnn ops reject more than 8 dims (reference/acl_api.md section 5)
 

@@ -42,8 +42,8 @@ import numpy as np
 
 import aclpipe
 from aclpipe import Pipeline
+from aclpipe.eager import OpRunner
 from aclpipe.graph import Graph, load_graph
-from aclpipe.runner import OpRunner
 
 GRAPHS = Path(__file__).resolve().parent.parent / "graphs"
 
@@ -132,13 +132,14 @@ def _profile_enqueue(device: aclpipe.Device, graph: Graph) -> str:
     shares: dict[str, float] = {}
     for (filename, _, _), (_, _, own, _, _) in table.stats.items():  # type: ignore[attr-defined]
         where = ("simulator (aclpipe/backends/sim)" if "backends/sim" in filename else
-                 "pipeline (pipeline, program, run_workspace, aio)" if any(
-                     name in filename for name in ("pipeline.py", "program.py", "run_workspace.py", "aio.py")) else
+                 "pipeline (aclpipe/pipeline, runtime timeline and workspaces)" if any(
+                     name in filename for name in ("aclpipe/pipeline/", "timeline.py", "workspaces.py")) else
                  "event loop, numpy, other")
         shares[where] = shares.get(where, 0.0) + own
     total = sum(shares.values())
     lines = [f"  {share / total:4.0%}  {where}" for where, share in sorted(shares.items(), key=lambda kv: -kv[1])]
-    return "\n".join(["own time by layer:", *lines, *(line for line in out.getvalue().splitlines()[4:] if line.strip())])
+    profile = (line for line in out.getvalue().splitlines()[4:] if line.strip())
+    return "\n".join(["own time by layer:", *lines, *profile])
 
 
 def bench_host(args: argparse.Namespace) -> None:
@@ -215,8 +216,8 @@ def bench_overlap(args: argparse.Namespace) -> None:
     _, busy = results["pipelined: streams=1, depth=4"]
     per_batch = {engine: seconds / count for engine, seconds in busy.items()}
     order = ("h2d", "compute", "d2h")
-    bound = max(sum(per_batch[e] for e in order[:i]) + count * per_batch[engine] + sum(per_batch[e] for e in order[i + 1:])
-                for i, engine in enumerate(order))
+    bound = max(sum(per_batch[e] for e in order[:i]) + count * per_batch[engine]
+                + sum(per_batch[e] for e in order[i + 1:]) for i, engine in enumerate(order))
     print("modelled device time per batch: " + ", ".join(f"{e} {per_batch[e] * 1e6:.1f} us" for e in order))
     print(f"lower bound (busiest engine + fill + drain): {bound * 1e3:.3f} ms device time")
     print(f"{'schedule':<32} {'makespan':>12} {'/ bound':>9} {'vs in order':>12}")

@@ -27,10 +27,10 @@ from collections.abc import Callable
 import numpy as np
 
 import aclpipe
-from aclpipe.executor_cache import ExecutorCache
-from aclpipe.runner import OpRunner
+from aclpipe.eager import OpRunner
+from aclpipe.eager.executor_cache import ExecutorCache
+from aclpipe.runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from aclpipe.tensor import TensorDesc
-from aclpipe.workspace import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 
 SHAPE = (8, 64)
 

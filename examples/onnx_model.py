@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 import aclpipe
-from aclpipe.commands.common import find_load_onnx
+from aclpipe.cli.common import find_load_onnx
 
 GRAPHS = Path(__file__).resolve().parent.parent / "graphs"
 

@@ -7,9 +7,9 @@ import os
 os.environ["ACLPIPE_SANITIZER"] = "1"
 os.environ.setdefault("ACLPIPE_DEVICE", "sim")
 
-import pytest  # noqa: E402
+import pytest
 
-import aclpipe  # noqa: E402
+import aclpipe
 
 
 @pytest.fixture

@@ -1,28 +1,53 @@
 """The backend contract: primitives only, named after the C calls they stand for.
 
 Policy (pooling, retries, event reuse, executor caching, completion) lives once above this
-layer in :mod:`aclpipe.runtime` and :mod:`aclpipe.pipeline`, so the simulator tests the
-same policy code that real hardware runs.  Handles (streams, events, executors) are opaque
-objects owned by the backend; addresses are plain integers.
+layer in :mod:`aclpipe.runtime`, :mod:`aclpipe.eager` and :mod:`aclpipe.pipeline`, so the
+simulator tests the same policy code that real hardware runs.  Handles (streams, events,
+executors) are opaque objects owned by the backend; addresses are plain integers.
 
 Every method raises :class:`aclpipe.errors.BackendError` (built from the ACL code) on
 failure.  Stream errors are sticky: they surface at the next ``stream_sync`` or
 ``stream_query`` (or ``stream_take_error``) and are consumed by it.
+
+Optional parts are sub-protocols behind :class:`Capabilities` flags, never found by probing
+for attributes: :class:`GraphCapture` (``capabilities.graph_capture``), :class:`Tracing`
+(``capabilities.tracing``), :class:`FaultInjection` (``capabilities.fault_injection``) and
+:class:`Latching` (``capabilities.latch``).  :func:`graph_capture`, :func:`tracing`,
+:func:`fault_injection` and :func:`latching` hand out the typed view of a backend, or
+``None`` when its capabilities say it lacks the part.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
 from ..errors import BackendError
 from ..tensor import TensorDesc
 
-__all__ = ["Backend", "Capabilities", "MemcpyKind", "Executor", "sync_streams"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "Executor",
+    "FaultInjection",
+    "GraphCapture",
+    "Latching",
+    "MemcpyKind",
+    "MemoryRules",
+    "TraceRecord",
+    "Tracing",
+    "align_up",
+    "fault_injection",
+    "graph_capture",
+    "latching",
+    "sync_streams",
+    "tracing",
+]
 
 
 class MemcpyKind(enum.IntEnum):
@@ -34,6 +59,41 @@ class MemcpyKind(enum.IntEnum):
     DEVICE_TO_DEVICE = 3
 
 
+def align_up(nbytes: int, alignment: int) -> int:
+    """``ALIGN_UP[len, k]`` of the CANN docs: ``((len - 1) // k + 1) * k`` (0 stays 0)."""
+    return -(-nbytes // alignment) * alignment
+
+
+@dataclass(frozen=True)
+class MemoryRules:
+    """How code that carves one device allocation into pieces must lay the pieces out.
+
+    From the CANN runtime docs, ``docs/zh/api_ref/11-01_device_memory_malloc_and_free.md``
+    (``aclrtMalloc``, constraints): a user who allocates a large block and manages it
+    himself must give each piece ``m = ALIGN_UP(len, 32) + 32`` bytes on Atlas A2, A3, 310P,
+    200I/500 A2 and training products (``ALIGN_UP(len, 32)`` only on the 950 series), and
+    start each piece at a 64-byte aligned address: kernels may touch those extra bytes, so
+    an unpadded neighbour can be clobbered.
+
+    Attributes
+    ----------
+    granule:
+        Sizes are first rounded up to a multiple of this (32).
+    padding:
+        Bytes added after the rounded size (32 on A2/A3/310P, 0 on the 950 series).
+    alignment:
+        Every piece starts at a multiple of this (64).
+    """
+
+    granule: int = 32
+    padding: int = 32
+    alignment: int = 64
+
+    def piece_size(self, nbytes: int) -> int:
+        """Bytes a piece of ``nbytes`` occupies, up to where the next piece may start."""
+        return align_up(align_up(max(nbytes, 1), self.granule) + self.padding, self.alignment)
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a backend can do, as data (never a platform check)."""
@@ -42,11 +102,14 @@ class Capabilities:
     event_timing: bool = True
     max_streams: int = 1024
     sanitizer: bool = False
-    fault_injection: bool = False
+    fault_injection: bool = False  # the backend is a FaultInjection
     timing_model: bool = False
     repeatable_executors: bool = True
-    graph_capture: bool = False  # graph_capture_begin/end and graph_launch
+    graph_capture: bool = False  # the backend is a GraphCapture
     event_errors: bool = False  # event_sync raises the error of a record made on a failed stream
+    tracing: bool = False  # the backend is a Tracing
+    latch: bool = False  # the backend is a Latching
+    memory: MemoryRules = field(default_factory=MemoryRules)
 
 
 @runtime_checkable
@@ -57,14 +120,51 @@ class Executor(Protocol):
     workspace_size: int
 
 
+@dataclass(frozen=True)
+class TraceRecord:
+    """One task a stream executed, with device timestamps in seconds since the device opened.
+
+    ``queued`` is when the stream reached the task; ``start`` when it got its engine (later
+    than ``queued`` only when a timing model made it wait for AI cores or a copy engine);
+    ``end`` when it finished.  ``engine`` is ``"compute"``, ``"h2d"`` or ``"d2h"`` for
+    kernels, copies and memsets, ``None`` for records, waits, host functions and latches.
+    ``node``, ``op`` and ``run`` come from the launch context (``None`` when not given).
+    ``event`` names the event generation a record completes or a wait waits for
+    (``"e3#2"``), so a record and its waits can be paired.  ``status`` is ``"ok"``,
+    ``"skipped"`` (a sticky error on the stream made it skip) or ``"failed"``.
+    """
+
+    stream: str
+    kind: str
+    name: str
+    engine: str | None
+    node: str | None
+    op: str | None
+    run: int | None
+    queued: float
+    start: float
+    end: float
+    cores: int = 0
+    status: str = "ok"
+    event: str | None = None
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
 class Backend(Protocol):
     """One opened device."""
 
     name: str
     index: int
     capabilities: Capabilities
+    closed: bool
 
     def close(self) -> None: ...
+    def describe(self) -> str:
+        """One line saying what this device is (shown by ``aclpipe devices``)."""
+        ...
 
     # memory ---------------------------------------------------------------------------------
     def mem_alloc(self, nbytes: int, label: str = "") -> int: ...
@@ -72,6 +172,9 @@ class Backend(Protocol):
     def mem_alloc_host(self, nbytes: int, label: str = "") -> tuple[int, np.ndarray]: ...
     def mem_free_host(self, address: int) -> None: ...
     def mem_info(self) -> tuple[int, int]: ...
+    def mem_peak(self) -> int | None:
+        """The most device bytes allocated at once so far, when the backend tracks it."""
+        ...
     def host_access(self, address: int, nbytes: int, *, write: bool, what: str) -> None: ...
     def memcpy_async(self, dst: int, src: int, nbytes: int, kind: MemcpyKind, stream: Any,
                      context: Mapping[str, Any] | None = None) -> None: ...
@@ -83,7 +186,7 @@ class Backend(Protocol):
     def stream_sync(self, stream: Any, timeout_ms: int = -1) -> None: ...
     def stream_query(self, stream: Any) -> bool: ...
     def stream_wait_event(self, stream: Any, event: Any) -> None: ...
-    def stream_take_error(self, stream: Any) -> Exception | None: ...
+    def stream_take_error(self, stream: Any) -> BackendError | None: ...
 
     # events ---------------------------------------------------------------------------------
     def event_create(self, timing: bool = False) -> Any: ...
@@ -102,13 +205,77 @@ class Backend(Protocol):
 
     # operators (aclnn two-phase) ------------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None],
-                   outputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> Executor: ...
-    def op_set_repeatable(self, executor: Executor) -> None: ...
-    def op_set_tensor_address(self, executor: Executor, index: int, *, output: bool,
+                   outputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> Any: ...
+    def op_set_repeatable(self, executor: Any) -> None: ...
+    def op_set_tensor_address(self, executor: Any, index: int, *, output: bool,
                               address: int) -> None: ...
-    def op_destroy(self, executor: Executor) -> None: ...
-    def op_launch(self, executor: Executor, workspace: int, workspace_size: int, stream: Any,
+    def op_destroy(self, executor: Any) -> None: ...
+    def op_launch(self, executor: Any, workspace: int, workspace_size: int, stream: Any,
                   context: Mapping[str, Any] | None = None) -> None: ...
+
+
+class GraphCapture(Backend, Protocol):
+    """Optional: record device work once and replay it (``capabilities.graph_capture``)."""
+
+    def graph_capture_begin(self) -> None:
+        """Record, instead of enqueueing, every copy, kernel, record and wait until
+        :meth:`graph_capture_end`."""
+        ...
+    def graph_capture_end(self) -> Any:
+        """Stop recording; returns the graph handle."""
+        ...
+    def graph_launch(self, graph: Any, context: Mapping[str, Any] | None = None) -> None:
+        """Replay a captured graph."""
+        ...
+
+
+class Tracing(Backend, Protocol):
+    """Optional: record a :class:`TraceRecord` per executed task (``capabilities.tracing``)."""
+
+    def trace_begin(self) -> None: ...
+    def trace_end(self, timeout: float = 10.0) -> list[TraceRecord]:
+        """Stop recording (once the work already enqueued is done); returns the records in
+        start order."""
+        ...
+    def trace_modelled_time(self) -> bool:
+        """Whether trace timestamps are modelled device time (a timing model is on)."""
+        ...
+
+
+class FaultInjection(Backend, Protocol):
+    """Optional: plant faults the way the device would raise them
+    (``capabilities.fault_injection``)."""
+
+    def inject_fault(self, kind: str, match: str | None = None, *, code: int | None = None, skip: int = 0,
+                     times: int | None = 1, hang: bool = False) -> Any: ...
+    def release_hangs(self) -> None: ...
+
+
+class Latching(Backend, Protocol):
+    """Optional: a device task that holds a stream until the host opens it
+    (``capabilities.latch``)."""
+
+    def latch(self, stream: Any) -> threading.Event: ...
+
+
+def graph_capture(backend: Backend) -> GraphCapture | None:
+    """``backend`` as a :class:`GraphCapture`, or None when it cannot capture."""
+    return cast(GraphCapture, backend) if backend.capabilities.graph_capture else None
+
+
+def tracing(backend: Backend) -> Tracing | None:
+    """``backend`` as a :class:`Tracing`, or None when it cannot record traces."""
+    return cast(Tracing, backend) if backend.capabilities.tracing else None
+
+
+def fault_injection(backend: Backend) -> FaultInjection | None:
+    """``backend`` as a :class:`FaultInjection`, or None when it cannot plant faults."""
+    return cast(FaultInjection, backend) if backend.capabilities.fault_injection else None
+
+
+def latching(backend: Backend) -> Latching | None:
+    """``backend`` as a :class:`Latching`, or None when it has no latch task."""
+    return cast(Latching, backend) if backend.capabilities.latch else None
 
 
 def sync_streams(stream_sync: Callable[[Any, int], None], streams: Iterable[Any], timeout_ms: int = -1) -> None:

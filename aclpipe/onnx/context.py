@@ -4,7 +4,7 @@ A converter turns one ONNX node into catalog ops.  It never touches a device or 
 directly; it talks to a :class:`BuildContext`, whose small interface two implementations share:
 
 - :class:`aclpipe.onnx.eager.EagerContext` evaluates every op at once through
-  :class:`~aclpipe.runner.OpRunner` (values are numpy arrays); the conformance tests use it;
+  :class:`~aclpipe.eager.OpRunner` (values are numpy arrays); the conformance tests use it;
 - a graph-building context (the model importer) adds nodes to an :class:`aclpipe.graph.Graph`
   (values are graph values with known shapes).
 
@@ -26,7 +26,7 @@ import onnx
 from ..dtypes import DType
 from ..errors import UnsupportedOpError
 
-__all__ = ["BuildContext", "OnnxNode", "UnsupportedFeature", "onnx_dtype", "ONNX_TO_DTYPE", "DTYPE_TO_ONNX"]
+__all__ = ["DTYPE_TO_ONNX", "ONNX_TO_DTYPE", "BuildContext", "OnnxNode", "UnsupportedFeature", "onnx_dtype"]
 
 ONNX_TO_DTYPE: dict[int, DType] = {
     onnx.TensorProto.FLOAT: DType.float32,

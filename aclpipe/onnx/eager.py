@@ -1,6 +1,6 @@
 """EagerContext: a :class:`~aclpipe.onnx.context.BuildContext` that runs each op at once.
 
-Every ``ctx.op(...)`` is one :class:`~aclpipe.runner.OpRunner` run on the context's stream:
+Every ``ctx.op(...)`` is one :class:`~aclpipe.eager.OpRunner` run on the context's stream:
 inputs are uploaded, the op goes through phase one (cached), its workspace strategy and phase
 two, and the outputs come back as numpy arrays, which are the context's values.  It is the
 reference path the ONNX conformance tests use: slow (a device round trip per op) but with
@@ -21,9 +21,9 @@ import numpy as np
 import onnx
 
 from ..dtypes import DType, as_dtype
-from ..runner import OpRunner
+from ..eager import OpRunner
 from ..runtime import Device, Stream
-from ..workspace import WorkspaceStrategy
+from ..runtime.workspaces import WorkspaceStrategy
 from .mapping import check_model, emit_graph, model_opsets
 
 __all__ = ["EagerContext"]

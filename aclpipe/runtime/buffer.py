@@ -24,12 +24,12 @@ __all__ = ["DeviceBuffer", "HostBuffer"]
 
 
 def _free_device(backend: Any, address: int) -> None:
-    if not getattr(backend, "closed", False):
+    if not backend.closed:
         backend.mem_free(address)
 
 
 def _free_host(backend: Any, address: int) -> None:
-    if not getattr(backend, "closed", False):
+    if not backend.closed:
         backend.mem_free_host(address)
 
 

@@ -12,18 +12,19 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from ..backends import get_backend_class, parse_device
+from ..backends.protocol import Backend, Capabilities, fault_injection
 from ..dtypes import as_dtype
 from ..errors import ClosedResourceError
 from .buffer import DeviceBuffer, HostBuffer
 from .event import Event, _ms
 from .stream import Stream
 
-__all__ = ["Device", "MemInfo", "open_device", "device_count"]
+__all__ = ["Device", "MemInfo", "device_count", "open_device"]
 
 
 @dataclass(frozen=True)
@@ -38,14 +39,14 @@ class MemInfo:
         return self.total - self.free
 
 
-def _close_backend(backend: Any) -> None:
+def _close_backend(backend: Backend) -> None:
     backend.close()
 
 
 class Device:
     """One opened device.  Create it with :func:`open_device`."""
 
-    def __init__(self, backend: Any, name: str):
+    def __init__(self, backend: Backend, name: str):
         self.backend = backend
         self.name = name
         self._transfer: Stream | None = None
@@ -65,19 +66,18 @@ class Device:
         """Stop every stream and release the device; idempotent."""
         self._finalizer()
 
-    def __enter__(self) -> Device:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def capabilities(self) -> Any:
+    def capabilities(self) -> Capabilities:
         return self.backend.capabilities
 
     def describe(self) -> str:
-        describe = getattr(self.backend, "describe", None)
-        return f"{self.name}: {describe() if describe else self.backend.name}"
+        return f"{self.name}: {self.backend.describe()}"
 
     # -- factories ----------------------------------------------------------------------------
     def create_stream(self, priority: int = 0) -> Stream:
@@ -155,13 +155,16 @@ class Device:
     def inject_fault(self, kind: str, match: str | None = None, **options: Any) -> Any:
         """Plant a fault (backends with ``capabilities.fault_injection`` only)."""
         self._check()
-        if not self.capabilities.fault_injection:
+        faults = fault_injection(self.backend)
+        if faults is None:
             raise NotImplementedError(f"{self.name} cannot inject faults; use the 'sim' backend")
-        return self.backend.inject_fault(kind, match, **options)
+        return faults.inject_fault(kind, match, **options)
 
     def release_hangs(self) -> None:
-        if self.capabilities.fault_injection:
-            self.backend.release_hangs()
+        """Let every task held by a planted ``hang`` fault go on."""
+        faults = fault_injection(self.backend)
+        if faults is not None:
+            faults.release_hangs()
 
     def __repr__(self) -> str:
         return f"<Device {self.name}{' closed' if self.closed else ''}>"

@@ -20,7 +20,7 @@ _Buffer = DeviceBuffer | HostBuffer
 
 
 def _destroy(backend: Any, handle: Any) -> None:
-    if not getattr(backend, "closed", False):
+    if not backend.closed:
         backend.stream_destroy(handle)
 
 
@@ -32,6 +32,10 @@ class Stream:
         self.handle = handle
         self.priority = priority
         self._finalizer = weakref.finalize(self, _destroy, device.backend, handle)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
 
     @property
     def name(self) -> str:
@@ -120,7 +124,7 @@ class Stream:
     def take_error(self) -> Exception | None:
         """Return and clear the sticky error without waiting (``aclrtGetLastError``-style)."""
         self._check()
-        return self.device.backend.stream_take_error(self.handle)  # type: ignore[no-any-return]
+        return self.device.backend.stream_take_error(self.handle)
 
     def close(self) -> None:
         """Destroy the stream after its work drains; idempotent."""

@@ -20,6 +20,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Self
 
+from ..backends.protocol import latching
+
 if TYPE_CHECKING:
     from ..runtime import Stream
 
@@ -66,10 +68,9 @@ def latch(stream: Stream) -> Latch:
     NotImplementedError
         The backend has neither a native latch nor host functions.
     """
-    backend = stream.device.backend
-    native = getattr(backend, "latch", None)
-    if callable(native):
-        return Latch(stream, native(stream.handle), "device")
+    native = latching(stream.device.backend)
+    if native is not None:
+        return Latch(stream, native.latch(stream.handle), "device")
     if not stream.device.capabilities.host_callbacks:
         raise NotImplementedError(f"{stream.device.name} has no latch task and no host functions; "
                                   "a latch cannot hold its streams")

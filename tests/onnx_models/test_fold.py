@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aclpipe.eager import OpRunner
 from aclpipe.errors import InvalidArgumentError
 from aclpipe.onnx.fold import Folded, content_digest, evaluate_on_host
-from aclpipe.runner import OpRunner
 
 
 def _on_device(device, op, arrays, attrs, outputs=1):

@@ -8,7 +8,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from aclpipe.aio import Timeline
+from aclpipe.runtime.timeline import Timeline
 
 pytestmark = pytest.mark.anyio
 

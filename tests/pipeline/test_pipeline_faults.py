@@ -272,10 +272,10 @@ async def test_a_fault_whose_stream_error_someone_else_consumed_still_fails_its_
     async with Pipeline(graph, device, streams=streams, depth=2, workspace=workspace) as pipe:
         drained: list[BaseException] = []
 
-        def drain_without_telling_the_pipeline() -> None:
-            drained.extend(e for e in (s.take_error() for s in pipe._streams) if e is not None)
+        def drain_without_telling_the_pipeline(streams, newest_run) -> None:
+            drained.extend(e for e in (s.take_error() for s in streams) if e is not None)
 
-        monkeypatch.setattr(pipe, "_collect_errors", drain_without_telling_the_pipeline)
+        monkeypatch.setattr(pipe._faults, "collect", drain_without_telling_the_pipeline)
         for position, node in enumerate(NODE_NAMES[::7]):
             device.inject_fault("kernel", match=node)
             with pytest.raises(ExecutionError) as info:

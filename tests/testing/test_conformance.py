@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 
@@ -131,7 +132,12 @@ def test_a_backend_breaking_a_rule_fails_that_check(backend_class, failing):
 
 # -- the latch --------------------------------------------------------------------------------------
 class NoNativeLatch(SimBackend):
-    latch = None
+    """A backend whose capabilities say it has no latch task: the kit holds streams with a host
+    function instead."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.capabilities = dataclasses.replace(self.capabilities, latch=False)
 
 
 @pytest.mark.parametrize("backend_class, kind", [(SimBackend, "device"), (NoNativeLatch, "host_func")])

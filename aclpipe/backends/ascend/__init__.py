@@ -6,10 +6,17 @@ is opened (``open_device("ascend:0")``), from ``ACLPIPE_ASCEND_LIB`` or
 what to install or set.
 """
 
+from typing import TYPE_CHECKING
+
 from .backend import HOST_FUNC_MODES, AscendBackend
 from .library import INSTALL_HINT, library_directory, load_library, opapi_libraries
 
 backend_class = AscendBackend
+
+if TYPE_CHECKING:  # the binding implements the backend contract
+    from ..protocol import Backend
+
+    _check: type[Backend] = AscendBackend
 
 __all__ = [
            "HOST_FUNC_MODES",

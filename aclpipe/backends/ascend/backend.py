@@ -89,6 +89,8 @@ class AscendBackend:
         self._token = object()
         self._lock = threading.Lock()
         self._device_memory: dict[int, int] = {}
+        self._device_bytes = 0  # held from aclrtMalloc now
+        self._device_peak = 0  # the most bytes held from aclrtMalloc at once
         self._host_memory: dict[int, int] = {}
         self._host_calls: set[PythonHostCall] = set()
         library.acquire()
@@ -211,13 +213,17 @@ class AscendBackend:
         address = _address(pointer[0])
         with self._lock:
             self._device_memory[address] = nbytes
+            self._device_bytes += nbytes
+            self._device_peak = max(self._device_peak, self._device_bytes)
         return address
 
     def mem_free(self, address: int) -> None:
         self._enter()
         with self._lock:
-            if self._device_memory.pop(address, None) is None:
+            nbytes = self._device_memory.pop(address, None)
+            if nbytes is None:
                 raise error_from_code(207002, f"{address:#x} is not device memory allocated on ascend:{self.index}")
+            self._device_bytes -= nbytes
         self.library.check(self.library.runtime.aclrtFree(_pointer(address)), "aclrtFree")
 
     def mem_alloc_host(self, nbytes: int, label: str = "") -> tuple[int, np.ndarray]:
@@ -230,7 +236,7 @@ class AscendBackend:
         address = _address(pointer[0])
         with self._lock:
             self._host_memory[address] = nbytes
-        view = np.frombuffer(ffi.buffer(ffi.cast("char *", pointer[0]), nbytes), dtype=np.uint8)
+        view = np.frombuffer(memoryview(ffi.buffer(ffi.cast("char *", pointer[0]), nbytes)), dtype=np.uint8)
         return address, view
 
     def mem_free_host(self, address: int) -> None:
@@ -249,6 +255,11 @@ class AscendBackend:
             code = self.library.runtime.aclrtGetMemInfo(ACL_DDR_MEM, free, total)
         self.library.check(code, "aclrtGetMemInfo")
         return int(free[0]), int(total[0])
+
+    def mem_peak(self) -> int | None:
+        """The most bytes this backend held from ``aclrtMalloc`` at once."""
+        with self._lock:
+            return self._device_peak
 
     def host_access(self, address: int, nbytes: int, *, write: bool, what: str) -> None:
         """No sanitizer on hardware: host views of pinned memory are not checked."""

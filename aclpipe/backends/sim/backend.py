@@ -11,25 +11,31 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..._hostfunc import ffi as _hostfunc_ffi
+import cffi
+
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
-from ..protocol import Capabilities, MemcpyKind, sync_streams
+from ..protocol import Capabilities, MemcpyKind, TraceRecord, sync_streams
 from .callbacks import CallbackThread
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
 from .executor import SimExecutor, prepare_executor
 from .faults import FaultInjector, FaultRule
 from .memory import Allocation, DeviceMemory
-from .recorder import TraceRecord, TraceRecorder
+from .recorder import TraceRecorder
 from .sanitizer import Clock, Sanitizer
 from .stream import COPY, GRAPH, HOST_FUNC, KERNEL, LATCH, MEMSET, RECORD, WAIT, SimStream, Task
 
-__all__ = ["SimBackend", "SimGraph", "Access"]
+__all__ = ["Access", "SimBackend", "SimGraph"]
+
+_NO_COST = Cost()
+
+#: Casts a C function address to something callable (ABI mode: nothing is compiled).
+_FFI = cffi.FFI()
 
 #: ``(address, nbytes)`` of one region a kernel reads or writes.
 Access = tuple[int, int]
@@ -115,7 +121,7 @@ class SimBackend:
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=max_streams, sanitizer=sanitize,
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=True,
-            event_errors=True)
+            event_errors=True, tracing=True, latch=True)
         self.callbacks = CallbackThread(f"aclpipe-sim{index}-callbacks")
         self._streams: list[SimStream] = []
         self._names = itertools.count()
@@ -181,10 +187,13 @@ class SimBackend:
     def mem_info(self) -> tuple[int, int]:
         return self.memory.capacity - self.memory.in_use, self.memory.capacity
 
+    def mem_peak(self) -> int | None:
+        return self.memory.peak
+
     def host_access(self, address: int, nbytes: int, *, write: bool, what: str) -> None:
         if self.sanitizer is None:
             return
-        allocation, offset = self.memory.find(address, nbytes, what=what)
+        allocation, _ = self.memory.find(address, nbytes, what=what)
         self.sanitizer.host_access(allocation, address, nbytes, write=write, what=what)
 
     def memcpy_async(self, dst: int, src: int, nbytes: int, kind: MemcpyKind, stream: SimStream,
@@ -235,7 +244,7 @@ class SimBackend:
     # -- kernels ----------------------------------------------------------------------------
     def launch_kernel(self, stream: SimStream, name: str, run: Callable[[], None], *,
                       reads: Sequence[Access] = (), writes: Sequence[Access] = (),
-                      cost: Cost = Cost(), context: Mapping[str, Any] | None = None) -> None:
+                      cost: Cost = _NO_COST, context: Mapping[str, Any] | None = None) -> None:
         """Enqueue a kernel: ``run`` executes on the stream's worker after the declared regions
         are checked (live, in bounds, 32-byte aligned) and, with the sanitizer on, ordered."""
         self._check_stream(stream)
@@ -456,8 +465,8 @@ class SimBackend:
 
     def host_func_c(self, stream: SimStream, fn_address: int, args_address: int) -> None:
         """Run a C ``void fn(void *)`` on the callback thread, as ``aclrtLaunchHostFunc`` does."""
-        function = _hostfunc_ffi.cast("void (*)(void *)", fn_address)
-        args = _hostfunc_ffi.cast("void *", args_address)
+        function = _FFI.cast("void (*)(void *)", fn_address)
+        args = _FFI.cast("void *", args_address)
         self._check_stream(stream)
         planted = self.faults.check("host_func", "host_func_c", None)
         if planted is not None:
@@ -571,6 +580,10 @@ class SimBackend:
             stream.wait_position(stream.position(), timeout)
         self.recorder = None
         return recorder.records()
+
+    def trace_modelled_time(self) -> bool:
+        """Trace timestamps are modelled device time when the timing model is on."""
+        return self.engines.timing
 
     # -- fault injection (sim only) ------------------------------------------------------------
     def inject_fault(self, kind: str, match: str | None = None, *, code: int | None = None, skip: int = 0,

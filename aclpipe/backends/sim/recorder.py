@@ -4,56 +4,25 @@
 stamps each task it executes with the device clock (:meth:`Engines.now`) when the stream
 reaches it and when it is done, and ``backend.trace_end()`` hands the records back.  When no
 recorder is installed the workers only test one attribute per task, so tracing costs nothing
-while it is off.  :mod:`aclpipe.trace` turns records into Chrome traces, Gantt charts and
+while it is off.  The record type is the backend protocol's :class:`TraceRecord`;
+:mod:`aclpipe.trace` turns records into Chrome traces, Gantt charts and
 overlap figures.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ..protocol import TraceRecord
 
 if TYPE_CHECKING:
     from .stream import SimStream, Task
 
-__all__ = ["TraceRecord", "TraceRecorder"]
+__all__ = ["TraceRecorder"]
 
 #: Task kinds that occupy an engine (the others are stream bookkeeping).
 ENGINE_KINDS = frozenset({"kernel", "copy", "memset"})
-
-
-@dataclass(frozen=True)
-class TraceRecord:
-    """One executed task, with device timestamps in seconds since the device opened.
-
-    ``queued`` is when the stream reached the task; ``start`` when it got its engine (later
-    than ``queued`` only when the timing model made it wait for AI cores or a copy engine);
-    ``end`` when it finished.  ``engine`` is ``"compute"``, ``"h2d"`` or ``"d2h"`` for
-    kernels, copies and memsets, ``None`` for records, waits, host functions and latches.
-    ``node``, ``op`` and ``run`` come from the launch context (``None`` when not given).
-    ``event`` names the event generation a record completes or a wait waits for
-    (``"e3#2"``), so a record and its waits can be paired.  ``status`` is ``"ok"``,
-    ``"skipped"`` (a sticky error on the stream made it skip) or ``"failed"``.
-    """
-
-    stream: str
-    kind: str
-    name: str
-    engine: str | None
-    node: str | None
-    op: str | None
-    run: int | None
-    queued: float
-    start: float
-    end: float
-    cores: int = 0
-    status: str = "ok"
-    event: str | None = None
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
 
 
 class TraceRecorder:

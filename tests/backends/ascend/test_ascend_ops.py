@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import aclpipe
+from aclpipe.eager import OpRunner
+from aclpipe.eager.executor_cache import ExecutorCache
 from aclpipe.errors import BackendError, InvalidArgumentError, UnsupportedOpError
-from aclpipe.executor_cache import ExecutorCache
 from aclpipe.ops import get_op
-from aclpipe.runner import OpRunner
 from aclpipe.runtime import Device
 from aclpipe.runtime.buffer import DeviceBuffer
 from aclpipe.tensor import TensorDesc

@@ -13,7 +13,6 @@ import anyio
 import numpy as np
 import pytest
 
-from aclpipe.aio import Timeline
 from aclpipe.backends.protocol import MemcpyKind
 from aclpipe.errors import (
     BackendError,
@@ -23,6 +22,7 @@ from aclpipe.errors import (
     InvalidArgumentError,
 )
 from aclpipe.runtime import Device
+from aclpipe.runtime.timeline import Timeline
 from aclpipe.testing import latch
 
 TIMEOUT = 10.0

@@ -1,0 +1,208 @@
+"""What the ``aclpipe`` subcommands share: reading a graph file, fixing its dynamic dims,
+seeded inputs, argument types, and turning failures into one ``aclpipe: error: ...`` line.
+
+Exit status, as :mod:`aclpipe.cli` defines it: 0 success, 1 the command ran and found
+failures (a device fault, a hazard, mismatching outputs), 2 bad arguments or an error before
+anything ran (a missing or malformed file, a graph that cannot be bound).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from ..errors import AclpipeError, BackendError, ExecutionError, HazardError
+from ..graph import BoundGraph, Graph, load_graph
+
+__all__ = [
+    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "add_command", "add_graph_arguments", "bind_shapes",
+    "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph", "load_graph_arguments", "positive_int",
+    "random_inputs", "reporting_errors",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+GRAPH_SUFFIXES = (".yaml", ".yml", ".json", ".onnx")
+
+
+class CommandError(ValueError):
+    """A problem with what the user asked for; printed as one line, exit status 2."""
+
+
+# -- errors --------------------------------------------------------------------------------------------
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return text
+
+
+def reporting_errors(run: Callable[..., int]) -> Callable[..., int]:
+    """Print any failure of ``run`` as ``aclpipe: error: ...`` on stderr and return its exit status
+    (1 for failures found while running, 2 for the rest), never a traceback."""
+
+    @functools.wraps(run)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        try:
+            return int(run(*args, **kwargs))
+        except (ExecutionError, HazardError, BackendError) as error:
+            print(f"aclpipe: error: {_one_line(error)}", file=sys.stderr)
+            return EXIT_FAILED
+        except (AclpipeError, ValueError, TypeError, LookupError, OSError, ImportError,
+                NotImplementedError) as error:
+            print(f"aclpipe: error: {_one_line(error)}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return wrapper
+
+
+# -- arguments -----------------------------------------------------------------------------------------
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def dim_assignment(text: str) -> tuple[str, int]:
+    """argparse type: ``NAME=SIZE``."""
+    name, sep, size = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (e.g. seq=128), got {text!r}")
+    return name, positive_int(size)
+
+
+def add_graph_arguments(parser: argparse.ArgumentParser, batch: int = 8) -> None:
+    """GRAPH, ``--batch`` and ``--dim``: what every command that reads a graph takes."""
+    parser.add_argument("graph", metavar="GRAPH", help="graph file: .yaml, .yml, .json or .onnx")
+    parser.add_argument("--batch", type=positive_int, default=batch,
+                        help=f"size for every dynamic (named or null) input dim (default {batch})")
+    parser.add_argument("--dim", type=dim_assignment, action="append", default=[], metavar="NAME=SIZE",
+                        help="size for one named dim, overriding --batch (repeatable)")
+
+
+def add_command(subparsers: Any, name: str, help_text: str, configure: Callable[[argparse.ArgumentParser], None],
+                run: Callable[..., int]) -> argparse.ArgumentParser:
+    """Add one subcommand to an argparse subparsers object: its parser (``help_text`` as help and
+    description), the arguments ``configure`` adds, and ``run`` as ``args.run``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help_text, description=help_text)
+    configure(parser)
+    parser.set_defaults(run=run)
+    return parser
+
+
+# -- graphs --------------------------------------------------------------------------------------------
+def find_load_onnx() -> Callable[[Any], Graph] | None:
+    """``aclpipe.load_onnx`` when this version has it (and ``onnx`` is installed), else None."""
+    import aclpipe
+
+    loader = getattr(aclpipe, "load_onnx", None)
+    if loader is not None:
+        return loader  # type: ignore[no-any-return]
+    import importlib
+
+    for module in ("aclpipe.onnx", "aclpipe.onnx.importer"):
+        try:
+            loader = getattr(importlib.import_module(module), "load_onnx", None)
+        except ImportError:  # onnx not installed, or no importer in this version
+            return None
+        if loader is not None:
+            return loader  # type: ignore[no-any-return]
+    return None
+
+
+def load_any_graph(path_text: str) -> Graph:
+    """Read a YAML/JSON graph file or an ONNX model; a clear :class:`CommandError` otherwise."""
+    path = Path(path_text)
+    if not path.exists():
+        raise CommandError(f"graph file {path_text!r} not found")
+    if not path.is_file():
+        raise CommandError(f"{path_text!r} is not a file")
+    suffix = path.suffix.lower()
+    if suffix not in GRAPH_SUFFIXES:
+        raise CommandError(f"{path_text!r}: unknown graph file type {suffix or '(none)'!r}; "
+                           f"expected {', '.join(GRAPH_SUFFIXES)}")
+    if suffix != ".onnx":
+        return load_graph(path)
+    loader = find_load_onnx()
+    if loader is None:
+        raise CommandError(f"{path_text!r}: reading ONNX models needs aclpipe.load_onnx and the onnx "
+                           "package (pip install 'aclpipe[onnx]'); this installation has no ONNX importer")
+    try:
+        return loader(path)
+    except (AclpipeError, ValueError, TypeError, NotImplementedError):
+        raise
+    except Exception as error:  # onnx's own parse errors: one line, not a traceback
+        raise CommandError(f"{path_text!r}: cannot read the ONNX model: {_one_line(error)}") from error
+
+
+def bind_shapes(graph: Graph, batch: int, dims: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+    """Concrete input shapes: named dims from ``dims``, every other dynamic dim ``batch``."""
+    dims = dict(dims or {})
+    known = {d for spec in graph.inputs.values() for d in spec.shape if isinstance(d, str)}
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        raise CommandError(f"--dim {', '.join(unknown)}: graph {graph.name!r} has no dim of that name "
+                           f"(its named dims: {', '.join(sorted(known)) or 'none'})")
+    if not graph.inputs:
+        raise CommandError(f"graph {graph.name!r} has no inputs: nothing to feed it")
+    return {name: tuple(d if isinstance(d, int) else dims.get(d, batch) if isinstance(d, str) else batch
+                        for d in spec.shape) for name, spec in graph.inputs.items()}
+
+
+def load_graph_arguments(args: argparse.Namespace) -> tuple[Graph, dict[str, tuple[int, ...]], BoundGraph]:
+    """The graph GRAPH names, its input shapes from ``--batch`` and ``--dim`` (the arguments
+    :func:`add_graph_arguments` declares), and the graph bound to them: shape errors surface
+    here, as one line, before a command opens a device or runs anything."""
+    graph = load_any_graph(args.graph)
+    shapes = bind_shapes(graph, args.batch, dict(args.dim))
+    return graph, shapes, graph.bind(**shapes)
+
+
+def random_inputs(graph: Graph, shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator
+                  ) -> dict[str, np.ndarray]:
+    """Seeded inputs: N(0, 1) for floats, 0 or 1 for integers (valid indices for any table),
+    random booleans."""
+    arrays = {}
+    for name, spec in graph.inputs.items():
+        dtype = as_dtype(spec.dtype).numpy
+        shape = shapes[name]
+        if np.issubdtype(dtype, np.bool_):
+            arrays[name] = rng.random(shape) < 0.5
+        elif np.issubdtype(dtype, np.integer):
+            arrays[name] = rng.integers(0, 2, shape).astype(dtype)
+        else:
+            arrays[name] = rng.standard_normal(shape).astype(dtype)
+    return arrays
+
+
+def describe_shapes(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """``x[4, 784], y[4]``: input shapes for one line of output."""
+    return ", ".join(f"{name}[{', '.join(map(str, shape))}]" for name, shape in shapes.items())
+
+
+def say(console: Any, text: str, style: str | None = None) -> None:
+    """Print plain text: no markup, no highlighting, no wrapping (paths and plans stay intact)."""
+    console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def output_console(console: Any | None) -> Any:
+    """``console``, or a new rich Console; when the output is not a terminal (a file, a pipe) it is
+    widened to 120 columns, since nothing then limits the width and tables read better unwrapped."""
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    if not console.is_terminal and console.width < 120:
+        console.width = 120
+    return console

@@ -1,0 +1,102 @@
+"""``aclpipe plan GRAPH``: print the plan for a graph file (per stream its nodes, waits and
+records; arena offsets and the peak against the live-set lower bound), the workspace each
+node's phase one asks for, and write the plan as Graphviz DOT.
+
+.. code-block:: text
+
+    aclpipe plan graphs/transformer.yaml --batch 8 --streams 4 --dot transformer.dot
+    dot -Tsvg transformer.dot -o transformer.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import AclpipeError
+from ..ops import get_op
+from ..plan import Plan, make_plan
+from ..plan.plan import COPY_OPS
+from ..plan.render import format_bytes
+from ..trace import plan_dot
+from .common import (
+    EXIT_OK,
+    add_graph_arguments,
+    describe_shapes,
+    load_graph_arguments,
+    output_console,
+    positive_int,
+    reporting_errors,
+    say,
+)
+
+__all__ = ["HELP", "NAME", "configure", "run", "workspace_sizes"]
+
+NAME = "plan"
+HELP = "print a graph's plan (streams, events, memory, workspaces) and write it as DOT"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``plan`` arguments to ``parser``."""
+    add_graph_arguments(parser, batch=8)
+    parser.add_argument("--streams", type=positive_int, default=4, help="compute streams at most (default 4)")
+    parser.add_argument("--dot", metavar="OUT.dot", help="write the plan as Graphviz DOT (render: dot -Tsvg)")
+
+
+
+def workspace_sizes(plan: Plan) -> dict[str, int | str]:
+    """Node name -> the workspace bytes its phase one asks for (no device needed: the catalog's
+    own ``prepare``), or the phase-one error text for a node that refuses."""
+    sizes: dict[str, int | str] = {}
+    for node in plan.nodes:
+        if node.op in COPY_OPS:
+            continue
+        inputs = [plan.values[v].desc if v is not None else None for v in node.inputs]
+        outputs = [plan.values[v].desc if v is not None else None for v in node.outputs]
+        try:
+            sizes[node.name] = int(get_op(node.op).prepare(inputs, outputs, dict(node.attrs)).workspace_size)
+        except (AclpipeError, ValueError, TypeError) as error:
+            sizes[node.name] = f"refused: {error}"
+    return sizes
+
+
+def workspace_table(plan: Plan, sizes: dict[str, int | str]) -> Table:
+    table = Table(title="workspaces (phase one)", header_style="bold")
+    for column in ("stream", "nodes needing one", "largest", "sum"):
+        table.add_column(column, justify="left" if column in ("stream", "nodes needing one") else "right")
+    for stream in range(plan.num_streams):
+        needing = [(n.name, sizes[n.name]) for n in plan.nodes_on(stream)
+                   if isinstance(sizes.get(n.name), int) and sizes[n.name]]
+        listed = ", ".join(f"{name} ({format_bytes(int(size))})" for name, size in needing) or "-"
+        largest = max((int(size) for _, size in needing), default=0)
+        total = sum(int(size) for _, size in needing)
+        table.add_row(str(stream), listed, format_bytes(largest), format_bytes(total))
+    return table
+
+
+@reporting_errors
+def run(args: argparse.Namespace, console: Console | None = None) -> int:
+    """Run ``aclpipe plan``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
+    console = output_console(console)
+    _, shapes, bound = load_graph_arguments(args)
+    plan = make_plan(bound, streams=args.streams)
+    say(console, f"inputs {describe_shapes(shapes)}")
+    say(console, plan.summary())
+    sizes = workspace_sizes(plan)
+    console.print(workspace_table(plan, sizes))
+    static = sum(max((int(s) for n in plan.nodes_on(k) if isinstance(s := sizes.get(n.name), int)), default=0)
+                 for k in range(plan.num_streams))
+    say(console, f"workspace strategy 'static' would hold {format_bytes(static)} (the largest per stream); "
+                 "'pool' defaults to twice that")
+    for name, size in sizes.items():
+        if isinstance(size, str):
+            say(console, f"node {name!r}: phase one {size}", style="yellow")
+    if args.dot:
+        path = Path(args.dot)
+        path.write_text(plan_dot(plan), encoding="utf-8")
+        say(console, f"dot: {path} ({plan.stream_count} stream clusters, {plan.num_waits} event edges; "
+                     f"render with: dot -Tsvg {path} -o {path.with_suffix('.svg')})")
+    return EXIT_OK

@@ -1,0 +1,312 @@
+"""A prepared program: one plan bound to device memory and executors, for one input signature.
+
+Preparing does all the slow work once (ARCHITECTURE.md 5): for each of ``depth`` slots it
+allocates the activation arena and pinned staging buffers, creates the events the plan
+records, and runs phase one for every node against that slot's addresses, making each
+executor repeatable.  Enqueueing a run then only walks precomputed steps: waits, launches,
+records and copies, with no planning, allocation or executor building on the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..backends.protocol import MemcpyKind, graph_capture
+from ..errors import BackendError, error_from_code
+from ..plan import Plan, PlannedNode
+from ..runtime.workspaces import NO_WORKSPACE, Workspace
+from ..tensor import TensorDesc
+
+if TYPE_CHECKING:
+    from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
+    from ..runtime.timeline import Timeline
+    from ..runtime.workspaces import WorkspaceStrategy
+
+__all__ = ["Program", "Slot", "Step"]
+
+
+@dataclass(eq=False)
+class Step:
+    """One node of one slot, ready to enqueue."""
+
+    node: PlannedNode
+    stream: Any  # backend stream handle
+    lane: int  # index of the pipeline stream (and timeline lane) it runs on
+    waits: tuple[Any, ...]  # backend event handles
+    record: Any | None
+    executor: Any | None = None  # compute nodes
+    repeatable: bool = True
+    inputs: tuple[TensorDesc | None, ...] = ()
+    outputs: tuple[TensorDesc | None, ...] = ()
+    workspace_size: int = 0
+    copy: tuple[int, int, int, MemcpyKind] | None = None  # (dst, src, nbytes, kind) for H2D/D2H
+    key: tuple[int, int] = (0, 0)  # (slot, node): what the ``cached`` workspace strategy keys on
+
+
+@dataclass(eq=False)
+class Slot:
+    index: int
+    arena: DeviceBuffer | None
+    staging_in: dict[str, HostBuffer]
+    staging_out: dict[str, HostBuffer]
+    steps: list[Step] = field(default_factory=list)
+    events: dict[int, Event] = field(default_factory=dict)  # node index -> event it records
+    tails: list[tuple[Any, Event]] = field(default_factory=list)  # (stream handle, event) per used stream
+    #: Recorded on the D2H stream after the run's last work, behind the tails: on backends whose
+    #: events carry their producer's error, an error on it is this run's, whoever consumed the
+    #: streams' sticky errors.
+    done: Event | None = None
+    executors: list[Any] = field(default_factory=list)
+    graph: Any | None = None  # the captured run, when the backend can replay graphs
+
+
+class Program:
+    """Everything one input signature needs, for ``depth`` slots."""
+
+    def __init__(self, device: Device, plan: Plan, constants: Mapping[str, DeviceBuffer], streams: list[Stream],
+                 depth: int):
+        """``streams`` are the pipeline's: compute streams first, then the H2D and D2H streams.
+        Plan stream ``k`` runs on compute stream ``k``; the plan's copy streams on the last two."""
+        self.device = device
+        self.plan = plan
+        self.streams = streams
+        copies = {plan.h2d_stream: len(streams) - 2, plan.d2h_stream: len(streams) - 1}
+        #: plan stream index -> pipeline stream index (the timeline lane)
+        self.lane_of = [copies.get(s, s) for s in range(plan.num_streams + 2)]
+        self.constants = constants
+        self.slots: list[Slot] = []
+        #: stream -> the largest workspace a node on it needs (what the workspaces reserve)
+        self.workspace_sizes: dict[Stream, int] = {}
+        self.fallback_nodes: set[str] = set()
+        self._building: Slot | None = None  # a half-built slot, for close() after a failure
+        try:
+            for index in range(depth):
+                self.slots.append(self._build_slot(index))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- building --------------------------------------------------------------------------------
+    def _build_slot(self, index: int) -> Slot:
+        plan, device = self.plan, self.device
+        arena = device.alloc(plan.arena_size, label=f"arena slot {index}") if plan.arena_size else None
+        slot = self._building = Slot(index, arena, {}, {})
+        for name in plan.inputs:
+            desc = plan.values[name].desc
+            slot.staging_in[name] = device.alloc_host(max(desc.nbytes, 1), label=f"input {name}")
+        for output, value in plan.outputs.items():
+            desc = plan.values[value].desc
+            slot.staging_out[output] = device.alloc_host(max(desc.nbytes, 1), label=f"output {output}")
+        events = slot.events = {node.index: device.create_event() for node in plan.nodes if node.record}
+        handles = [stream.handle for stream in self.streams]
+        for node in plan.nodes:
+            slot.steps.append(self._build_step(slot, node, handles, events))
+        used = sorted({self.lane_of[node.stream] for node in plan.nodes} - {len(handles) - 1})
+        slot.tails = [(handles[lane], device.create_event()) for lane in used]
+        if device.capabilities.event_errors:
+            slot.done = device.create_event()
+        self._building = None
+        return slot
+
+    def address(self, slot: Slot, value: str) -> int:
+        placement = self.plan.values[value]
+        storage = placement.base or value
+        if self.plan.values[storage].kind == "constant":
+            return self.constants[storage].address
+        offset = self.plan.values[storage].arena_offset
+        assert slot.arena is not None and offset is not None
+        return slot.arena.address + offset
+
+    def _desc(self, slot: Slot, value: str | None) -> TensorDesc | None:
+        if value is None:
+            return None
+        return self.plan.values[value].desc.at(self.address(slot, value))
+
+    def _build_step(self, slot: Slot, node: PlannedNode, handles: list[Any], events: dict[int, Event]) -> Step:
+        lane = self.lane_of[node.stream]
+        step = Step(node, handles[lane], lane, tuple(events[w].handle for w in node.waits),
+                    events[node.index].handle if node.record else None, key=(slot.index, node.index))
+        if node.op == "H2D":
+            name = node.attrs["input"]
+            desc = self.plan.values[name].desc
+            step.copy = (self.address(slot, name), slot.staging_in[name].address, desc.nbytes,
+                         MemcpyKind.HOST_TO_DEVICE)
+        elif node.op == "D2H":
+            output, value = node.attrs["output"], node.inputs[0]
+            assert value is not None
+            desc = self.plan.values[value].desc
+            step.copy = (slot.staging_out[output].address, self._desc(slot, value).data_address,  # type: ignore[union-attr]
+                         desc.nbytes, MemcpyKind.DEVICE_TO_HOST)
+        else:
+            self._prepare_node(slot, step)
+        return step
+
+    def _prepare_node(self, slot: Slot, step: Step) -> None:
+        node, backend = step.node, self.device.backend
+        step.inputs = tuple(self._desc(slot, v) for v in node.inputs)
+        step.outputs = tuple(self._desc(slot, v) for v in node.outputs)
+        try:
+            executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
+        except BackendError as error:
+            raise error_from_code(error.code, error.detail or str(error),
+                                  {**error.context, "node": node.name, "op": node.op}) from error
+        slot.executors.append(executor)
+        try:
+            backend.op_set_repeatable(executor)
+        except BackendError:
+            # The op refuses repeatable executors: phase one again at each run (ARCHITECTURE.md 5).
+            step.repeatable = False
+            self.fallback_nodes.add(node.name)
+        step.executor = executor
+        step.workspace_size = int(executor.workspace_size)
+        if step.workspace_size:
+            stream = self.streams[step.lane]
+            self.workspace_sizes[stream] = max(self.workspace_sizes.get(stream, 0), step.workspace_size)
+
+    # -- running ---------------------------------------------------------------------------------
+    def capture(self, workspaces: WorkspaceStrategy, d2h_lane: int) -> bool:
+        """Capture every slot's run as a device graph when nothing in it varies between runs
+        (repeatable executors, workspaces at fixed addresses); afterwards a run is one
+        ``graph_launch``.  Returns whether the program was captured."""
+        backend = graph_capture(self.device.backend)
+        if backend is None:
+            return False
+        if self.fallback_nodes or (self.workspace_sizes and not workspaces.fixed_addresses):
+            return False
+        for slot in self.slots:
+            backend.graph_capture_begin()
+            try:
+                for step in slot.steps:
+                    workspace = self._take_fixed(workspaces, step)
+                    self._enqueue_step(step, step.executor, workspace.address, None)
+                    if step.workspace_size:
+                        workspaces.release_after(workspace, self.streams[step.lane], publish=False)
+                self._enqueue_tails(slot, d2h_lane)
+            finally:
+                slot.graph = backend.graph_capture_end()
+        return True
+
+    def _take_fixed(self, workspaces: WorkspaceStrategy, step: Step) -> Workspace:
+        if not step.workspace_size:
+            return NO_WORKSPACE
+        workspace = workspaces.try_acquire(step.workspace_size, self.streams[step.lane], step.key)
+        if workspace is None:  # fixed-address strategies always have room
+            raise RuntimeError(f"the {workspaces.name} workspace strategy had no room while capturing")
+        return workspace
+
+    async def enqueue(self, slot: Slot, run: int, workspaces: WorkspaceStrategy) -> None:
+        """Enqueue one run's work on ``slot``.
+
+        It may stop part way by raising (a host-side failure such as a workspace allocation);
+        either way the caller must then call :meth:`enqueue_completion`, because whatever was
+        enqueued is on the device and the slot may come back only once the device passed it.
+        """
+        if slot.graph is not None:
+            backend = graph_capture(self.device.backend)
+            assert backend is not None  # only a capturing backend made the graph
+            backend.graph_launch(slot.graph, {"run": run})
+            return
+        for step in slot.steps:
+            await self._launch(step, run, workspaces)
+
+    def enqueue_completion(self, slot: Slot, workspaces: WorkspaceStrategy, timeline: Timeline,
+                           d2h_lane: int) -> int:
+        """Enqueue the end of a run (after :meth:`enqueue`, whether it finished or raised): every
+        used stream's tail joins the D2H stream, then one completion host function.  Returns the
+        D2H lane value that marks the run complete."""
+        backend = self.device.backend
+        if slot.graph is None:  # a captured graph holds its tails
+            workspaces.publish()
+            self._enqueue_tails(slot, d2h_lane)
+        return timeline.enqueue_advance(backend, self.streams[d2h_lane].handle, d2h_lane)
+
+    def _enqueue_tails(self, slot: Slot, d2h_lane: int) -> None:
+        backend, d2h = self.device.backend, self.streams[d2h_lane].handle
+        for stream, event in slot.tails:
+            backend.event_record(event.handle, stream)
+            backend.stream_wait_event(d2h, event.handle)
+        if slot.done is not None:
+            backend.event_record(slot.done.handle, d2h)
+
+    def run_error(self, slot: Slot) -> BackendError | None:
+        """The error the slot's last run ended with, as its ``done`` event reports it (None when
+        it ran cleanly, or when the backend's events carry no errors)."""
+        if slot.done is None:
+            return None
+        try:
+            slot.done.sync(0)  # the completion host function ran after it: this never waits
+        except BackendError as error:
+            return error
+        return None
+
+    def _enqueue_step(self, step: Step, executor: Any, workspace: int, run: int | None) -> None:
+        backend, node = self.device.backend, step.node
+        context = {"node": node.name, "op": node.op} if run is None else {"node": node.name, "op": node.op,
+                                                                          "run": run}
+        for event in step.waits:
+            backend.stream_wait_event(step.stream, event)
+        if step.copy is not None:
+            dst, src, nbytes, kind = step.copy
+            if nbytes:
+                backend.memcpy_async(dst, src, nbytes, kind, step.stream, context)
+        else:
+            backend.op_launch(executor, workspace, step.workspace_size, step.stream, context)
+        if step.record is not None:
+            backend.event_record(step.record, step.stream)
+
+    async def _launch(self, step: Step, run: int, workspaces: WorkspaceStrategy) -> None:
+        backend, node = self.device.backend, step.node
+        executor = step.executor
+        if step.copy is None and not step.repeatable:
+            executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
+        workspace, stream = NO_WORKSPACE, self.streams[step.lane]
+        if step.workspace_size:
+            found = workspaces.try_acquire(step.workspace_size, stream, step.key)
+            workspace = found if found is not None else await workspaces.acquire_async(
+                step.workspace_size, stream, step.key)
+        try:
+            self._enqueue_step(step, executor, workspace.address, run)
+        except BaseException:
+            # Back to its strategy once the stream passed whatever did get enqueued.
+            workspaces.abandon(workspace, stream)
+            raise
+        if step.workspace_size:
+            if workspaces.blocking_release:
+                await workspaces.release_after_async(workspace, stream)
+            else:
+                workspaces.release_after(workspace, stream, publish=False)
+
+    def read_outputs(self, slot: Slot) -> dict[str, np.ndarray]:
+        result = {}
+        for output, value in self.plan.outputs.items():
+            desc = self.plan.values[value].desc
+            result[output] = slot.staging_out[output].numpy(desc.dtype, desc.shape).copy()
+        return result
+
+    def write_inputs(self, slot: Slot, arrays: Mapping[str, np.ndarray]) -> None:
+        for name, array in arrays.items():
+            desc = self.plan.values[name].desc
+            slot.staging_in[name].numpy(desc.dtype, desc.shape)[...] = array
+
+    def close(self) -> None:
+        """Free everything; the caller has synchronized the streams."""
+        backend = self.device.backend
+        slots = list(self.slots) + ([self._building] if self._building is not None else [])
+        for slot in slots:
+            for executor in slot.executors:
+                backend.op_destroy(executor)
+            slot.executors.clear()
+            for buffer in [*slot.staging_in.values(), *slot.staging_out.values()]:
+                buffer.close()
+            if slot.arena is not None:
+                slot.arena.close()
+            for event in [*slot.events.values(), *(event for _, event in slot.tails)]:
+                event.close()
+            if slot.done is not None:
+                slot.done.close()
+        self.slots.clear()
+        self._building = None

@@ -1,0 +1,60 @@
+"""cffi build script for the C host function that completes work (compiled at install).
+
+``aclpipe_advance(args)`` is what streams run when they pass a completion point: it stores
+a new value into a per-lane counter and writes one byte to a wake pipe.  It is plain C so
+that no Python runs on a runtime thread (ARCHITECTURE.md 3.2, 6); the simulator's callback
+thread calls the very same function, so both backends exercise one completion path.
+"""
+
+from cffi import FFI
+
+CDEF = """
+typedef struct {
+    int64_t *counter;
+    int64_t value;
+    int wake_fd;
+} aclpipe_advance_args;
+
+void aclpipe_advance(void *args);
+"""
+
+SOURCE = r"""
+#include <stdint.h>
+#include <unistd.h>
+#include <errno.h>
+
+typedef struct {
+    int64_t *counter;
+    int64_t value;
+    int wake_fd;
+} aclpipe_advance_args;
+
+void aclpipe_advance(void *raw)
+{
+    /* Read everything first: once the counter moves, the owner may free the args. */
+    aclpipe_advance_args *args = (aclpipe_advance_args *)raw;
+    int64_t *counter = args->counter;
+    int64_t value = args->value;
+    int fd = args->wake_fd;
+    int64_t seen = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
+    /* Monotonic: a late host function never moves a lane backwards. */
+    while (seen < value &&
+           !__atomic_compare_exchange_n(counter, &seen, value, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+    }
+    if (fd >= 0) {
+        char byte = 1;
+        ssize_t written;
+        do {
+            written = write(fd, &byte, 1);
+        } while (written < 0 && errno == EINTR);
+        /* EAGAIN means the pipe is already full of wake-ups: the reader will look anyway. */
+    }
+}
+"""
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source("aclpipe.runtime._hostfunc", SOURCE)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,360 @@
+"""Completion: per-lane timeline counters advanced by C host functions.
+
+Each lane (normally one per stream) owns a monotonic counter.  To learn that a stream
+passed a point, the host enqueues :meth:`Timeline.enqueue_advance`: a C host function
+(``aclpipe_advance``, compiled at install from :mod:`aclpipe.runtime._hostfunc_build`) that
+stores the new value and writes one byte to a wake pipe.  No Python runs on the runtime
+thread (ARCHITECTURE.md 3.2, 6).
+
+Waiting:
+
+- ``await timeline.wait(lane, value)`` on the event loop.  Awaiting tasks take turns as the
+  *pump*: one of them waits for the pipe to become readable, drains it, and wakes every
+  waiter whose value its lane has reached; when the pump is satisfied (or cancelled) it hands
+  the role to another waiter.  This needs no background task, so it works under asyncio and
+  trio alike.  A timeline made with ``wake=False`` has no pipe: its async waits block a
+  worker thread (:func:`anyio.to_thread.run_sync`) on :meth:`wait_blocking` instead.
+- :meth:`Timeline.wait_blocking` from any thread: it records an event on the lane's stream
+  behind the host function that publishes the value and synchronizes it, so it never polls.
+
+Lifetime.  The counters, the host functions' arguments and the wake pipe are what a host
+function touches on a runtime thread, so they must outlive every host function already
+enqueued, whatever happens to the Python objects.  They live in a :class:`_LaneState`; when
+the timeline is closed or collected while the device has not passed everything enqueued,
+the state is parked and released only once every lane has passed its last value (a device
+that never passes them, a hung one, keeps its two pipe descriptors: a leak, never a write
+into freed memory or into a descriptor number the process has reused).
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import BackendError, ClosedResourceError
+from ._hostfunc import ffi, lib
+
+if TYPE_CHECKING:
+    from ..backends.protocol import Backend
+    from .stream import Stream
+
+__all__ = ["HOST_FUNC_ADDRESS", "Timeline"]
+
+#: Address of ``aclpipe_advance``: an ``aclrtHostFunc`` (``void (*)(void *)``).
+HOST_FUNC_ADDRESS: int = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_advance")))
+
+
+@dataclass(eq=False)
+class _Lane:
+    """One counter and what its host functions need until the device passes them."""
+
+    counter: Any  # cdata int64_t[1], written by the C host function
+    enqueued: int = 0  # the newest value enqueued
+    pending: collections.deque[tuple[int, Any]] = field(default_factory=collections.deque)  # (value, args cdata)
+    backend: Backend | None = None  # where the lane's latest host function went
+    stream: Any = None  # that stream's handle
+    event: Any = None  # reused by wait_blocking: recorded behind the host functions
+
+    @property
+    def value(self) -> int:
+        return int(self.counter[0])
+
+    def forget_passed(self) -> None:
+        passed = self.counter[0]
+        pending = self.pending
+        while pending and pending[0][0] <= passed:
+            pending.popleft()
+
+
+class _LaneState:
+    """Everything runtime threads may touch: counters, host-function args, the wake pipe."""
+
+    def __init__(self, wake: bool):
+        self.lanes: list[_Lane] = []
+        self.read_fd, self.write_fd = os.pipe() if wake else (-1, -1)
+        if wake:
+            os.set_blocking(self.read_fd, False)
+            os.set_blocking(self.write_fd, False)
+        self.lock = threading.RLock()  # lanes are added, and advanced, from any thread
+
+    def add_lane(self) -> int:
+        with self.lock:
+            self.lanes.append(_Lane(ffi.new("int64_t[1]")))
+            return len(self.lanes) - 1
+
+    def all_passed(self) -> bool:
+        return all(lane.value >= lane.enqueued for lane in self.lanes)
+
+    def release(self) -> None:
+        """Close the pipe and destroy the wait events; only once every lane passed."""
+        for lane in self.lanes:
+            if lane.event is not None and lane.backend is not None and not lane.backend.closed:
+                try:
+                    lane.backend.event_destroy(lane.event)
+                except BackendError:
+                    pass  # the device is going away; nothing waits on it any more
+            lane.event = None
+            lane.pending.clear()
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            os.close(self.write_fd)
+            self.read_fd = self.write_fd = -1
+
+
+_PARKED: list[_LaneState] = []
+_PARKED_LOCK = threading.Lock()
+
+
+def _retire(state: _LaneState) -> None:
+    """Release ``state`` now if the device passed it, else park it until it has."""
+    _release_parked()
+    if state.all_passed():
+        state.release()
+    else:
+        with _PARKED_LOCK:
+            _PARKED.append(state)
+
+
+def _release_parked() -> None:
+    with _PARKED_LOCK:
+        ready = [state for state in _PARKED if state.all_passed()]
+        for state in ready:
+            _PARKED.remove(state)
+    for state in ready:
+        state.release()
+
+
+def parked_timelines() -> int:
+    """How many closed timelines still wait for the device to pass their host functions."""
+    _release_parked()
+    with _PARKED_LOCK:
+        return len(_PARKED)
+
+
+class _Waiter:
+    __slots__ = ("event", "live", "promoted", "seq", "value")
+
+    def __init__(self, value: int, seq: int):
+        self.value = value
+        self.seq = seq
+        self.event = anyio.Event()
+        self.live = True
+        self.promoted = False  # woken to take over as pump, not because its value arrived
+
+    def __lt__(self, other: _Waiter) -> bool:
+        return (self.value, self.seq) < (other.value, other.seq)
+
+
+class Timeline:
+    """Monotonic counters, one per lane, that device streams advance and the host awaits.
+
+    Parameters
+    ----------
+    lanes:
+        Number of counters to start with (the pipeline uses one per stream); :meth:`add_lane`
+        and :meth:`lane_for` add more.
+    wake:
+        Give the timeline a wake pipe, so that tasks on one event loop await it without
+        threads (the pipeline's).  Without one, async waits block a worker thread.
+    """
+
+    def __init__(self, lanes: int = 1, *, wake: bool = True):
+        if lanes <= 0:
+            raise ValueError(f"a timeline needs at least one lane, got {lanes}")
+        _release_parked()
+        self._state = _LaneState(wake)
+        for _ in range(lanes):
+            self._state.add_lane()
+        self._lanes = self._state.lanes  # shared list: add_lane appends to it
+        self._by_stream: weakref.WeakKeyDictionary[Stream, int] = weakref.WeakKeyDictionary()
+        self._heaps: list[list[_Waiter]] = [[] for _ in range(lanes)]
+        self._seq = itertools.count()
+        self._pumping = False
+        self.closed = False
+        self.wakeups = 0
+        self._finalizer = weakref.finalize(self, _retire, self._state)
+
+    @property
+    def lanes(self) -> int:
+        return len(self._lanes)
+
+    def add_lane(self) -> int:
+        """A new lane; returns its index."""
+        lane = self._state.add_lane()
+        self._heaps.append([])
+        return lane
+
+    def assign(self, stream: Stream, lane: int) -> None:
+        """Make ``lane`` the lane of ``stream`` (the pipeline numbers its streams itself)."""
+        if not 0 <= lane < len(self._lanes):
+            raise ValueError(f"lane {lane} does not exist: the timeline has {len(self._lanes)}")
+        self._by_stream[stream] = lane
+
+    def lane_for(self, stream: Stream) -> int:
+        """The lane of ``stream``, added on first use (lanes of dropped streams are not reused)."""
+        lane = self._by_stream.get(stream)
+        if lane is None:
+            with self._state.lock:
+                lane = self._by_stream.get(stream)
+                if lane is None:
+                    lane = self._by_stream[stream] = self.add_lane()
+        return lane
+
+    # -- host side: enqueue ------------------------------------------------------------------
+    def value(self, lane: int) -> int:
+        """The lane's current counter (what the device has passed)."""
+        return int(self._lanes[lane].counter[0])
+
+    def next_value(self, lane: int) -> int:
+        """The value the next :meth:`enqueue_advance` on ``lane`` will publish."""
+        return self._lanes[lane].enqueued + 1
+
+    def enqueue_advance(self, backend: Backend, stream: Any, lane: int) -> int:
+        """Enqueue on ``stream`` (a backend handle) a host function advancing ``lane``; returns
+        the value to await."""
+        if self.closed:
+            raise ClosedResourceError("the timeline is closed")
+        state = self._lanes[lane]
+        # Under the lock: a value read by next_value() before this call must be published by a
+        # host function enqueued after that read (threads may share a stream's lane).
+        with self._state.lock:
+            value = state.enqueued + 1
+            args = ffi.new("aclpipe_advance_args *", {
+                "counter": state.counter, "value": value, "wake_fd": self._state.write_fd})
+            state.forget_passed()
+            # The args must outlive the host function that reads them: kept until the lane passes.
+            state.pending.append((value, args))
+            backend.host_func_c(stream, HOST_FUNC_ADDRESS, int(ffi.cast("uintptr_t", args)))
+            state.enqueued = value
+            state.backend, state.stream = backend, stream
+        return value
+
+    def advance(self, stream: Stream) -> tuple[int, int]:
+        """Enqueue an advance of ``stream``'s lane; returns ``(lane, value)``."""
+        lane = self.lane_for(stream)
+        return lane, self.enqueue_advance(stream.device.backend, stream.handle, lane)
+
+    # -- any thread: block ---------------------------------------------------------------------
+    def wait_blocking(self, lane: int, value: int, timeout: float | None = None) -> bool:
+        """Block until ``lane`` has reached ``value``; False when ``timeout`` seconds passed first.
+
+        An event recorded now on the lane's stream lies behind the host function that publishes
+        ``value`` (enqueued earlier), and host functions block their stream until they return,
+        so once the event completes the counter has moved.  A stream error does not stop the
+        wait: it belongs to whoever synchronizes that stream.
+        """
+        state = self._lanes[lane]
+        if state.value >= value:
+            return True
+        if value > state.enqueued:
+            raise ValueError(f"lane {lane} will never reach {value}: only {state.enqueued} is enqueued")
+        backend, stream = state.backend, state.stream
+        assert backend is not None  # value <= enqueued: an advance went to this backend
+        with self._state.lock:
+            if state.event is None:
+                state.event = backend.event_create(False)
+            event = state.event
+            backend.event_record(event, stream)
+        try:
+            backend.event_sync(event, -1 if timeout is None else max(0, int(timeout * 1000)))
+        except BackendError:
+            pass  # a timeout (checked below) or the stream's error (not ours to consume)
+        return state.value >= value
+
+    # -- loop side: await --------------------------------------------------------------------
+    async def wait(self, lane: int, value: int) -> None:
+        """Return once ``lane`` has reached ``value``."""
+        if self._lanes[lane].counter[0] >= value:
+            return
+        if self._state.read_fd < 0:
+            await anyio.to_thread.run_sync(self.wait_blocking, lane, value, abandon_on_cancel=True)
+            return
+        counter = self._lanes[lane].counter
+        while counter[0] < value:
+            if self._pumping:
+                promoted = await self._wait_as_follower(lane, value)
+                if promoted and counter[0] >= value and not self._pumping:
+                    # Promoted to pump, but this task's own value arrived meanwhile: pass the role
+                    # on, or the waiters behind it would sleep with nobody reading the pipe.
+                    self._promote_one()
+                continue
+            self._pumping = True
+            try:
+                while counter[0] < value:
+                    await anyio.wait_readable(self._state.read_fd)
+                    self._drain()
+                    self._wake_satisfied()
+            finally:
+                self._pumping = False
+                self._promote_one()
+
+    async def drain(self) -> None:
+        """Return once every lane has passed everything enqueued on it so far."""
+        for lane, state in enumerate(self._lanes):
+            await self.wait(lane, state.enqueued)
+
+    async def _wait_as_follower(self, lane: int, value: int) -> bool:
+        """Sleep until woken; returns whether this task was promoted to pump."""
+        waiter = _Waiter(value, next(self._seq))
+        heapq.heappush(self._heaps[lane], waiter)
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            if waiter.live:
+                waiter.live = False
+            elif not self._pumping:
+                self._promote_one()  # promoted but leaving: pass the role on
+            raise
+        return waiter.promoted
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self._state.read_fd, 4096):
+                self.wakeups += 1
+        except BlockingIOError:
+            pass
+
+    def _wake_satisfied(self) -> None:
+        for lane, heap in enumerate(self._heaps):
+            reached = self._lanes[lane].counter[0]
+            while heap and (heap[0].value <= reached or not heap[0].live):
+                waiter = heapq.heappop(heap)
+                if waiter.live:
+                    waiter.live = False
+                    waiter.event.set()
+
+    def _promote_one(self) -> None:
+        self._wake_satisfied()
+        for heap in self._heaps:
+            while heap:
+                waiter = heapq.heappop(heap)
+                if waiter.live:
+                    waiter.live = False
+                    waiter.promoted = True
+                    waiter.event.set()
+                    return
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for heap in self._heaps for waiter in heap if waiter.live)
+
+    @property
+    def passed_everything(self) -> bool:
+        """Whether every lane has passed everything enqueued on it."""
+        return self._state.all_passed()
+
+    def close(self) -> None:
+        """Refuse further advances.  The pipe and counters are released once the device has
+        passed every host function already enqueued (at once when it has)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._finalizer()

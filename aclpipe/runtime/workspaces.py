@@ -1,0 +1,776 @@
+"""Workspaces: where each launch's scratch memory comes from, and when it comes back.
+
+Phase one says how many bytes of workspace a launch needs; the caller must keep them, and
+nobody else may write them, until the stream has passed the launch (ARCHITECTURE.md 1).
+One interface serves the single-op runner (:class:`~aclpipe.eager.OpRunner`) and the
+pipeline:
+
+1. ``try_acquire`` / ``acquire`` / ``await acquire_async`` a :class:`Workspace` for a launch
+   on a stream;
+2. after enqueueing the launch, ``release_after(workspace, stream)``: the block is tagged
+   with the value the stream's next :class:`~aclpipe.runtime.timeline.Timeline` host
+   function publishes, and comes back once the timeline shows the stream passed it.  The
+   same stream may take it again at once (stream order keeps the users apart); another
+   stream only after it came back.  A caller that synchronized already uses
+   ``release_now``.
+
+Strategies:
+
+``static`` (:class:`StaticWorkspace`)
+    one region per stream, sized to the largest workspace seen on that stream: stream order
+    serializes its users, so nothing is ever waited for or returned.  Addresses are fixed,
+    so the pipeline can capture programs that use it.
+``pool`` (:class:`WorkspacePool`)
+    device regions bounded by ``limit`` bytes, carved first-fit.  The pipeline batches the
+    host functions that return blocks (one per ``batch`` releases per stream, and one at the
+    end of each run), so streams do not stall after every node.
+``cached`` (:class:`CachedWorkspace`)
+    one workspace per executor key, reused by later calls with the same key, at most
+    ``max_per_key`` per key for launches in flight on different streams.
+``per-call`` (:class:`PerCallWorkspace`)
+    allocate, launch, wait until the stream passed the launch, free: the naive baseline.
+    Its ``release_after`` waits (``release_after_async`` awaits) before it frees.
+
+Sizes.  Pieces carved out of one device allocation follow CANN's rule for user-managed
+memory (``MemoryRules.piece_size``: ``ALIGN_UP(len, 32) + 32`` bytes on A2/A3/310P, 64-byte
+aligned starts; docs/zh/api_ref/11-01_device_memory_malloc_and_free.md in hicann/runtime),
+then round up to the strategy's ``granularity``.  Whole allocations need no padding:
+``aclrtMalloc`` pads them itself.
+
+Waiting never polls: a blocked ``acquire`` waits on the timeline (an event recorded behind
+the host function that returns the block) or, when no block is on its way back, on a
+condition that releases notify.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import threading
+import time
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+
+from ..backends.protocol import align_up
+from ..errors import PlanError
+from .timeline import Timeline
+
+if TYPE_CHECKING:
+    from .buffer import DeviceBuffer
+    from .device import Device
+    from .stream import Stream
+
+__all__ = [
+    "NO_WORKSPACE",
+    "STRATEGIES",
+    "CachedWorkspace",
+    "PerCallWorkspace",
+    "StaticWorkspace",
+    "Workspace",
+    "WorkspacePool",
+    "WorkspaceStats",
+    "WorkspaceStrategy",
+    "make_workspace_strategy",
+    "workspace_strategy",
+]
+
+STRATEGIES = ("per-call", "cached", "pool", "static")
+
+
+@dataclass(eq=False)
+class _Region:
+    """One device allocation a strategy owns, carved into blocks first-fit."""
+
+    buffer: DeviceBuffer
+    free: list[tuple[int, int]] = field(default_factory=list)  # (offset, size), sorted, coalesced
+
+    def __post_init__(self) -> None:
+        self.free = [(0, self.buffer.nbytes)]
+
+    @property
+    def idle(self) -> bool:
+        return self.free == [(0, self.buffer.nbytes)]
+
+    def carve(self, size: int) -> int | None:
+        for index, (offset, room) in enumerate(self.free):
+            if room >= size:
+                if room == size:
+                    del self.free[index]
+                else:
+                    self.free[index] = (offset + size, room - size)
+                return offset
+        return None
+
+    def give_back(self, offset: int, size: int) -> None:
+        index = bisect.bisect(self.free, (offset, size))
+        self.free.insert(index, (offset, size))
+        # Coalesce with the neighbours so large workspaces keep fitting.
+        if index + 1 < len(self.free) and offset + size == self.free[index + 1][0]:
+            self.free[index] = (offset, size + self.free.pop(index + 1)[1])
+        if index > 0 and self.free[index - 1][0] + self.free[index - 1][1] == offset:
+            previous = self.free.pop(index - 1)
+            self.free[index - 1] = (previous[0], previous[1] + self.free[index - 1][1])
+
+
+@dataclass(eq=False)
+class _Block:
+    """Workspace memory a strategy hands out: ``size`` bytes at ``offset`` of ``region``."""
+
+    region: _Region
+    offset: int
+    size: int
+    key: Hashable = None
+    busy: bool = False  # handed to a caller that has not released it yet
+    lane: int | None = None  # the lane of its last release while on its way back
+    tag: int = 0  # ... and the value that lane must reach
+
+    @property
+    def address(self) -> int:
+        return self.region.buffer.address + self.offset
+
+    @property
+    def pending(self) -> bool:
+        return self.lane is not None
+
+
+@dataclass(eq=False)
+class Workspace:
+    """Scratch memory handed to one launch: pass ``address`` and ``nbytes`` to phase two.
+
+    A zero-byte request gets :data:`NO_WORKSPACE` (address 0), which needs no release.
+    """
+
+    address: int
+    nbytes: int
+    _block: _Block | None = field(default=None, repr=False)
+    _released: bool = field(default=False, repr=False)
+
+
+NO_WORKSPACE = Workspace(0, 0)
+
+
+@dataclass
+class WorkspaceStats:
+    """Counters of one strategy (bytes are device bytes).
+
+    Attributes
+    ----------
+    strategy:
+        The strategy's name.
+    in_use:
+        Bytes held by callers or by launches the stream has not passed yet.
+    peak:
+        The highest ``in_use`` seen.
+    reserved:
+        Device bytes the strategy holds now.
+    acquires, allocations:
+        Workspaces handed out, and device allocations made for them.
+    waits:
+        Acquires that had to wait for a launch to finish.
+    limit:
+        The most device bytes the strategy may hold (None: unbounded).
+    outstanding:
+        Blocks taken and not back yet (0 once every launch was passed and reclaimed).
+    """
+
+    strategy: str
+    in_use: int = 0
+    peak: int = 0
+    reserved: int = 0
+    acquires: int = 0
+    allocations: int = 0
+    waits: int = 0
+    limit: int | None = None
+    outstanding: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class WorkspaceStrategy(ABC):
+    """The interface every workspace strategy implements (see the module docstring).
+
+    Parameters
+    ----------
+    device:
+        Where the memory comes from.
+    timeline:
+        The timeline whose host functions report that streams passed released blocks (the
+        pipeline passes its own; by default the strategy makes a private one).
+    granularity:
+        Carved pieces are rounded up to a multiple of this many bytes.
+    """
+
+    name: ClassVar[str] = ""
+    #: Releases per stream between two host functions that report them (the pool batches).
+    _batch: int = 1
+    #: ``release_after`` waits until the stream passed the launch (per-call): async callers use
+    #: ``release_after_async``.
+    blocking_release: ClassVar[bool] = False
+    #: Every launch of a stream gets the same address, so recorded (captured) work stays valid.
+    fixed_addresses: ClassVar[bool] = False
+
+    def __init__(self, device: Device, *, timeline: Timeline | None = None, granularity: int = 512):
+        if granularity <= 0 or granularity % device.capabilities.memory.granule:
+            raise ValueError(f"granularity must be a positive multiple of {device.capabilities.memory.granule} "
+                             f"bytes, got {granularity}")
+        self.device = device
+        self.granularity = granularity
+        self._own_timeline = timeline is None
+        self.timeline = timeline if timeline is not None else Timeline(1, wake=False)
+        self._lock = threading.Condition(threading.RLock())
+        self._pending: dict[int, collections.deque[_Block]] = {}  # lane -> blocks on their way back
+        self._unpublished: dict[int, tuple[Any, int]] = {}  # lane -> (stream, releases since the last advance)
+        self._stats = WorkspaceStats(self.name)
+        self._busy = 0  # blocks handed to callers and not released yet
+        self._closed = False
+
+    # -- the interface ----------------------------------------------------------------------
+    def try_acquire(self, nbytes: int, stream: Stream, key: Hashable | None = None) -> Workspace | None:
+        """A workspace of at least ``nbytes`` for a launch on ``stream`` now, or None if that
+        would need waiting for another launch.  ``key`` names the executor (``cached`` keeps one
+        workspace per key)."""
+        if nbytes <= 0:
+            with self._lock:
+                self._stats.acquires += 1
+            return NO_WORKSPACE
+        lane = self.timeline.lane_for(stream)
+        with self._lock:
+            self._reclaim()
+            block = self._take(nbytes, lane, key)
+            if block is None:
+                return None
+            block.busy, block.lane = True, None
+            self._busy += 1
+            self._stats.acquires += 1
+            self._stats.peak = max(self._stats.peak, self._stats.in_use)
+            return Workspace(block.address, nbytes, block)
+
+    def acquire(self, nbytes: int, stream: Stream, key: Hashable | None = None, *,
+                timeout: float | None = None) -> Workspace:
+        """Like :meth:`try_acquire`, blocking while no workspace can be had.
+
+        Raises
+        ------
+        TimeoutError
+            When ``timeout`` seconds passed without a workspace.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        workspace = self.try_acquire(nbytes, stream, key)
+        if workspace is not None:
+            return workspace
+        self._count_wait()
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"no {self.name} workspace of {nbytes} bytes became free in time "
+                                   f"({self._describe_use()}); release workspaces or raise the limit")
+            self._wait_blocking(self._target_or_refuse(nbytes, stream, key), remaining)
+            workspace = self.try_acquire(nbytes, stream, key)
+            if workspace is not None:
+                return workspace
+
+    async def acquire_async(self, nbytes: int, stream: Stream, key: Hashable | None = None) -> Workspace:
+        """Like :meth:`acquire`, but awaits instead of blocking the event loop."""
+        workspace = self.try_acquire(nbytes, stream, key)
+        if workspace is not None:
+            return workspace
+        self._count_wait()
+        while True:
+            target = self._target_or_refuse(nbytes, stream, key)
+            if target is not None:
+                await self.timeline.wait(*target)
+            else:  # every block is held by a caller: wait for a release, in a worker thread
+                await anyio.to_thread.run_sync(self._wait_blocking, None, None, abandon_on_cancel=True)
+            workspace = self.try_acquire(nbytes, stream, key)
+            if workspace is not None:
+                return workspace
+
+    def release_after(self, workspace: Workspace, stream: Stream, *, publish: bool = True) -> None:
+        """Give ``workspace`` back once ``stream`` has passed everything enqueued on it so far.
+
+        ``publish=False`` lets the caller batch the host functions that report it (the
+        pipeline publishes every ``batch`` releases and at the end of each run).
+        """
+        block = self._claim(workspace)
+        if block is not None:
+            self._tag(block, stream, publish)
+
+    async def release_after_async(self, workspace: Workspace, stream: Stream) -> None:
+        """:meth:`release_after` for async callers (only ``per-call`` awaits anything)."""
+        self.release_after(workspace, stream)
+
+    def abandon(self, workspace: Workspace, stream: Stream) -> None:
+        """The launch meant to use ``workspace`` failed: take it back once ``stream`` has passed
+        whatever was enqueued (never sooner: a wait or the kernel may be queued), never waiting."""
+        block = self._claim(workspace)
+        if block is not None:
+            self._tag(block, stream, True)
+
+    def release_now(self, workspace: Workspace) -> None:
+        """Give ``workspace`` back at once: the caller synchronized the stream (or an event
+        recorded) after the last launch that used it.  Costs no device work."""
+        block = self._claim(workspace)
+        if block is not None:
+            with self._lock:
+                self._returned(block)
+                self._lock.notify_all()
+
+    def publish(self, stream: Stream | None = None) -> None:
+        """Enqueue the host functions that report batched releases (of ``stream``, or all)."""
+        with self._lock:
+            lanes = [self.timeline.lane_for(stream)] if stream is not None else list(self._unpublished)
+            for lane in lanes:
+                self._publish(lane)
+
+    def reserve(self, sizes: Mapping[Stream, int]) -> None:  # noqa: B027 - optional: most strategies need nothing
+        """Make room now for launches whose largest workspace on stream ``s`` is ``sizes[s]``."""
+
+    def stats(self) -> WorkspaceStats:
+        """A snapshot of the counters (blocks the streams passed are reclaimed first)."""
+        with self._lock:
+            self._reclaim()
+            snapshot = WorkspaceStats(**asdict(self._stats))
+            snapshot.outstanding = self._outstanding()
+            return snapshot
+
+    def close(self) -> None:
+        """Wait until the streams passed every launch that used a workspace, then free them all;
+        idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            targets = [(lane, blocks[-1].tag) for lane, blocks in self._pending.items() if blocks]
+            for lane in list(self._unpublished):
+                self._publish(lane)
+        if not self.device.closed:
+            for lane, tag in targets:
+                self.timeline.wait_blocking(lane, tag)
+        with self._lock:
+            self._reclaim()
+            self._free_everything()
+            self._stats.reserved = 0
+        if self._own_timeline:
+            self.timeline.close()
+
+    # -- what each strategy decides -----------------------------------------------------------
+    @abstractmethod
+    def _take(self, nbytes: int, lane: int, key: Hashable) -> _Block | None:
+        """A block for ``nbytes`` on ``lane`` now (under the lock), or None."""
+
+    @abstractmethod
+    def _returned(self, block: _Block) -> None:
+        """``block`` is back: no launch uses it any more (under the lock)."""
+
+    @abstractmethod
+    def _free_everything(self) -> None:
+        """Free every device allocation the strategy holds (under the lock, at close)."""
+
+    def _outstanding(self) -> int:
+        return sum(len(blocks) for blocks in self._pending.values())
+
+    def _wait_target(self, nbytes: int, stream: Stream, key: Hashable) -> tuple[int, int] | None:
+        """The (lane, value) whose passing may free a block for this request (None: none is
+        on its way back)."""
+        with self._lock:
+            heads = [(blocks[0].tag, lane) for lane, blocks in self._pending.items() if blocks]
+            if not heads:
+                return None
+            tag, lane = min(heads)
+            return lane, tag
+
+    # -- shared machinery ---------------------------------------------------------------------
+    def _target_or_refuse(self, nbytes: int, stream: Stream, key: Hashable) -> tuple[int, int] | None:
+        """What to wait for; raises when nothing can ever free room (no block is held by a
+        caller or on its way back, yet none fits: the strategy is fragmented or too small)."""
+        target = self._wait_target(nbytes, stream, key)
+        with self._lock:
+            if target is None and not self._busy:
+                self._reclaim()
+                if self._wait_target(nbytes, stream, key) is None and not self._busy:
+                    raise PlanError(f"no {self.name} workspace of {nbytes} bytes can be had and none is in use "
+                                    f"({self._describe_use()}): the strategy is fragmented or too small; "
+                                    "raise its limit (Pipeline pool_bytes)")
+        return target
+
+    def _piece(self, nbytes: int) -> int:
+        """Bytes a carved piece of ``nbytes`` takes (CANN's padding rule, then the granularity)."""
+        return align_up(self.device.capabilities.memory.piece_size(nbytes), self.granularity)
+
+    def _allocate_region(self, nbytes: int, label: str) -> _Region:
+        region = _Region(self.device.alloc(nbytes, label=label))
+        self._stats.allocations += 1
+        self._stats.reserved += nbytes
+        return region
+
+    def _free_region(self, region: _Region) -> None:
+        self._stats.reserved -= region.buffer.nbytes
+        region.buffer.close()
+
+    def _claim(self, workspace: Workspace) -> _Block | None:
+        """The block ``workspace`` holds, now marked released (None for :data:`NO_WORKSPACE`,
+        which holds no memory); refuses a second release."""
+        if workspace._released:
+            raise ValueError("this workspace was already released; each acquire gets one release")
+        if workspace._block is None:
+            return None
+        workspace._released = True
+        with self._lock:
+            workspace._block.busy = False
+            self._busy -= 1
+        return workspace._block
+
+    def _tag(self, block: _Block, stream: Stream, publish: bool) -> None:
+        lane = self.timeline.lane_for(stream)
+        with self._lock:
+            block.lane, block.tag = lane, self.timeline.next_value(lane)
+            self._pending.setdefault(lane, collections.deque()).append(block)
+            _, count = self._unpublished.get(lane, (stream, 0))
+            self._unpublished[lane] = (stream, count + 1)
+            if publish or count + 1 >= self._batch:
+                self._publish(lane)
+            self._lock.notify_all()
+
+    def _publish(self, lane: int) -> None:
+        entry = self._unpublished.pop(lane, None)
+        if entry is not None:
+            self.timeline.advance(entry[0])
+
+    def _reclaim(self) -> None:
+        """Take back every block whose lane has passed its tag (under the lock)."""
+        for lane, blocks in self._pending.items():
+            passed = self.timeline.value(lane)
+            while blocks and blocks[0].tag <= passed:
+                block = blocks.popleft()
+                if block.lane == lane:  # not handed out again meanwhile (same-stream reuse)
+                    block.lane = None
+                    self._returned(block)
+
+    def _reuse_on_lane(self, lane: int, size: int, key: Hashable = None) -> _Block | None:
+        """A block on its way back from ``lane`` itself: stream order already keeps its last
+        launch before the next one, so it can be handed out again at once (under the lock)."""
+        for block in self._pending.get(lane, ()):
+            if block.lane == lane and block.size >= size and block.key == key:
+                block.lane = None  # its entry in the lane's deque is now stale
+                return block
+        return None
+
+    def _count_wait(self) -> None:
+        with self._lock:
+            self._stats.waits += 1
+
+    def _wait_blocking(self, target: tuple[int, int] | None, timeout: float | None) -> None:
+        if target is not None:
+            lane, tag = target
+            with self._lock:
+                if lane in self._unpublished:
+                    self._publish(lane)
+            self.timeline.wait_blocking(lane, tag, timeout)
+            return
+        with self._lock:  # nothing on its way back: a caller still holds every block
+            self._lock.wait(timeout)
+
+    def _describe_use(self) -> str:
+        stats = self.stats()
+        limit = f" of {stats.limit}" if stats.limit is not None else ""
+        return f"{stats.in_use}{limit} bytes in use"
+
+
+class StaticWorkspace(WorkspaceStrategy):
+    """One region per stream, sized to the largest workspace seen there; never waits."""
+
+    name = "static"
+    fixed_addresses = True
+
+    def __init__(self, device: Device, *, timeline: Timeline | None = None, granularity: int = 512):
+        super().__init__(device, timeline=timeline, granularity=granularity)
+        self._regions: dict[int, _Block] = {}
+        self._retired: list[_Region] = []  # outgrown regions: in-flight launches may still use them
+        self._streams: dict[int, Stream] = {}  # lane -> the stream whose launches use its region
+
+    def reserve(self, sizes: Mapping[Stream, int]) -> None:
+        with self._lock:
+            for stream, nbytes in sizes.items():
+                if nbytes:
+                    self._region_for(self.timeline.lane_for(stream), nbytes)
+
+    def _region_for(self, lane: int, nbytes: int) -> _Block:
+        size = self._piece(nbytes)
+        block = self._regions.get(lane)
+        if block is None or block.size < size:
+            if block is not None:
+                self._retired.append(block.region)
+                self._stats.in_use -= block.size
+            region = self._allocate_region(size, f"static workspace lane {lane}")
+            block = self._regions[lane] = _Block(region, 0, size)
+            self._stats.in_use += size
+        return block
+
+    def _take(self, nbytes: int, lane: int, key: Hashable) -> _Block | None:
+        return self._region_for(lane, nbytes)
+
+    def _tag(self, block: _Block, stream: Stream, publish: bool) -> None:
+        """Nothing to give back: the stream's next launch is ordered after this one.  The stream
+        is remembered so that :meth:`close` can wait for it."""
+        with self._lock:
+            self._streams[self.timeline.lane_for(stream)] = stream
+
+    def close(self) -> None:
+        """Wait until every stream that used a region passed its launches, then free them."""
+        with self._lock:
+            streams, self._streams = list(self._streams.values()), {}
+        if not self.device.closed and not self._closed:
+            for stream in streams:
+                if not stream.closed:
+                    self.timeline.wait_blocking(*self.timeline.advance(stream))
+        super().close()
+
+    def _returned(self, block: _Block) -> None:
+        """The region stays its stream's."""
+
+    def _free_everything(self) -> None:
+        for region in [*(block.region for block in self._regions.values()), *self._retired]:
+            self._free_region(region)
+        self._regions.clear()
+        self._retired.clear()
+        self._stats.in_use = 0
+
+
+class WorkspacePool(WorkspaceStrategy):
+    """Device regions bounded by ``limit`` bytes, carved first-fit, returned by host functions.
+
+    Parameters
+    ----------
+    device:
+        Where to allocate.
+    limit:
+        The most device bytes the pool may hold; ``None``: grow as :meth:`reserve` asks.
+    granularity:
+        Requests are rounded up to a multiple of this, so that blocks fit more requests.
+    batch:
+        Releases per stream between two host functions that report them (1: one each).
+    timeline:
+        See :class:`WorkspaceStrategy`.
+    """
+
+    name = "pool"
+
+    def __init__(self, device: Device, limit: int | None = 64 << 20, *, granularity: int = 512, batch: int = 1,
+                 timeline: Timeline | None = None):
+        super().__init__(device, timeline=timeline, granularity=granularity)
+        if limit is not None and limit <= 0:
+            raise ValueError(f"limit must be positive (or None), got {limit}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.limit = limit
+        self._batch = batch
+        self._stats.limit = limit
+        self._regions: list[_Region] = []
+
+    def reserve(self, sizes: Mapping[Stream, int]) -> None:
+        """Room for every stream's largest workspace twice over (two runs overlap), in one
+        region; earlier regions stay (in-flight runs may hold blocks of them)."""
+        pieces = [self._piece(nbytes) for nbytes in sizes.values() if nbytes]
+        if not pieces:
+            return
+        largest = max(pieces)
+        with self._lock:
+            if self.limit is not None:
+                if largest > self.limit:
+                    raise PlanError(f"a node needs a {largest}-byte workspace but the workspace pool holds "
+                                    f"{self.limit} bytes; pass a larger pool_bytes to Pipeline")
+                if not self._regions:
+                    self._regions.append(self._allocate_region(self.limit, "workspace pool"))
+                return
+            if largest > max((region.buffer.nbytes for region in self._regions), default=0):
+                self._regions.append(self._allocate_region(2 * sum(pieces), f"workspace pool {len(self._regions)}"))
+                self._stats.limit = self._stats.reserved
+
+    def _take(self, nbytes: int, lane: int, key: Hashable) -> _Block | None:
+        size = self._piece(nbytes)
+        if self.limit is not None and size > self.limit:
+            raise ValueError(f"a workspace of {nbytes} bytes ({size} with CANN's padding) can never fit a pool "
+                             f"limited to {self.limit} bytes; raise the limit or use the 'per-call' strategy")
+        block = self._carve(size)
+        if block is None:
+            block = self._reuse_on_lane(lane, size)  # still counted in in_use
+            if block is not None:
+                return block
+        if block is None and self.limit is not None and self._make_room(size):
+            self._regions.append(self._allocate_region(size, "workspace pool block"))
+            block = self._carve(size)
+        if block is not None:
+            self._stats.in_use += block.size
+        return block
+
+    def _carve(self, size: int) -> _Block | None:
+        for region in self._regions:
+            offset = region.carve(size)
+            if offset is not None:
+                return _Block(region, offset, size)
+        return None
+
+    def _make_room(self, size: int) -> bool:
+        """Free idle regions until ``size`` more bytes fit the limit; False when they cannot."""
+        assert self.limit is not None
+        room = self.limit - self._stats.reserved
+        if room >= size:
+            return True
+        idle = sorted((r for r in self._regions if r.idle), key=lambda r: r.buffer.nbytes)
+        spare: list[_Region] = []
+        for region in idle:
+            spare.append(region)
+            room += region.buffer.nbytes
+            if room >= size:
+                for old in spare:
+                    self._regions.remove(old)
+                    self._free_region(old)
+                return True
+        return False
+
+    def _returned(self, block: _Block) -> None:
+        self._stats.in_use -= block.size
+        block.region.give_back(block.offset, block.size)
+
+    def _free_everything(self) -> None:
+        for region in self._regions:
+            self._free_region(region)
+        self._regions.clear()
+
+
+class CachedWorkspace(WorkspaceStrategy):
+    """One workspace per executor key, never shared by launches that may overlap.
+
+    Parameters
+    ----------
+    device:
+        Where to allocate.
+    max_per_key:
+        Workspaces one key may hold for launches in flight on different streams; beyond it,
+        an acquire waits for the oldest launch to finish.
+    timeline:
+        See :class:`WorkspaceStrategy`.
+    """
+
+    name = "cached"
+
+    def __init__(self, device: Device, *, max_per_key: int = 4, timeline: Timeline | None = None):
+        super().__init__(device, timeline=timeline)
+        if max_per_key < 1:
+            raise ValueError(f"max_per_key must be at least 1, got {max_per_key}")
+        self.max_per_key = max_per_key
+        self._by_key: dict[Hashable, list[_Block]] = {}
+
+    def _take(self, nbytes: int, lane: int, key: Hashable) -> _Block | None:
+        key = ("bytes", nbytes) if key is None else key
+        blocks = self._by_key.setdefault(key, [])
+        block = self._reuse_on_lane(lane, nbytes, key)
+        if block is None:
+            block = next((b for b in blocks if not b.busy and not b.pending and b.size >= nbytes), None)
+            if block is not None:
+                self._stats.in_use += block.size
+        if block is None and (len(blocks) < self.max_per_key or all(b.busy for b in blocks)):
+            # Room for one more, or every workspace of the key is held by a caller: allocate.
+            block = _Block(self._allocate_region(nbytes, "cached workspace"), 0, nbytes, key)
+            blocks.append(block)
+            self._stats.in_use += nbytes
+        return block
+
+    def _wait_target(self, nbytes: int, stream: Stream, key: Hashable) -> tuple[int, int] | None:
+        key = ("bytes", nbytes) if key is None else key
+        with self._lock:
+            pending = [(b.tag, b.lane) for b in self._by_key.get(key, ()) if b.lane is not None]
+            if not pending:
+                return None
+            tag, lane = min(pending)
+            return lane, tag
+
+    def _returned(self, block: _Block) -> None:
+        self._stats.in_use -= block.size
+
+    def _free_everything(self) -> None:
+        for blocks in self._by_key.values():
+            for block in blocks:
+                self._free_region(block.region)
+        self._by_key.clear()
+
+
+class PerCallWorkspace(WorkspaceStrategy):
+    """Allocate per launch; :meth:`release_after` waits until the stream passed it, then frees."""
+
+    name = "per-call"
+    blocking_release = True
+
+    def __init__(self, device: Device, *, timeline: Timeline | None = None):
+        super().__init__(device, timeline=timeline)
+        self._live: set[_Block] = set()
+
+    def _take(self, nbytes: int, lane: int, key: Hashable) -> _Block | None:
+        block = _Block(self._allocate_region(nbytes, "per-call workspace"), 0, nbytes)
+        self._live.add(block)
+        self._stats.in_use += nbytes
+        return block
+
+    def release_after(self, workspace: Workspace, stream: Stream, *, publish: bool = True) -> None:
+        """Wait until ``stream`` passed everything enqueued so far, then free."""
+        block = self._claim(workspace)
+        if block is None:
+            return
+        self._tag(block, stream, True)
+        lane, tag = block.lane, block.tag
+        assert lane is not None
+        self.timeline.wait_blocking(lane, tag)
+        with self._lock:
+            self._reclaim()
+
+    async def release_after_async(self, workspace: Workspace, stream: Stream) -> None:
+        """Await until ``stream`` passed everything enqueued so far, then free.  Cancelled, the
+        workspace is freed later, once the stream passed it."""
+        block = self._claim(workspace)
+        if block is None:
+            return
+        self._tag(block, stream, True)
+        lane, tag = block.lane, block.tag
+        assert lane is not None
+        await self.timeline.wait(lane, tag)
+        with self._lock:
+            self._reclaim()
+
+    def _returned(self, block: _Block) -> None:
+        self._live.discard(block)
+        self._stats.in_use -= block.size
+        self._free_region(block.region)
+
+    def _free_everything(self) -> None:
+        for block in list(self._live):
+            self._returned(block)
+
+
+def make_workspace_strategy(device: Device, name: str, **options: Any) -> WorkspaceStrategy:
+    """A new strategy by name: ``"per-call"``, ``"cached"``, ``"pool"`` or ``"static"``
+    (options go to it)."""
+    classes: dict[str, type[WorkspaceStrategy]] = {
+        "per-call": PerCallWorkspace, "cached": CachedWorkspace, "pool": WorkspacePool, "static": StaticWorkspace}
+    if name not in classes:
+        raise ValueError(f"unknown workspace strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
+    return classes[name](device, **options)
+
+
+_SHARED: weakref.WeakKeyDictionary[Device, dict[str, WorkspaceStrategy]] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def workspace_strategy(device: Device, name: str) -> WorkspaceStrategy:
+    """The strategy ``name`` shared by every runner on ``device`` (created on first use)."""
+    with _SHARED_LOCK:
+        per_device = _SHARED.setdefault(device, {})
+        strategy = per_device.get(name)
+        if strategy is None:
+            strategy = per_device[name] = make_workspace_strategy(device, name)
+        return strategy

@@ -1,0 +1,77 @@
+"""Preparing: bind -> plan (cached per signature) -> upload constants -> Program -> reserve ->
+capture, as one step that frees whatever it built when it fails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pipeline_graphs import live_device_state, mlp
+
+from aclpipe.errors import DeviceOutOfMemory, GraphError
+from aclpipe.pipeline import Preparer, signature
+from aclpipe.runtime import StaticWorkspace, WorkspacePool
+from aclpipe.runtime.timeline import Timeline
+
+
+def _preparer(device, graph, *, depth=2, streams=2):
+    pipeline_streams = [device.create_stream() for _ in range(streams + 2)]
+    timeline = Timeline(len(pipeline_streams))
+    for lane, stream in enumerate(pipeline_streams):
+        timeline.assign(stream, lane)
+    return Preparer(graph, device, pipeline_streams, depth=depth, max_streams=streams), timeline
+
+
+def test_signature_is_sorted_and_hashable():
+    assert signature({"y": [2], "x": (3, 4)}) == (("x", (3, 4)), ("y", (2,)))
+
+
+def test_plans_are_cached_per_input_signature(device):
+    preparer, _ = _preparer(device, mlp())
+    first = preparer.plan_for({"x": (4, 32)})
+    assert preparer.plan_for({"x": np.zeros((4, 32), np.float32)}) is first  # arrays give their shape
+    assert preparer.plan_for({"x": (8, 32)}) is not first
+    with pytest.raises(GraphError, match="unknown input"):
+        preparer.plan_for({"x": (4, 32), "z": (1,)})
+
+
+def test_prepare_builds_slots_uploads_constants_once_and_reserves(device):
+    preparer, timeline = _preparer(device, mlp(), depth=3)
+    workspaces = WorkspacePool(device, None, timeline=timeline)
+    first = preparer.prepare({"x": (4, 32)}, workspaces)
+    constants = dict(preparer.constants)
+    second = preparer.prepare({"x": (8, 32)}, workspaces)
+    assert len(first.slots) == len(second.slots) == 3
+    assert preparer.constants == constants and preparer.constant_bytes == sum(b.nbytes for b in constants.values())
+    assert first.workspace_sizes  # Softmax needs one: the pool reserved room for it
+    assert workspaces.stats().reserved >= max(first.workspace_sizes.values())
+    for program in (first, second):
+        program.close()
+    workspaces.close()
+    preparer.close()
+    assert not preparer.constants
+
+
+def test_a_program_is_captured_when_its_workspaces_have_fixed_addresses(device):
+    preparer, timeline = _preparer(device, mlp())
+    static, pool = StaticWorkspace(device, timeline=timeline), WorkspacePool(device, None, timeline=timeline)
+    captured = preparer.prepare({"x": (4, 32)}, static)
+    not_captured = preparer.prepare({"x": (4, 32)}, pool)
+    assert all(slot.graph is not None for slot in captured.slots)
+    assert all(slot.graph is None for slot in not_captured.slots)
+    for program in (captured, not_captured):
+        program.close()
+    static.close()
+    pool.close()
+    preparer.close()
+
+
+def test_a_failure_half_way_frees_everything_it_built(device):
+    preparer, timeline = _preparer(device, mlp(), depth=3)
+    workspaces = WorkspacePool(device, None, timeline=timeline)
+    before = live_device_state(device)
+    device.inject_fault("alloc", match="arena slot 2")  # slots 0 and 1 are built by then
+    with pytest.raises(DeviceOutOfMemory):
+        preparer.prepare({"x": (4, 32)}, workspaces)
+    preparer.close()  # the constants it uploaded
+    workspaces.close()
+    assert live_device_state(device) == before

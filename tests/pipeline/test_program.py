@@ -1,0 +1,78 @@
+"""A prepared program: per slot an arena, staging, events and bound repeatable executors;
+a run enqueues precomputed steps and one completion; close frees it all."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pipeline_graphs import live_device_state, mlp, reference
+
+from aclpipe.pipeline import Program
+from aclpipe.plan import make_plan
+from aclpipe.runtime import WorkspacePool
+from aclpipe.runtime.timeline import Timeline
+
+pytestmark = pytest.mark.anyio
+
+
+def _setup(device, graph, shapes, *, depth=2, streams=2):
+    plan = make_plan(graph.bind(**shapes), streams=streams)
+    pipeline_streams = [device.create_stream() for _ in range(streams + 2)]
+    timeline = Timeline(len(pipeline_streams))
+    for lane, stream in enumerate(pipeline_streams):
+        timeline.assign(stream, lane)
+    constants = {name: device.upload(np.asarray(array)) for name, array in plan.constants.items()}
+    return plan, pipeline_streams, timeline, constants
+
+
+async def test_a_program_runs_each_slot_and_frees_everything(device):
+    graph = mlp()
+    before = live_device_state(device)
+    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)})
+    program = Program(device, plan, constants, streams, depth=2)
+    workspaces = WorkspacePool(device, None, timeline=timeline)
+    workspaces.reserve(program.workspace_sizes)
+    assert len(program.slots) == 2 and not program.fallback_nodes
+    assert all(slot.arena is not None and slot.executors for slot in program.slots)
+    d2h = len(streams) - 1
+    for run, slot in enumerate(program.slots, start=1):
+        x = np.random.default_rng(run).standard_normal((4, 32)).astype(np.float32)
+        program.write_inputs(slot, {"x": x})
+        await program.enqueue(slot, run, workspaces)
+        value = program.enqueue_completion(slot, workspaces, timeline, d2h)
+        await timeline.wait(d2h, value)
+        assert program.run_error(slot) is None
+        np.testing.assert_allclose(program.read_outputs(slot)["y"], reference(graph, {"x": x})["y"], rtol=1e-4)
+    program.close()
+    workspaces.close()
+    for buffer in constants.values():
+        buffer.close()
+    timeline.close()
+    for stream in streams:
+        stream.close()
+    assert live_device_state(device) == before
+
+
+async def test_ops_that_refuse_repeatable_executors_fall_back_to_phase_one_per_run(device, monkeypatch):
+    graph = mlp()
+    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)}, depth=1)
+
+    def refuse(executor):
+        from aclpipe.errors import error_from_code
+
+        raise error_from_code(561103, "this op cannot be made repeatable")
+
+    monkeypatch.setattr(device.backend, "op_set_repeatable", refuse)
+    program = Program(device, plan, constants, streams, depth=1)
+    assert program.fallback_nodes == {node.name for node in plan.nodes if node.op not in ("H2D", "D2H")}
+    workspaces = WorkspacePool(device, None, timeline=timeline)
+    workspaces.reserve(program.workspace_sizes)
+    assert not program.capture(workspaces, len(streams) - 1)  # nothing varying may be captured
+    slot = program.slots[0]
+    x = np.ones((4, 32), np.float32)
+    program.write_inputs(slot, {"x": x})
+    await program.enqueue(slot, 1, workspaces)
+    await timeline.wait(len(streams) - 1, program.enqueue_completion(slot, workspaces, timeline, len(streams) - 1))
+    np.testing.assert_allclose(program.read_outputs(slot)["y"], reference(graph, {"x": x})["y"], rtol=1e-4)
+    program.close()
+    workspaces.close()

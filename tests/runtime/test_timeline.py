@@ -1,0 +1,92 @@
+"""The completion timeline: C host functions advance lanes; tasks await them under asyncio and trio."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from aclpipe.runtime.timeline import HOST_FUNC_ADDRESS, Timeline
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request):
+    return request.param
+
+
+@pytest.mark.anyio
+async def test_waiters_resume_when_the_stream_passes_their_value(device):
+    stream = device.create_stream()
+    timeline = Timeline(1)
+    gate = device.backend.latch(stream.handle)
+    values = [timeline.enqueue_advance(device.backend, stream.handle, 0) for _ in range(20)]
+    done: list[int] = []
+
+    async def waiter(value: int) -> None:
+        await timeline.wait(0, value)
+        done.append(value)
+
+    async with anyio.create_task_group() as group:
+        for value in values:
+            group.start_soon(waiter, value)
+        await anyio.sleep(0.05)
+        assert done == [] and timeline.value(0) == 0  # the latch holds the stream
+        gate.set()
+    assert sorted(done) == values and timeline.value(0) == 20
+    assert timeline.waiting == 0
+    timeline.close()
+
+
+@pytest.mark.anyio
+async def test_lanes_are_independent(device):
+    first, second = device.create_stream(), device.create_stream()
+    timeline = Timeline(2)
+    gate = device.backend.latch(first.handle)
+    blocked = timeline.enqueue_advance(device.backend, first.handle, 0)
+    free = timeline.enqueue_advance(device.backend, second.handle, 1)
+    with anyio.fail_after(5):
+        await timeline.wait(1, free)
+    assert timeline.value(0) < blocked
+    gate.set()
+    with anyio.fail_after(5):
+        await timeline.wait(0, blocked)
+    timeline.close()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_pump_hands_over_to_the_next_waiter(device):
+    stream = device.create_stream()
+    timeline = Timeline(1)
+    gate = device.backend.latch(stream.handle)
+    first = timeline.enqueue_advance(device.backend, stream.handle, 0)
+    second = timeline.enqueue_advance(device.backend, stream.handle, 0)
+    finished: list[str] = []
+
+    async def patient() -> None:
+        await timeline.wait(0, second)
+        finished.append("patient")
+
+    async with anyio.create_task_group() as group:
+        with anyio.move_on_after(0.05):
+            group.start_soon(patient)
+            await timeline.wait(0, first)  # this task pumps, then is cancelled
+        gate.set()
+    assert finished == ["patient"] and timeline.value(0) == second
+    timeline.close()
+
+
+def test_counters_only_move_forward(device):
+    stream = device.create_stream()
+    timeline = Timeline(1)
+    for _ in range(3):
+        timeline.enqueue_advance(device.backend, stream.handle, 0)
+    stream.sync()
+    assert timeline.value(0) == 3 and timeline.next_value(0) == 4
+    assert HOST_FUNC_ADDRESS != 0
+    timeline.close()
+    with pytest.raises(Exception, match="closed"):
+        timeline.enqueue_advance(device.backend, stream.handle, 0)
+
+
+def test_a_timeline_needs_lanes():
+    with pytest.raises(ValueError, match="at least one lane"):
+        Timeline(0)

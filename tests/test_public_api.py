@@ -1,0 +1,96 @@
+"""The public surface is what ``__all__`` lists, and every listed name is real and documented
+(like anyio's ``test_all_attributes``); the layers import only downwards."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import aclpipe
+
+PACKAGE = Path(aclpipe.__file__).resolve().parent
+#: Layers from the top down (ARCHITECTURE.md 2): a module may import only its own layer and those below.
+LAYERS = ("cli", "pipeline", "onnx", "eager", "trace", "plan", "graph", "testing", "runtime", "backends", "ops")
+#: Modules shared by every layer.
+BASE = ("errors", "dtypes", "tensor")
+
+
+def _modules() -> list[str]:
+    names = []
+    for info in pkgutil.walk_packages(aclpipe.__path__, "aclpipe."):
+        if info.name.rsplit(".", 1)[-1] in ("_hostfunc", "_hostfunc_build", "__main__"):
+            continue
+        names.append(info.name)
+    return names
+
+
+def _import(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:  # an optional dependency (onnx) missing here
+        pytest.skip(f"{name} needs an optional dependency: {error}")
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_every_exported_name_exists_and_has_a_docstring(name):
+    module = _import(name)
+    assert module.__doc__ and module.__doc__.strip(), f"{name} has no module docstring"
+    for attribute in getattr(module, "__all__", ()):
+        value = getattr(module, attribute)  # AttributeError: __all__ lists a name that is not there
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert inspect.getdoc(value), f"{name}.{attribute} has no docstring"
+
+
+def test_the_top_level_all_is_complete_and_documented():
+    for attribute in aclpipe.__all__:
+        value = getattr(aclpipe, attribute)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert inspect.getdoc(value), f"aclpipe.{attribute} has no docstring"
+
+
+def test_at_most_six_loose_modules_at_the_top():
+    loose = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert len(loose) <= 6, loose
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """The aclpipe modules ``path`` imports (relative imports resolved), type-checking-only ones too."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("aclpipe")}
+
+
+def test_no_import_goes_up_a_layer():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = "aclpipe." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        own = _layer(module)
+        if own is None:
+            continue
+        for target in _imports(path, module):
+            other = _layer(target)
+            if other is not None and LAYERS.index(other) < LAYERS.index(own):
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "\n".join(wrong)
