@@ -719,26 +719,30 @@ class PerCallWorkspace(WorkspaceStrategy):
 
     def release_after(self, workspace: Workspace, stream: Stream, *, publish: bool = True) -> None:
         """Wait until ``stream`` passed everything enqueued so far, then free."""
-        block = self._claim(workspace)
-        if block is None:
-            return
-        self._tag(block, stream, True)
-        lane, tag = block.lane, block.tag
-        assert lane is not None
-        self.timeline.wait_blocking(lane, tag)
-        with self._lock:
-            self._reclaim()
+        target = self._mark_passing(workspace, stream)
+        if target is not None:
+            self.timeline.wait_blocking(*target)
+            self._free_passed()
 
     async def release_after_async(self, workspace: Workspace, stream: Stream) -> None:
         """Await until ``stream`` passed everything enqueued so far, then free.  Cancelled, the
         workspace is freed later, once the stream passed it."""
+        target = self._mark_passing(workspace, stream)
+        if target is not None:
+            await self.timeline.wait(*target)
+            self._free_passed()
+
+    def _mark_passing(self, workspace: Workspace, stream: Stream) -> tuple[int, int] | None:
+        """Tag ``workspace``'s block with the stream's next timeline value and publish it; returns
+        the (lane, value) to wait for (None for :data:`NO_WORKSPACE`)."""
         block = self._claim(workspace)
         if block is None:
-            return
+            return None
         self._tag(block, stream, True)
-        lane, tag = block.lane, block.tag
-        assert lane is not None
-        await self.timeline.wait(lane, tag)
+        assert block.lane is not None
+        return block.lane, block.tag
+
+    def _free_passed(self) -> None:
         with self._lock:
             self._reclaim()
 
