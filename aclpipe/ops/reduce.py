@@ -1,8 +1,7 @@
-"""Reductions: ``Mean``, ``ReduceSum`` and ``Amax`` (``Amin`` and ``Prod`` are rows of the same
-:class:`ReduceOp`, registered in :mod:`aclpipe.ops.reduce_more`).
+"""Reductions: ``Mean``, ``ReduceSum``, ``Amax``, ``Amin`` and ``Prod``, rows of one :class:`ReduceOp`.
 
 Attributes use aclnn's names: ``Mean(dim, keepDim, dtype)``, ``ReduceSum(dims, keepDims,
-dtype)``, ``Amax(dim, keepdim)``.  A dim list of None or ``[]`` reduces every dim (as
+dtype)``, ``Amax(dim, keepdim)``, ``Amin(dim, keepdim)``, ``Prod(dim, keepDim, dtype)``.  A dim list of None or ``[]`` reduces every dim (as
 ``torch.mean(x, dim=[])`` does).  ``dtype`` is the output dtype.
 
 Dtypes (PyTorch's rules):
@@ -201,6 +200,11 @@ _REDUCTIONS = (
     ReduceOp("Mean", "mean", _mean_dtype, dims="dim", keep="keepDim", has_dtype=True),
     ReduceOp("ReduceSum", "sum", _sum_dtype, dims="dims", keep="keepDims", has_dtype=True),
     ReduceOp("Amax", "max", _max_dtype, dims="dim", keep="keepdim", has_dtype=False),
+    # Amin keeps the input's dtype (bool included) and, like Amax, refuses to reduce a dim of size
+    # 0 when the result would not be empty; Prod follows ReduceSum's dtype rule, and the product
+    # of nothing is 1 (torch.prod: ``dim`` may list several dims, None or [] reduces all).
+    ReduceOp("Amin", "min", _max_dtype, dims="dim", keep="keepdim", has_dtype=False),
+    ReduceOp("Prod", "prod", _sum_dtype, dims="dim", keep="keepDim", has_dtype=True),
 )
 
 for _spec in _REDUCTIONS:

@@ -36,7 +36,7 @@ from ..graph import Graph
 from ..plan import Plan
 from ..runtime import Device, Stream, open_device
 from ..runtime.timeline import Timeline
-from ..runtime.workspaces import STRATEGIES, WorkspacePool, WorkspaceStrategy, make_workspace_strategy
+from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from .faults import FaultLog
 from .prepare import Preparer, signature
 from .program import Program
@@ -157,9 +157,10 @@ class Pipeline:
         self._closing: anyio.Event | None = None  # set once aclose has freed everything
 
     def _make_workspaces(self, name: str, pool_bytes: int) -> WorkspaceStrategy:
-        if name == "pool":
-            return WorkspacePool(self.device, pool_bytes or None, batch=_POOL_BATCH, timeline=self._timeline)
-        return make_workspace_strategy(self.device, name, timeline=self._timeline)
+        # The pool is sized by the programs it serves unless pool_bytes fixes it, and reports
+        # its releases in batches: a host function per node would stall the streams.
+        options: dict[str, Any] = {"limit": pool_bytes or None, "batch": _POOL_BATCH} if name == "pool" else {}
+        return make_workspace_strategy(self.device, name, timeline=self._timeline, **options)
 
     # -- planning and preparing ----------------------------------------------------------------
     def plan_for(self, **shapes: Any) -> Plan:
