@@ -1,7 +1,8 @@
-"""Reductions: ``Mean``, ``ReduceSum``, ``Amax``, ``Amin`` and ``Prod``, rows of one :class:`ReduceOp`.
+"""Reductions ``Mean``, ``ReduceSum``, ``Amax``, ``Amin`` and ``Prod``: rows of one ReduceOp.
 
 Attributes use aclnn's names: ``Mean(dim, keepDim, dtype)``, ``ReduceSum(dims, keepDims,
-dtype)``, ``Amax(dim, keepdim)``, ``Amin(dim, keepdim)``, ``Prod(dim, keepDim, dtype)``.  A dim list of None or ``[]`` reduces every dim (as
+dtype)``, ``Amax(dim, keepdim)``, ``Amin(dim, keepdim)``, ``Prod(dim, keepDim,
+dtype)``.  A dim list of None or ``[]`` reduces every dim (as
 ``torch.mean(x, dim=[])`` does).  ``dtype`` is the output dtype.
 
 Dtypes (PyTorch's rules):
