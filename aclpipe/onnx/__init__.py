@@ -20,6 +20,14 @@ from . import (  # noqa: F401  (registers the converters)
     convert_select,
     convert_tensor,
 )
+from . import (  # noqa: F401  (registers the converters of the recurrent, quantized and indexing ops)
+    convert_dynamic,
+    convert_indexing,
+    convert_norm,
+    convert_quant,
+    convert_recurrent,
+    convert_smooth,
+)
 from .context import BuildContext, OnnxNode, UnsupportedFeature
 from .eager import EagerContext
 from .mapping import (MIN_OPSET, UnsupportedNode, check_model, converts, emit_graph, lookup, model_opsets,
