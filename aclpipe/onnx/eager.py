@@ -53,11 +53,23 @@ class EagerContext:
     # -- the BuildContext interface ----------------------------------------------------------
     def op(self, name: str, *inputs: Any, outputs: int = 1, **attrs: Any) -> Any:
         runner = OpRunner(name, self.stream, workspace=self.workspace, node=f"onnx eager {name}")
+        uploads = []
         for value in inputs:
-            runner.input(value)
+            if value is not None and np.ndim(value) == 0:
+                # OpRunner.input stores arrays with np.ascontiguousarray, which makes a 0-d array
+                # 1-d; a device buffer described as shape () keeps the scalar a scalar.
+                array = np.asarray(value)
+                uploads.append(self.device.upload(array.reshape(1)))
+                runner.input(uploads[-1], shape=(), dtype=array.dtype)
+            else:
+                runner.input(value)
         for _ in range(outputs):
             runner.output()
-        results = runner.attr(**attrs).run()
+        try:
+            results = runner.attr(**attrs).run()
+        finally:
+            for buffer in uploads:
+                buffer.close()
         self.ops_run += 1
         return results[0] if outputs == 1 else tuple(results)
 

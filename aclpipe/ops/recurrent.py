@@ -18,7 +18,7 @@ activations that take them), ``clip`` (pre-activation clipping, None: off), and
 
 A batch entry whose sequence length ``L`` is shorter than ``T`` stops after ``L`` steps (the
 reverse direction starts at step ``L - 1``): its later ``Y`` rows are 0 and its final state is
-the one after step ``L``.  A length outside ``[0, T]`` fails the launch with 361001.
+the one after step ``L`` (zeros when ``L`` is 0, as onnxruntime gives).  A length outside ``[0, T]`` fails the launch with 361001.
 
 Phase one sizes the workspace for the input projections of every step (``X @ W^T`` plus the
 input bias, for both directions), the states and the gates of one step, all in float32:
@@ -259,9 +259,10 @@ def _kernel(op: str, call: _Call, offsets: tuple[int, ...]) -> Any:
                 if cell is not None and new_cell is not None:
                     np.copyto(cell, np.where(active, new_cell, cell))
                 y[step, direction] = np.where(active, state, 0.0)
-            finals[0].append(state.copy())
+            empty = (lengths == 0)[:, None]  # onnxruntime reports zeros, not the initial state
+            finals[0].append(np.where(empty, 0.0, state))
             if cell is not None:
-                finals[1].append(cell.copy())
+                finals[1].append(np.where(empty, 0.0, cell))
         _store_outputs(outs, y, finals, call)
 
     return kernel
