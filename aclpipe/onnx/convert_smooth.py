@@ -1,11 +1,12 @@
 """Converters for ONNX ``Elu``, ``Selu``, ``Celu``, ``Softplus``, ``Mish`` (catalog
-:mod:`aclpipe.ops.smooth`) and ``GlobalMaxPool``.
+:mod:`aclpipe.ops.smooth`), ``GlobalMaxPool`` and ``IsNaN``.
 
 - ``Selu(alpha, gamma)`` is the catalog's ``Elu(alpha, scale=gamma)``: the catalog's ``Selu``
   has PyTorch's fixed constants, which ONNX's defaults equal only to float32 precision.
 - ``Softplus`` is ``log(exp(x) + 1)``: the catalog's ``Softplus`` with ``beta=1`` and an
   infinite ``threshold`` (no linear cut-off).
 - ``GlobalMaxPool`` is ``Amax`` over every spatial dim, keeping them as size 1.
+- ``IsNaN`` is ``x != x`` (``NeTensor``), true exactly for NaN.
 """
 
 from __future__ import annotations
@@ -52,3 +53,11 @@ def convert_global_max_pool(ctx: BuildContext, node: OnnxNode, inputs: list[Any]
     if rank < 3:
         raise ValueError(f"{node.describe()}: X must be [N, C, spatial...], got {list(ctx.shape(x))}")
     return [ctx.op("Amax", x, dim=list(range(2, rank)), keepdim=True)]
+
+
+@converts("IsNaN", 9, 13, 20)
+def convert_is_nan(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[Any]:
+    x = inputs[0]
+    if not ctx.dtype(x).is_floating:
+        raise node.unsupported(f"IsNaN of {ctx.dtype(x).name} (float inputs are supported)")
+    return [ctx.op("NeTensor", x, x)]
