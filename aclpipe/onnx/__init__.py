@@ -11,22 +11,20 @@ from __future__ import annotations
 
 from . import (  # noqa: F401  (registers the converters)
     convert_activations,
+    convert_dynamic,
     convert_image,
+    convert_indexing,
     convert_logic,
     convert_math,
     convert_nn,
-    convert_reduce,
-    convert_rounding,
-    convert_select,
-    convert_tensor,
-)
-from . import (  # noqa: F401  (registers the converters of the recurrent, quantized and indexing ops)
-    convert_dynamic,
-    convert_indexing,
     convert_norm,
     convert_quant,
     convert_recurrent,
+    convert_reduce,
+    convert_rounding,
+    convert_select,
     convert_smooth,
+    convert_tensor,
 )
 from .context import BuildContext, OnnxNode, UnsupportedFeature
 from .eager import EagerContext

@@ -202,7 +202,8 @@ def _pool(ctx: BuildContext, kind: str, x: Any, rank: int, geo: Geometry, paddin
           include_pad: bool = True, indices: bool = False) -> Any:
     """One catalog pooling op over ``x`` (1-D as 2-D); ``padding`` per spatial dim."""
     if rank == 3:
-        window = {"kernelSize": list(geo.kernel), "stride": list(geo.strides), "padding": padding, "ceilMode": ceil}
+        window: dict[str, Any] = {"kernelSize": list(geo.kernel), "stride": list(geo.strides), "padding": padding,
+                                  "ceilMode": ceil}
         if kind == "max":
             return ctx.op("MaxPool3d", x, dilation=list(geo.dilations), **window)
         return ctx.op("AvgPool3d", x, countIncludePad=include_pad, **window)

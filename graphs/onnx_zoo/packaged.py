@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-__all__ = ["PACKAGED", "PackagedModel", "Feeds"]
+__all__ = ["PACKAGED", "Feeds", "PackagedModel"]
 
 Feeds = dict[str, np.ndarray]
 Draw = Callable[[np.random.Generator], Feeds]
@@ -82,7 +82,7 @@ class PackagedModel:
 def _strokes(rng: np.random.Generator, shape: tuple[int, ...], gray: bool = False) -> np.ndarray:
     """Lines of random glyphs (dark pixels on a light page) with a little noise, normalised to
     [-1, 1] as PaddleOCR does, or left in [0, 1] (``gray``)."""
-    batch, channels, height, width = shape
+    batch, _, height, width = shape
     glyph = max(6, height // 6)
     image = np.ones(shape, np.float32)
     for b in range(batch):

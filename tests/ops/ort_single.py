@@ -10,7 +10,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 
-from onnx import helper  # noqa: E402
+from onnx import helper
 
 __all__ = ["ort_node"]
 

@@ -44,8 +44,8 @@ def reference_3d(x, kind, kernel, stride, padding, dilation=(1, 1, 1), ceil=Fals
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("case", [
-    dict(kernelSize=[2, 3, 2], stride=[1, 2, 2], padding=[1, 1, 0], ceilMode=False),
-    dict(kernelSize=[3], stride=[], padding=[1], ceilMode=True),
+    {"kernelSize": [2, 3, 2], "stride": [1, 2, 2], "padding": [1, 1, 0], "ceilMode": False},
+    {"kernelSize": [3], "stride": [], "padding": [1], "ceilMode": True},
 ])
 def test_3d_pooling(device, dtype, case):
     x = random((2, 3, 5, 6, 4), dtype, 1)

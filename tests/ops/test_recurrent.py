@@ -15,7 +15,7 @@ GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 def _case(op, steps=5, batch=3, size=4, hidden=6, directions=1, bias=True, lens=None, initial=True, peephole=False):
     gates = GATES[op]
-    rand = lambda *shape: (RNG.standard_normal(shape) * 0.5).astype(np.float32)  # noqa: E731
+    rand = lambda *shape: (RNG.standard_normal(shape) * 0.5).astype(np.float32)
     arrays = [rand(steps, batch, size), rand(directions, gates * hidden, size), rand(directions, gates * hidden, hidden),
               rand(directions, 2 * gates * hidden) if bias else None, lens,
               rand(directions, batch, hidden) if initial else None]

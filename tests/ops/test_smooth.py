@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FLOAT_DTYPES, as_float64, assert_close, desc, prepare, random, run_op
+from helpers import (
+    FLOAT_DTYPES,
+    as_float64,
+    assert_close,
+    desc,
+    prepare,
+    random,
+    run_op,
+)
 
 from aclpipe.errors import InvalidArgumentError
 from aclpipe.ops.smooth import SELU_ALPHA, SELU_SCALE
