@@ -27,10 +27,11 @@ from . import (  # noqa: F401  (registers the converters)
     convert_tensor,
 )
 from .context import BuildContext, OnnxNode, UnsupportedFeature
+from .convert_dynamic import DataDependentShapeError
 from .eager import EagerContext
 from .mapping import (MIN_OPSET, UnsupportedNode, check_model, converts, emit_graph, lookup, model_opsets,
                       supported_ops, unsupported_nodes)
 
-__all__ = ["BuildContext", "OnnxNode", "UnsupportedFeature", "EagerContext", "MIN_OPSET", "UnsupportedNode",
-           "check_model", "converts", "emit_graph", "lookup", "model_opsets", "supported_ops",
+__all__ = ["BuildContext", "OnnxNode", "UnsupportedFeature", "DataDependentShapeError", "EagerContext", "MIN_OPSET",
+           "UnsupportedNode", "check_model", "converts", "emit_graph", "lookup", "model_opsets", "supported_ops",
            "unsupported_nodes"]

@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from ..dtypes import DType
-from .context import BuildContext, OnnxNode, normalize_axis
+from .context import BuildContext, OnnxNode, normalize_axis, onnx_dtype
 from .convert_nn import conv_attrs
 from .mapping import converts
 
@@ -47,13 +47,9 @@ def convert_quantize(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> li
     dtype = ctx.dtype(zero_point) if zero_point is not None else DType.uint8
     wanted = node.attr("output_dtype", 0) or 0
     if wanted:
-        from .context import onnx_dtype
-
         dtype = onnx_dtype(int(wanted), node)
     if dtype not in (DType.int8, DType.uint8):
         raise node.unsupported(f"quantizing to {dtype.name} (int8 and uint8 are supported)")
-    if ctx.dtype(scale) != ctx.dtype(x):
-        scale = ctx.op("Cast", scale, dtype=DType.float32)
     return [ctx.op("Quantize", x, scale, zero_point, axis=_axis(node, ctx, x, scale), dtype=dtype)]
 
 

@@ -221,51 +221,67 @@ class RecurrentOp(OpSpec):
 
 
 # -- phase two ---------------------------------------------------------------------------------
+@dataclass
+class _Scratch:
+    """The workspace regions one launch computes in (float32 views of the workspace bytes)."""
+
+    projections: np.ndarray  # [D, T, B, G*H]: X @ W^T + Wb for every step
+    state: np.ndarray  # [B, H]
+    gates: np.ndarray  # [B, G*H]: H @ R^T of one step
+    cell: np.ndarray | None  # [B, H], LSTM only
+
+
 def _kernel(op: str, call: _Call, offsets: tuple[int, ...]) -> Any:
     gates, steps, batch, hidden = _CELLS[op].gates, call.steps, call.batch, call.hidden
-    per_direction = _CELLS[op].functions
-    dtype = call.x.dtype
 
     def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
-        x = compute_view(_arg(ins, 0), dtype)
-        if call.layout:
-            x = x.transpose(1, 0, 2)
+        x = compute_view(_arg(ins, 0), call.x.dtype)
         lengths = _lengths(op, argument(ins, 4), steps, batch)
-        projections = scratch_view(workspace, offsets[0], (call.directions, steps, batch, gates * hidden), np.float32)
-        state = scratch_view(workspace, offsets[1], (batch, hidden), np.float32)
-        gate_buffer = scratch_view(workspace, offsets[2], (batch, gates * hidden), np.float32)
-        cell = scratch_view(workspace, offsets[3], (batch, hidden), np.float32) if op == "LSTM" else None
+        scratch = _Scratch(
+            scratch_view(workspace, offsets[0], (call.directions, steps, batch, gates * hidden), np.float32),
+            scratch_view(workspace, offsets[1], (batch, hidden), np.float32),
+            scratch_view(workspace, offsets[2], (batch, gates * hidden), np.float32),
+            scratch_view(workspace, offsets[3], (batch, hidden), np.float32) if op == "LSTM" else None)
         y = np.zeros((steps, call.directions, batch, hidden), np.float32)
         finals: list[list[np.ndarray]] = [[], []]
+        empty = (lengths == 0)[:, None]  # onnxruntime reports zeros, not the initial state
         for direction in range(call.directions):
-            w, r, bias, peephole = (None if a is None else compute_view(a, dtype)[direction] for a in _params(ins, op))
-            assert w is not None and r is not None
-            input_bias = bias[:gates * hidden] if bias is not None else 0.0
-            np.matmul(x, w.T, out=projections[direction])
-            projections[direction] += input_bias
-            state[...] = _initial(ins, 5, call, direction)
-            if cell is not None:
-                cell[...] = _initial(ins, 6, call, direction)
-            reverse = call.reverse or direction == 1
-            functions = call.activations[direction * per_direction:(direction + 1) * per_direction]
-            order = range(steps - 1, -1, -1) if reverse else range(steps)
-            for step in order:
-                active = (step < lengths)[:, None]
-                np.matmul(state, r.T, out=gate_buffer)
-                new_state, new_cell = _STEPS[op](projections[direction, step], gate_buffer, state, cell,
-                                                 (r, bias, peephole), functions, call, hidden)
-                np.copyto(state, np.where(active, new_state, state))
-                if cell is not None and new_cell is not None:
-                    np.copyto(cell, np.where(active, new_cell, cell))
-                y[step, direction] = np.where(active, state, 0.0)
-            empty = (lengths == 0)[:, None]  # onnxruntime reports zeros, not the initial state
-            finals[0].append(np.where(empty, 0.0, state))
-            if cell is not None:
-                finals[1].append(np.where(empty, 0.0, cell))
+            _run_direction(op, call, ins, x.transpose(1, 0, 2) if call.layout else x, lengths, direction,
+                           scratch, y)
+            finals[0].append(np.where(empty, 0.0, scratch.state))
+            if scratch.cell is not None:
+                finals[1].append(np.where(empty, 0.0, scratch.cell))
         _store_outputs(outs, y, finals, call)
 
     return kernel
+
+
+def _run_direction(op: str, call: _Call, ins: Sequence[np.ndarray | None], x: np.ndarray, lengths: np.ndarray,
+                   direction: int, scratch: _Scratch, y: np.ndarray) -> None:
+    """One direction over every step: states end in ``scratch``, outputs in ``y[:, direction]``."""
+    gates, hidden = _CELLS[op].gates, call.hidden
+    w, r, bias, peephole = (None if a is None else compute_view(a, call.x.dtype)[direction] for a in _params(ins, op))
+    assert w is not None and r is not None
+    projections = scratch.projections[direction]
+    np.matmul(x, w.T, out=projections)
+    projections += bias[:gates * hidden] if bias is not None else 0.0
+    scratch.state[...] = _initial(ins, 5, call, direction)
+    if scratch.cell is not None:
+        scratch.cell[...] = _initial(ins, 6, call, direction)
+    per_direction = _CELLS[op].functions
+    functions = call.activations[direction * per_direction:(direction + 1) * per_direction]
+    reverse = call.reverse or direction == 1
+    for step in range(call.steps - 1, -1, -1) if reverse else range(call.steps):
+        # An entry whose sequence ended keeps its state and outputs zeros (its steps past L).
+        active = (step < lengths)[:, None]
+        np.matmul(scratch.state, r.T, out=scratch.gates)
+        new_state, new_cell = _STEPS[op](projections[step], scratch.gates, scratch.state, scratch.cell,
+                                         (r, bias, peephole), functions, call, hidden)
+        np.copyto(scratch.state, np.where(active, new_state, scratch.state))
+        if scratch.cell is not None and new_cell is not None:
+            np.copyto(scratch.cell, np.where(active, new_cell, scratch.cell))
+        y[step, direction] = np.where(active, scratch.state, 0.0)
 
 
 def _arg(values: Sequence[np.ndarray | None], index: int) -> np.ndarray:
