@@ -22,7 +22,8 @@ index of ``axis``; otherwise the scale has one element.
 
 The integer products shift their operands by the zero points into int32 copies in the
 workspace (``4 * (numel(a) + numel(b))`` bytes; the convolution's im2col columns instead)
-and accumulate exactly; the sums wrap to int32 as the device's accumulators do.
+and accumulate exactly (in float64, exact for these sizes); the sums wrap to int32 as the
+device's accumulators do.
 """
 
 from __future__ import annotations
@@ -272,8 +273,8 @@ class MatmulInteger(OpSpec):
             np.subtract(left.astype(np.int32), a_offset, out=shifted_a)
             np.subtract(right.astype(np.int32), 0 if b_zero is None else np.asarray(b_zero, np.int32).reshape(-1),
                         out=shifted_b)
-            product = np.matmul(shifted_a.astype(np.int64), shifted_b.astype(np.int64))
-            copy_into(result, product.astype(np.int32))
+            product = np.matmul(shifted_a.astype(np.float64), shifted_b.astype(np.float64))
+            copy_into(result, _wrap_int32(product))
 
         return OpPlan(kernel, workspace_size, 2.0 * out.numel * a.shape[-1],
                       float(a.nbytes + b.nbytes + out.nbytes + 2 * workspace_size), cube=True)
@@ -285,6 +286,12 @@ def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     right = b + (1,) if len(b) == 1 else b
     batch = tuple(np.broadcast_shapes(left[:-2], right[:-2]))
     return batch + (left[-2],) * (len(a) > 1) + (right[-1],) * (len(b) > 1)
+
+
+def _wrap_int32(product: np.ndarray) -> np.ndarray:
+    """An exact float64 product (each term is below 2**16, so sums of fewer than 2**37 terms are
+    exact: BLAS instead of numpy's slow integer loops) as int32, wrapping like the device."""
+    return np.asarray(product.astype(np.int64).astype(np.int32))
 
 
 class ConvolutionInteger(OpSpec):
@@ -332,14 +339,14 @@ class ConvolutionInteger(OpSpec):
             x_zero, w_zero = argument(views, 2), argument(views, 3)
             shifted = source.astype(np.int32) - (0 if x_zero is None else np.int32(x_zero.reshape(-1)[0]))
             w_offset = 0 if w_zero is None else np.asarray(w_zero, np.int32).reshape((-1,) + (1,) * (filters.ndim - 1))
-            shifted_w = (filters.astype(np.int32) - w_offset).astype(np.int64)
+            shifted_w = (filters.astype(np.int32) - w_offset).astype(np.float64)
             padded = window.padded(shifted, 0)  # the zero point, once shifted
             columns = scratch_view(workspace, 0, columns_shape, np.int32)
             for position, slices in window.slices():
                 columns[(slice(None), slice(None)) + position] = padded[(slice(None), slice(None)) + slices]
-            unfolded = columns.reshape(x.shape[0], groups, -1, math.prod(window.out)).astype(np.int64)
+            unfolded = columns.reshape(x.shape[0], groups, -1, math.prod(window.out)).astype(np.float64)
             grouped = shifted_w.reshape(groups, weight.shape[0] // groups, -1)
-            copy_into(result, np.matmul(grouped, unfolded).reshape(shape).astype(np.int32))
+            copy_into(result, _wrap_int32(np.matmul(grouped, unfolded).reshape(shape)))
 
         flops = 2.0 * out.numel * weight.shape[1] * math.prod(window.kernel)
         return OpPlan(kernel, workspace_size, flops, float(x.nbytes + weight.nbytes + out.nbytes + 2 * workspace_size),
