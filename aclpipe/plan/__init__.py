@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from .arena import A2_RULE, ASCEND_950_RULE, ArenaRule
 from .events import EventPlacement, place_events
 from .memory import ALIGNMENT, Buffer, MemoryPlan, plan_memory
 from .order import Dag, critical_path, estimate_cost, topological_order
@@ -13,9 +14,24 @@ from .plan import Plan, PlannedNode, ValuePlacement, make_plan
 from .streams import assign_streams, chains, transitive_reduction
 
 __all__ = [
-    "Plan", "PlannedNode", "ValuePlacement", "make_plan",
-    "Dag", "topological_order", "critical_path", "estimate_cost",
-    "assign_streams", "chains", "transitive_reduction",
-    "EventPlacement", "place_events",
-    "ALIGNMENT", "Buffer", "MemoryPlan", "plan_memory",
+    "A2_RULE",
+    "ALIGNMENT",
+    "ASCEND_950_RULE",
+    "ArenaRule",
+    "Buffer",
+    "Dag",
+    "EventPlacement",
+    "MemoryPlan",
+    "Plan",
+    "PlannedNode",
+    "ValuePlacement",
+    "assign_streams",
+    "chains",
+    "critical_path",
+    "estimate_cost",
+    "make_plan",
+    "place_events",
+    "plan_memory",
+    "topological_order",
+    "transitive_reduction",
 ]
