@@ -6,6 +6,17 @@ from __future__ import annotations
 from .bound import BoundGraph, BoundNode, BoundValue
 from .files import load_graph, save_graph
 from .graph import Graph, InputSpec, Node, Value
+from .limits import LoadLimits
 
-__all__ = ["Graph", "Node", "Value", "InputSpec", "BoundGraph", "BoundNode", "BoundValue", "load_graph",
-           "save_graph"]
+__all__ = [
+    "BoundGraph",
+    "BoundNode",
+    "BoundValue",
+    "Graph",
+    "InputSpec",
+    "LoadLimits",
+    "Node",
+    "Value",
+    "load_graph",
+    "save_graph",
+]

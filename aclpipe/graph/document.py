@@ -71,10 +71,11 @@ def _read_capped(path: Path, where: Where, limit: int) -> bytes:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as error:
         raise where.error("", f"cannot open the graph file: {error.strerror}") from None
+    info = os.fstat(descriptor)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(descriptor)
+        raise where.error("", "is not a regular file")
     with os.fdopen(descriptor, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise where.error("", "is not a regular file")
         if info.st_size > limit:
             raise where.error("", f"the file is {info.st_size} bytes, over the limit of {limit} bytes "
                                   "(LoadLimits.max_file_bytes)")

@@ -65,6 +65,7 @@ class _Loading:
     def __init__(self, path: Path, base_dir: str | Path | None, limits: LoadLimits):
         self.where = Where(path)
         self.limits = limits
+        self.folder = path.parent
         self.root = Path(base_dir) if base_dir is not None else path.parent
         self.constant_bytes = 0
 
@@ -90,7 +91,7 @@ def load_graph(path: str | Path, *, base_dir: str | Path | None = None, limits: 
         A ``.yaml``, ``.yml`` or ``.json`` file.
     base_dir:
         The folder ``.npy`` constants may be read from (after resolving ``..`` and symlinks);
-        default: the graph file's own folder.
+        default: the graph file's own folder.  Entries stay relative to the graph file.
     limits:
         Caps on the file, its nesting and aliases, the node count and the constants
         (:class:`~aclpipe.graph.limits.LoadLimits`; default ``LoadLimits()``).
@@ -220,7 +221,8 @@ def _initialize(spec: dict[str, Any], dtype: DType, at: str, loading: _Loading) 
 def _load_npy(spec: dict[str, Any], dtype: DType | None, at: str, loading: _Loading) -> np.ndarray:
     where = loading.where
     entry = where.typed(spec["file"], str, f"{at} file", "a path to a .npy file")
-    array = read_npy(entry, loading.root, loading.limits.max_constant_bytes, lambda problem: where.error(at, problem))
+    array = read_npy(entry, loading.folder, loading.root, loading.limits.max_constant_bytes,
+                     lambda problem: where.error(at, problem))
     loading.claim(at, array.nbytes, f"file {entry!r} of shape {list(array.shape)} {array.dtype}")
     if dtype == DType.bfloat16 and array.dtype.kind == "V" and array.dtype.itemsize == 2:
         array = array.view(DType.bfloat16.numpy)  # np.save stores ml_dtypes' bfloat16 as raw 2-byte records

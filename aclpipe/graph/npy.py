@@ -38,8 +38,9 @@ def _inside(path: str | Path, root: Path) -> bool:
 Problem = Callable[[str], GraphError]
 
 
-def read_npy(entry: str, root: Path, max_bytes: int, problem: Problem) -> np.ndarray:
-    """The array stored in the ``.npy`` file ``entry`` (relative to ``root``, which is resolved).
+def read_npy(entry: str, folder: Path, root: Path, max_bytes: int, problem: Problem) -> np.ndarray:
+    """The array stored in the ``.npy`` file ``entry``, a path relative to ``folder`` that must
+    lead into ``root`` once resolved.
 
     ``problem(text)`` makes the :class:`GraphError` for each refusal; the text names the entry
     only when it lies inside ``root``.
@@ -47,7 +48,7 @@ def read_npy(entry: str, root: Path, max_bytes: int, problem: Problem) -> np.nda
     root = Path(os.path.realpath(root))
     outside = problem(f"its file lies outside {root} once '..' and symlinks are resolved; .npy files must lie in "
                       "the graph file's folder, or pass base_dir= to load_graph to allow another folder")
-    target = root / entry
+    target = Path(os.path.realpath(folder)) / entry
     if "\0" in entry or not _inside(target, root):
         raise outside
     resolved = os.path.realpath(target)
@@ -57,13 +58,17 @@ def read_npy(entry: str, root: Path, max_bytes: int, problem: Problem) -> np.nda
         raise problem(f"file {entry!r} not found in {root}") from None
     except OSError as error:
         raise problem(f"cannot open {entry!r}: {error.strerror}") from None
-    with os.fdopen(descriptor, "rb") as file:
+    try:
         link = f"/proc/self/fd/{descriptor}"
         if os.path.exists(link) and not _inside(os.readlink(link), root):
             raise outside
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
             raise problem(f"file {entry!r} is not a regular file")
+    except BaseException:
+        os.close(descriptor)
+        raise
+    with os.fdopen(descriptor, "rb") as file:
         return _read_array(file, entry, info.st_size, max_bytes, problem)
 
 
