@@ -91,7 +91,8 @@ def _yaml_with_tricks(document: dict[str, Any], trick: str) -> str:
     if trick == "duplicate":
         return text + "nodes: []\n"
     if trick == "bomb":
-        lines = ["b0: &b0 [l, l, l, l, l, l, l, l]"] + [f"b{k}: &b{k} [{', '.join([f'*b{k - 1}'] * 8)}]" for k in range(1, 6)]
+        lines = ["b0: &b0 [l, l, l, l, l, l, l, l]"]
+        lines += [f"b{k}: &b{k} [{', '.join([f'*b{k - 1}'] * 8)}]" for k in range(1, 6)]
         return "\n".join(lines) + "\n" + text.replace("name: fuzz", "name: *b5")
     if trick == "deep":
         return text.replace("name: fuzz", "name: " + "[" * 40 + "]" * 40)
