@@ -175,6 +175,26 @@ def infer_outputs(spec: OpSpec, node: str, inputs: Sequence[ValueInfo | None],
 
 def _concrete(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
               attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+    """The op's output descriptors, remembered per op, input descriptors and attributes (a
+    graph repeats its layers; refusals are not remembered, their messages name the node)."""
+    key = (spec.name, tuple(descs), tuple(sorted(attrs.items())))
+    try:
+        found = _INFERRED.get(key)
+    except TypeError:  # an unhashable attribute value
+        return _concrete_once(spec, node, descs, attrs)
+    if found is None:
+        found = tuple(_concrete_once(spec, node, descs, attrs))
+        if len(_INFERRED) >= _PROBED_LIMIT:
+            _INFERRED.pop(next(iter(_INFERRED)))
+        _INFERRED[key] = found
+    return list(found)
+
+
+_INFERRED: dict[Any, tuple[TensorDesc | None, ...]] = {}
+
+
+def _concrete_once(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
+                   attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
     try:
         if spec.is_view:
             source = descs[0] if descs else None

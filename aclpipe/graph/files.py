@@ -231,7 +231,21 @@ def _load_npy(spec: dict[str, Any], dtype: DType | None, at: str, loading: _Load
     return np.asarray(array.astype(dtype.numpy) if dtype is not None and array.dtype != dtype.numpy else array)
 
 
+def _names(entries: Any) -> bool:
+    return type(entries) is list and all(type(entry) is str or entry is None for entry in entries)
+
+
 def _node_record(record: Any, index: int, where: Where) -> dict[str, Any]:
+    """The node entry, checked; the common well-formed case is told apart at once."""
+    if (type(record) is dict and record.keys() <= _NODE_KEYS and type(record.get("name")) is str
+            and type(record.get("op")) is str and _names(record.get("inputs", []))
+            and ("outputs" not in record or _names(record["outputs"]))
+            and type(record.get("attrs") or {}) is dict):
+        return record if "inputs" in record else {**record, "inputs": []}
+    return _checked_node_record(record, index, where)
+
+
+def _checked_node_record(record: Any, index: int, where: Where) -> dict[str, Any]:
     named = isinstance(record, dict) and isinstance(record.get("name"), str)
     label = f"node {_name(record['name'])}" if named else f"node #{index}"
     record = where.mapping(record, label, _NODE_KEYS, ("name", "op"))
