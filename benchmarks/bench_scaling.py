@@ -19,7 +19,7 @@ Time is wall-clock seconds; memory is the peak resident set size the process rea
 the stage above what it held when the stage began (``peak+``; Linux ``VmHWM``, reset before
 each stage through ``/proc/self/clear_refs``), and the process's peak so far (``rss``).  The
 fitted growth is the least-squares slope of log(time) against log(nodes) over the sizes whose
-time is at least 2 ms (1 is linear, 2 quadratic).
+time is at least 2 ms, from about 1,000 nodes up (1 is linear, 2 quadratic).
 
 The random DAG (seeded): each new node reads the most recent value no node has read yet
 (70 %), else a value among the last 16; half the nodes read a second value, among the last 64
@@ -174,7 +174,7 @@ def plan_passes(bound: Any, streams: int, results: list[dict[str, Any]]) -> None
     """``make_plan``'s passes one by one, each measured (the same calls it makes)."""
     with measured("draft", results):
         rows = _draft(bound)
-        dag = Dag(tuple(tuple(p) for p in _dependencies(bound, rows)), tuple(_cost(bound, r, None) for r in rows))
+        dag = Dag(tuple(tuple(p) for p in _dependencies(bound, rows)), tuple(_cost(bound, row, None) for row in rows))
     with measured("order", results):
         order = topological_order(dag)
         rows = [rows[i] for i in order]
@@ -264,7 +264,9 @@ def run_size(size: int, args: argparse.Namespace) -> tuple[int, dict[str, dict[s
 
 
 def growth(points: list[tuple[int, float]]) -> float | None:
-    usable = [(math.log(n), math.log(t)) for n, t in points if t >= 2e-3]
+    """Least-squares slope of log(time) in log(nodes), over the sizes from 1,000 nodes up (where
+    fixed costs no longer hide the growth) and times of at least 2 ms."""
+    usable = [(math.log(n), math.log(t)) for n, t in points if t >= 2e-3 and n >= 900]
     if len(usable) < 2:
         return None
     xs, ys = zip(*usable)
@@ -332,11 +334,12 @@ def arena_rows(streams: int) -> Iterator[tuple[str, int, aclpipe.Plan, float]]:
 def arenas(args: argparse.Namespace) -> None:
     print(f"\n== planned arena against the live-set lower bound, {args.streams} compute streams")
     print(f"{'graph':<22} {'nodes':>6} {'arena KiB':>11} {'bound KiB':>11} {'arena/bound':>11} {'events':>7} "
-          f"{'waits':>6} {'streams':>7} {'plan s':>8}")
+          f"{'waits':>6} {'streams':>7} {'plan s':>8}  placement")
     for name, count, plan, seconds in arena_rows(args.streams):
         ratio = plan.arena_size / plan.lower_bound if plan.lower_bound else float("nan")
         print(f"{name:<22} {count:>6} {plan.arena_size / 1024:>11.1f} {plan.lower_bound / 1024:>11.1f} "
-              f"{ratio:>11.4f} {plan.num_events:>7} {plan.num_waits:>6} {plan.num_streams:>7} {seconds:>8.3f}")
+              f"{ratio:>11.4f} {plan.num_events:>7} {plan.num_waits:>6} {plan.num_streams:>7} {seconds:>8.3f}  "
+              f"{getattr(plan, 'memory_strategy', '')}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -60,7 +60,7 @@ __all__ = [
 #: Offset alignment of the default rule (bytes).
 ALIGNMENT = A2_RULE.offset_alignment
 #: Conflicting pairs up to which the greedy placements over conflict lists run too.
-PAIR_BUDGET = 60_000
+PAIR_BUDGET = 30_000
 
 
 @dataclass(frozen=True)

@@ -162,12 +162,19 @@ def _dependencies(graph: BoundGraph, rows: Sequence[_Row]) -> list[set[int]]:
     return preds
 
 
-def _cost(graph: BoundGraph, row: _Row, costs: Mapping[str, float] | None) -> float:
+def _cost(graph: BoundGraph, row: _Row, costs: Mapping[str, float] | None,
+          seen: dict[tuple[Any, ...], float] | None = None) -> float:
+    """The node's cost: given in ``costs``, else estimated (once per op and descriptors in ``seen``)."""
     if costs is not None and row[0] in costs:
         return float(costs[row[0]])
-    descs = [graph.values[v].desc if v is not None else None for v in row[2]]
-    outs = [graph.values[v].desc if v is not None else None for v in row[3]]
-    return estimate_cost(row[1], descs, outs)
+    descs = tuple(graph.values[v].desc if v is not None else None for v in row[2])
+    outs = tuple(graph.values[v].desc if v is not None else None for v in row[3])
+    if seen is None:
+        return estimate_cost(row[1], descs, outs)
+    key = (row[1], descs, outs)
+    if key not in seen:
+        seen[key] = estimate_cost(row[1], descs, outs)
+    return seen[key]
 
 
 def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | None = None,
@@ -192,7 +199,9 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
     if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
         raise ValueError(f"streams must be an int >= 1, got {streams!r}")
     rows = _draft(graph)
-    dag = Dag(tuple(tuple(p) for p in _dependencies(graph, rows)), tuple(_cost(graph, r, costs) for r in rows))
+    estimated: dict[tuple[Any, ...], float] = {}  # graphs repeat their layers
+    dag = Dag(tuple(tuple(p) for p in _dependencies(graph, rows)),
+              tuple(_cost(graph, row, costs, estimated) for row in rows))
     order = topological_order(dag)
     rows = [rows[i] for i in order]
     dag = dag.renumbered(order)
