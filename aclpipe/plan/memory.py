@@ -15,9 +15,9 @@ CANN's rule for carving up one allocation on the A2 series: ``ALIGN_UP(len, 32) 
 starting 64-byte aligned; see :mod:`.arena`).  The offsets are the same for every in-flight
 slot: each slot has its own arena.
 
-Placement: the launch-order sweep of :mod:`.sweep` (best fit) runs on every graph,
-in time that grows with the number of buffers times the free list, never with the number of
-conflicting pairs.  When the conflicting pairs number at most :data:`PAIR_BUDGET`, the greedy
+Placement: the launch-order sweep of :mod:`.sweep` (best fit) runs on every graph, in time
+that grows with the number of buffers (a binary search and a few recent holes each), never
+with the number of conflicting pairs.  When the conflicting pairs number at most :data:`PAIR_BUDGET`, the greedy
 orders and the two-ended placement of :mod:`.placement` run over explicit conflict lists as
 well.  The smallest arena wins (the greedy result on a tie).
 
