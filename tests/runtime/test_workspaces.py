@@ -353,3 +353,18 @@ def test_pinning_never_waits_and_holds_nothing_when_it_cannot(device):
     assert pinned is not None and pinned[stream].address == static.acquire(10, stream).address
     static.close()
     assert make_workspace_strategy(device, "per-call").pin({stream: 100}, owner="p") is None
+
+
+@pytest.mark.anyio
+async def test_a_waiter_publishes_batched_releases_instead_of_sleeping_for_ever(device):
+    """A release batched for later publication must not leave a waiter on another stream waiting
+    for a host function nobody enqueued (the race behind a rare pipeline hang)."""
+    pool = WorkspacePool(device, limit=1024, granularity=1024, batch=8)
+    first_stream, second_stream = device.create_stream(), device.create_stream()
+    first = pool.acquire(992, first_stream)
+    pool.release_after(first, first_stream, publish=False)  # batched: no host function yet
+    with anyio.fail_after(10):
+        second = await pool.acquire_async(992, second_stream)
+    assert second.address == first.address and pool.stats().waits == 1
+    pool.release_after(second, second_stream)
+    pool.close()

@@ -371,7 +371,12 @@ class WorkspaceStrategy(ABC):
     # -- shared machinery ---------------------------------------------------------------------
     def _target_or_refuse(self, nbytes: int, stream: Stream, key: Hashable) -> tuple[int, int] | None:
         """What to wait for; raises when nothing can ever free room (no block is held by a
-        caller or on its way back, yet none fits: the strategy is fragmented or too small)."""
+        caller or on its way back, yet none fits: the strategy is fragmented or too small).
+
+        Releases still batched are published first: a waiter for a value no host function
+        will ever publish would sleep for ever (any lane's blocks may be the ones that fit).
+        """
+        self.publish()
         target = self._wait_target(nbytes, stream, key)
         with self._lock:
             if target is None and not self._busy:
@@ -450,11 +455,7 @@ class WorkspaceStrategy(ABC):
 
     def _wait_blocking(self, target: tuple[int, int] | None, timeout: float | None) -> None:
         if target is not None:
-            lane, tag = target
-            with self._lock:
-                if lane in self._unpublished:
-                    self._publish(lane)
-            self.timeline.wait_blocking(lane, tag, timeout)
+            self.timeline.wait_blocking(*target, timeout)
             return
         with self._lock:  # nothing on its way back: a caller still holds every block
             self._lock.wait(timeout)
