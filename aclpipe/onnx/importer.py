@@ -30,6 +30,7 @@ converters always see concrete shapes, and nothing symbolic has to be evaluated 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -58,12 +59,17 @@ from .fold import Folded
 from .graph_context import DEFAULT_FOLD_LIMIT, GraphContext, emit_model, prune
 from .mapping import MIN_OPSET, check_model, model_opsets
 
-__all__ = ["MAX_OPSET", "OnnxGraph", "initializer_arrays", "load_onnx"]
+__all__ = ["MAX_OPSET", "DynamicDimWarning", "OnnxGraph", "initializer_arrays", "load_onnx"]
 
 #: The newest default-domain opset the installed ``onnx`` package describes.
 MAX_OPSET = int(onnx.defs.onnx_opset_version())
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
+
+
+class DynamicDimWarning(UserWarning):
+    """A graph input declares a dim with a negative size (``dim_value: -1``); it is read as a
+    dynamic dim."""
 
 
 def load_onnx(model: ModelSource, *, name: str | None = None,
@@ -260,12 +266,33 @@ def _declared(value: onnx.ValueInfoProto) -> tuple[tuple[Dim, ...], DType]:
     if not tensor.HasField("shape"):
         raise GraphError(f"ONNX graph input {value.name!r} has no declared rank; give its dims with "
                          f"load_onnx(..., input_shapes={{{value.name!r}: (...)}})")
-    dims: list[Dim] = []
-    for dim in tensor.shape.dim:
-        which = dim.WhichOneof("value")
-        dims.append(int(dim.dim_value) if which == "dim_value" else dim.dim_param if which == "dim_param"
-                    and dim.dim_param else None)
-    return tuple(dims), dtype
+    return tuple(_dim(value.name, axis, dim) for axis, dim in enumerate(tensor.shape.dim)), dtype
+
+
+#: ``dim_param`` spellings exporters use for "unknown" rather than for a named dim: read as a
+#: name, two of them would wrongly be required to be the same size.
+_UNKNOWN_DIM_PARAMS = frozenset({"?", "-1", "none", "null", "unk", "unknown", "*", "dynamic"})
+
+
+def _dim(input_name: str, axis: int, dim: onnx.TensorShapeProto.Dimension) -> Dim:
+    """One declared dim: an int, a name (a dim fixed at prepare time), or None (unknown).
+
+    Paddle and some other exporters write an unknown dim as ``dim_value: -1`` (or a
+    ``dim_param`` such as ``"?"``); onnxruntime treats those as dynamic, and so does aclpipe,
+    with a warning naming the input, since a negative size is not valid ONNX.
+    """
+    which = dim.WhichOneof("value")
+    if which == "dim_value":
+        if dim.dim_value >= 0:
+            return int(dim.dim_value)
+        warnings.warn(f"ONNX graph input {input_name!r} declares dim {axis} as {dim.dim_value}; aclpipe reads "
+                      "it as a dynamic dim (as onnxruntime does)", DynamicDimWarning, stacklevel=6)
+        return None
+    if which == "dim_param" and dim.dim_param.strip():
+        if dim.dim_param.strip().lower() in _UNKNOWN_DIM_PARAMS:
+            return None
+        return dim.dim_param
+    return None
 
 
 def _override(name: str, declared: tuple[Dim, ...], given: Sequence[Dim] | None) -> tuple[Dim, ...]:
