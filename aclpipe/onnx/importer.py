@@ -25,13 +25,31 @@ specialized at load, so its errors surface there.
 The shape-dependent parts are thus recorded as the ONNX graph itself (the template), and
 replayed through :class:`~aclpipe.onnx.graph_context.GraphContext` for each signature:
 converters always see concrete shapes, and nothing symbolic has to be evaluated on the device.
+
+Host values.  Some models feed a small graph input where aclnn takes a host array (Reshape's
+shape, Slice's starts, Split's sizes, Reduce axes, TopK's k, an If condition, a Loop's trip
+count...).  Like TensorRT's shape tensors, such inputs are *host values*: found the first time
+a specialization needs one (:class:`~aclpipe.onnx.graph_context.HostValueNeeded`), listed in
+:attr:`OnnxGraph.host_inputs`, passed as ordinary run inputs, and part of the signature: the
+graph is specialized per (input shapes, host values), their contents become constants, and
+they are never copied to the device.  At most ``OnnxLimits.specializations`` specializations
+are kept (least recently used dropped first; a dropped one is rebuilt when asked for again).
+
+Untrusted models.  ``load_onnx`` checks the model's structure before walking it
+(:mod:`aclpipe.onnx.validate`), sizes every tensor before allocating it, and bounds nodes,
+unrolled iterations and nesting (:class:`~aclpipe.onnx.validate.OnnxLimits`); every malformed
+model is a :class:`~aclpipe.errors.GraphError` (naming the file and the node) or an
+:class:`~aclpipe.errors.UnsupportedOpError`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -46,6 +64,7 @@ from ..errors import GraphError, UnsupportedOpError
 from ..graph import BoundGraph, Graph, Node, Value
 from ..graph.bound import normalize_shapes
 from ..graph.builder import Dim
+from ..graph.signature import Signature
 from . import (  # noqa: F401 (importing them registers the converters)
     convert_activations,
     convert_image,
@@ -56,8 +75,9 @@ from . import (  # noqa: F401 (importing them registers the converters)
 )
 from .context import onnx_dtype
 from .fold import Folded
-from .graph_context import DEFAULT_FOLD_LIMIT, GraphContext, emit_model, prune
+from .graph_context import GraphContext, HostValueNeeded, emit_model, prune
 from .mapping import MIN_OPSET, check_model, model_opsets
+from .validate import DEFAULT_LIMITS, OnnxLimits, tensor_array, validate_model
 
 __all__ = ["MAX_OPSET", "DynamicDimWarning", "OnnxGraph", "initializer_arrays", "load_onnx"]
 
@@ -74,7 +94,7 @@ class DynamicDimWarning(UserWarning):
 
 def load_onnx(model: ModelSource, *, name: str | None = None,
               input_shapes: Mapping[str, Sequence[Dim]] | None = None, upgrade_opset: int | None = None,
-              fold_limit: int = DEFAULT_FOLD_LIMIT) -> OnnxGraph:
+              fold_limit: int | None = None, limits: OnnxLimits | None = None) -> OnnxGraph:
     """Import an ONNX model as a graph of catalog ops.
 
     Parameters
@@ -92,7 +112,12 @@ def load_onnx(model: ModelSource, *, name: str | None = None,
         e.g. 13 for models exported below opset 11.
     fold_limit:
         Largest folded tensor in bytes (unless it is no larger than its inputs, like a weight's
-        transpose); larger results of constant inputs are computed on the device.
+        transpose); larger results of constant inputs are computed on the device.  Shorthand
+        for ``limits=OnnxLimits(fold_bytes=...)``.
+    limits:
+        Bounds on sizes, node counts, unrolled iterations, nesting and cached specializations
+        (:class:`~aclpipe.onnx.validate.OnnxLimits`); the defaults suit trusted and untrusted
+        models alike.
 
     Raises
     ------
@@ -100,28 +125,63 @@ def load_onnx(model: ModelSource, *, name: str | None = None,
         The opset is outside ``[11, MAX_OPSET]``, or some op types have no converter: one
         error lists every unsupported op type and opset.
     GraphError
-        An input is not a tensor of an NPU dtype, ``input_shapes`` does not fit, or (for
-        models whose input shapes are all fixed) an ONNX node is invalid for those shapes.
+        The file is not a valid ONNX model, its structure is malformed (see
+        :mod:`aclpipe.onnx.validate`), an input is not a tensor of an NPU dtype, ``input_shapes``
+        does not fit, or (for models whose input shapes are all fixed) an ONNX node is invalid
+        for those shapes.  Messages start with the file's path when loading from one.
     """
-    proto, default_name = _read(model)
-    if upgrade_opset is not None:
-        proto = _upgrade(proto, upgrade_opset)
-    _check_opset(proto)
-    check_model(proto)
-    return OnnxGraph(proto, name or proto.graph.name or default_name, input_shapes or {}, fold_limit=fold_limit)
+    limits = limits or DEFAULT_LIMITS
+    if fold_limit is not None:
+        limits = dataclasses.replace(limits, fold_bytes=fold_limit)
+    proto, default_name, source = _read(model)
+    with _naming(source):
+        if upgrade_opset is not None:
+            proto = _upgrade(proto, upgrade_opset)
+        _check_opset(proto)
+        check_model(proto)
+        validate_model(proto, model_opsets(proto), limits)
+        return OnnxGraph(proto, name or proto.graph.name or default_name, input_shapes or {}, limits=limits,
+                         source=source)
 
 
-def _read(model: ModelSource) -> tuple[onnx.ModelProto, str]:
+def _read(model: ModelSource) -> tuple[onnx.ModelProto, str, str]:
+    """The model, its default name, and how messages name where it came from."""
     if isinstance(model, onnx.ModelProto):
-        return model, "onnx"
+        return model, "onnx", ""
     if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model)), "onnx"
+        with _naming("ONNX model bytes"):
+            return _parse(lambda: onnx.load_from_string(bytes(model))), "onnx", ""
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if not path.is_file():
             raise FileNotFoundError(f"no ONNX model at {str(path)!r}")
-        return onnx.load(str(path)), path.stem
+        with _naming(str(path)):
+            return _parse(lambda: onnx.load(str(path))), path.stem, str(path)
     raise TypeError(f"load_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def _parse(load: Callable[[], onnx.ModelProto]) -> onnx.ModelProto:
+    """Parse with onnx's own reader; its errors (protobuf's DecodeError, the external data
+    checks' ValidationError, ...) become GraphErrors."""
+    try:
+        return load()
+    except RecursionError:
+        raise GraphError("the model is nested too deeply to parse") from None
+    except (OSError, MemoryError):
+        raise
+    except Exception as error:  # noqa: BLE001 - protobuf and onnx raise many unrelated types here
+        raise GraphError(f"not a readable ONNX model: {type(error).__name__}: {error}") from None
+
+
+@contextlib.contextmanager
+def _naming(source: str) -> Iterator[None]:
+    """GraphErrors raised inside start with ``source`` (the model's path), once."""
+    try:
+        yield
+    except GraphError as error:
+        if not source or str(error).startswith(f"{source}: "):
+            raise
+        raise GraphError(f"{source}: {error}") from error
 
 
 def _upgrade(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
@@ -149,20 +209,23 @@ def _check_opset(proto: onnx.ModelProto) -> None:
 
 class OnnxGraph(Graph):
     """A graph imported from ONNX: declared inputs, the initializers as constants, the model's
-    outputs, and catalog nodes made per input signature (see the module docs).
+    outputs, and catalog nodes made per signature (see the module docs).
 
-    Use :meth:`specialize` to see the catalog graph for given input shapes; :meth:`bind` (what
-    :class:`~aclpipe.Pipeline` calls) binds that graph.  Builder methods are refused: edit a
-    specialized graph instead.
+    Use :meth:`specialize` to see the catalog graph for given inputs (shapes, and the contents
+    of the :attr:`host_inputs`); :meth:`bind` (what :class:`~aclpipe.Pipeline` calls) binds
+    that graph.  Builder methods are refused: edit a specialized graph instead.
     """
 
     def __init__(self, model: onnx.ModelProto, name: str, input_shapes: Mapping[str, Sequence[Dim]], *,
-                 fold_limit: int = DEFAULT_FOLD_LIMIT):
+                 fold_limit: int | None = None, limits: OnnxLimits = DEFAULT_LIMITS, source: str = ""):
         super().__init__(name)
         self.model = model
         self.opsets = dict(model_opsets(model))
-        self.fold_limit = fold_limit
-        self._specialized: dict[tuple[Any, ...], Graph] = {}
+        self.limits = limits if fold_limit is None else dataclasses.replace(limits, fold_bytes=fold_limit)
+        self.fold_limit = self.limits.fold_bytes
+        self.source = source
+        self._specialized: OrderedDict[Signature, Graph] = OrderedDict()
+        self._host: dict[str, str] = {}  # host-value input -> what reads it
         initializers = {tensor.name for tensor in model.graph.initializer}
         declared = [value for value in model.graph.input if value.name not in initializers]
         unknown = sorted(set(input_shapes) - {value.name for value in declared})
@@ -173,10 +236,13 @@ class OnnxGraph(Graph):
             dims, dtype = _declared(value)
             super().input(value.name, _override(value.name, dims, input_shapes.get(value.name)), dtype)
         for tensor in model.graph.initializer:
-            super().constant(tensor.name, onnx.numpy_helper.to_array(tensor))
+            super().constant(tensor.name, tensor_array(tensor, f"initializer {tensor.name!r}"))
         self._onnx_outputs = MappingProxyType({value.name: value.name for value in model.graph.output})
-        if self.is_static:
-            self.specialize()  # every shape is known: validate (and build) now
+        if self._fixed_dims:
+            try:
+                self.specialize()  # every shape is known: validate (and build) now
+            except _HostValueMissing:
+                pass  # the model has host values: it is specialized when their contents are known
 
     # -- what the graph is -----------------------------------------------------------------
     @property
@@ -185,55 +251,125 @@ class OnnxGraph(Graph):
         return self._onnx_outputs
 
     @property
-    def is_static(self) -> bool:
-        """Whether every input dim is fixed (then the graph is specialized at load)."""
+    def host_inputs(self) -> frozenset[str]:
+        """The inputs found to be host values so far (see the module docs); :attr:`host_reasons`
+        says what reads each."""
+        return frozenset(self._host)
+
+    @property
+    def host_reasons(self) -> Mapping[str, str]:
+        """Host-value input -> what needs its contents (``"Reshape 'r' (opset 17): Reshape's shape"``)."""
+        return MappingProxyType(dict(self._host))
+
+    @property
+    def _fixed_dims(self) -> bool:
         return all(isinstance(dim, int) for spec in self.inputs.values() for dim in spec.shape)
 
     @property
+    def is_static(self) -> bool:
+        """Whether every input dim is fixed and no input is a host value (then the graph is
+        specialized at load)."""
+        return self._fixed_dims and not self._host
+
+    @property
     def nodes(self) -> tuple[Node, ...]:
-        """The catalog nodes when every input dim is fixed; otherwise ``()`` (nodes are made per
+        """The catalog nodes when the graph is static; otherwise ``()`` (nodes are made per
         signature: see :meth:`specialize`)."""
         return self.specialize().nodes if self.is_static else ()
 
     @property
     def signatures(self) -> int:
-        """How many input signatures have been specialized."""
+        """How many signatures are specialized (and kept: at most ``limits.specializations``)."""
         return len(self._specialized)
 
     def __repr__(self) -> str:
         inputs = ", ".join(f"{n}: {s.dtype.name}[{', '.join('?' if d is None else str(d) for d in s.shape)}]"
-                           for n, s in self.inputs.items())
+                           + (" (host value)" if n in self._host else "") for n, s in self.inputs.items())
         return (f"OnnxGraph({self.name!r}: inputs [{inputs}], {len(self.constants)} initializers, "
                 f"{len(self.model.graph.node)} ONNX nodes, outputs {list(self.outputs)}, "
                 f"{self.signatures} specialization(s))")
 
     # -- specializing ----------------------------------------------------------------------
-    def specialize(self, **input_shapes: Any) -> Graph:
-        """The catalog graph for these input shapes (tuples or arrays; optional for inputs whose
-        dims are all fixed), with shape arithmetic and constant subgraphs folded.  Cached."""
+    def signature(self, **inputs: Any) -> Signature:
+        """The signature of these inputs: shapes (tuples, or arrays) and the contents of the host
+        values (arrays; their declared dtype).  Specializes the graph when the signature is new
+        (finding any further host values)."""
+        return self._lookup(inputs)[0]
+
+    def specialize(self, **inputs: Any) -> Graph:
+        """The catalog graph for these inputs (as :meth:`signature` takes them; optional for
+        inputs whose dims are all fixed), with shape arithmetic, constant subgraphs and host
+        values folded.  Cached (least recently used dropped beyond ``limits.specializations``)."""
+        return self._lookup(inputs)[1]
+
+    def bind(self, **inputs: Any) -> BoundGraph:
+        """Specialize to these inputs and bind; see :meth:`Graph.bind`.  Host values are given
+        as arrays (their contents), the other inputs as shapes or arrays."""
+        signature, graph = self._lookup(inputs)
+        return graph.bind(**signature.device_shapes)
+
+    def _lookup(self, inputs: dict[str, Any]) -> tuple[Signature, Graph]:
         for input_name, spec in self.inputs.items():
-            if input_name not in input_shapes and all(isinstance(d, int) for d in spec.shape):
-                input_shapes[input_name] = tuple(spec.shape)
-        shapes = normalize_shapes(self, input_shapes)
-        key = tuple(sorted(shapes.items()))
-        graph = self._specialized.get(key)
-        if graph is None:
-            graph = self._specialized[key] = self._build(shapes)
-        return graph
+            if input_name not in inputs and all(isinstance(d, int) for d in spec.shape):
+                inputs[input_name] = tuple(spec.shape)
+        with _naming(self.source):
+            shapes = normalize_shapes(self, inputs)
+            while True:  # each pass that finds new host values builds again with their contents
+                signature = Signature.of(shapes, {name: self._host_array(name, inputs[name]) for name in self._host})
+                graph = self._specialized.get(signature)
+                if graph is not None:
+                    self._specialized.move_to_end(signature)
+                    return signature, graph
+                try:
+                    graph = self._build(signature)
+                except HostValueNeeded as need:
+                    self._add_host_inputs(need)
+                    continue
+                self._specialized[signature] = graph
+                while len(self._specialized) > self.limits.specializations:
+                    self._specialized.popitem(last=False)
+                return signature, graph
 
-    def bind(self, **input_shapes: Any) -> BoundGraph:
-        """Specialize to these input shapes and bind; see :meth:`Graph.bind`."""
-        return self.specialize(**input_shapes).bind(**input_shapes)
+    def _host_array(self, name: str, given: Any) -> np.ndarray:
+        spec = self.inputs[name]
+        if not isinstance(given, np.ndarray):
+            raise _HostValueMissing(
+                f"input {name!r} is a host value ({self._host[name]}): its contents decide the graph, so give "
+                f"them as an array, e.g. {name}=np.array([...], dtype='{spec.dtype.name}'), not a shape")
+        if given.dtype != spec.dtype.numpy:
+            raise TypeError(f"input {name!r}: expected dtype {spec.dtype.name} (as the graph declares), got "
+                            f"{given.dtype}; convert with array.astype('{spec.dtype.name}')")
+        if given.size > self.limits.host_value_elements:
+            raise GraphError(f"input {name!r} is a host value ({self._host[name]}) of {given.size} elements, more "
+                             f"than the limit of {self.limits.host_value_elements} (OnnxLimits.host_value_elements)")
+        return given
 
-    def _build(self, shapes: Mapping[str, tuple[int, ...]]) -> Graph:
+    def _add_host_inputs(self, need: HostValueNeeded) -> None:
+        new = [name for name in need.inputs if name not in self._host]
+        if not new:  # cannot happen: host values are constants, so nothing computed from them reaches here
+            raise GraphError(f"{need}: these inputs are host values already") from need
+        where = need.node.describe() + ": " if need.node is not None else ""
+        for name in new:
+            self._host[name] = f"{where}{need.what}"
+
+    def _build(self, signature: Signature) -> Graph:
         graph = Graph(self.name)
+        shapes, host = dict(signature.shapes), signature.host
         values: dict[str, Any] = {name: graph.input(name, shapes[name], spec.dtype)
-                                  for name, spec in self.inputs.items()}
+                                  for name, spec in self.inputs.items() if name not in host}
+        # Host values are named by content (no ``name``): a constant name always means one content.
+        values.update({name: Folded(array, hint=name) for name, array in host.items()})
         values.update({name: Folded(array, name) for name, array in self.constants.items()})
-        context = GraphContext(graph, fold_limit=self.fold_limit)
-        emit_model(context, self.model.graph, values, self.opsets)
-        for output in self.model.graph.output:
-            graph.output(output.name, _output_value(context, output.name, values[output.name]))
+        context = GraphContext(graph, limits=self.limits, opsets=self.opsets)
+        try:
+            emit_model(context, self.model.graph, values, self.opsets)
+            for output in self.model.graph.output:
+                graph.output(output.name, _output_value(context, output.name, values[output.name]))
+        except GraphError as error:
+            if not host:
+                raise
+            raise GraphError(f"{error} (specialized for {signature.describe()})") from error
+        graph.host_values = MappingProxyType(host)
         return prune(graph)
 
     # -- editing is done on specializations --------------------------------------------------
@@ -248,9 +384,13 @@ class OnnxGraph(Graph):
     def save(self, path: str | Path) -> None:
         """Save the specialized graph (only when every input dim is fixed)."""
         if not self.is_static:
-            raise GraphError(f"graph {self.name!r} has dynamic input dims; save a specialization instead: "
-                             "graph.specialize(x=shape).save(path)")
+            raise GraphError(f"graph {self.name!r} has dynamic input dims or host values; save a specialization "
+                             "instead: graph.specialize(x=shape).save(path)")
         self.specialize().save(path)
+
+
+class _HostValueMissing(GraphError):
+    """A host value was given as a shape (or not at all), so the graph cannot be specialized."""
 
 
 def _declared(value: onnx.ValueInfoProto) -> tuple[tuple[Dim, ...], DType]:
