@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import (  # noqa: F401  (registers the converters)
     convert_activations,
+    convert_control,
     convert_dynamic,
     convert_image,
     convert_indexing,

@@ -67,6 +67,7 @@ from ..graph.builder import Dim
 from ..graph.signature import Signature
 from . import (  # noqa: F401 (importing them registers the converters)
     convert_activations,
+    convert_control,
     convert_image,
     convert_logic,
     convert_reduce,

@@ -6,6 +6,7 @@ escape with an untyped error.  :func:`validate_model` walks the model once (subg
 included, depth bounded) and raises one :class:`~aclpipe.errors.GraphError` naming the node
 for each kind of malformed structure:
 
+- a graph without outputs (an empty file parses as an empty model);
 - a name written twice (two nodes writing one output, a node output that shadows an outer
   scope's value), or read before anything produces it; a graph output nothing produces;
 - an attribute of the wrong type (a float ``axis``) or one the op's schema does not define;
@@ -95,6 +96,9 @@ def tensor_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
 def validate_model(model: onnx.ModelProto, opsets: dict[str, int], limits: OnnxLimits = DEFAULT_LIMITS) -> None:
     """Raise a :class:`GraphError` naming the node for the first malformed part of ``model``
     (see the module docs).  Op types must already be known to be supported."""
+    if not model.graph.output:
+        raise GraphError("the model's graph has no outputs (is this an ONNX model? an empty file parses as "
+                         "an empty one)")
     _Walk(opsets, limits).graph(model.graph, (), "graph", 0)
 
 
@@ -149,7 +153,7 @@ class _Walk:
         wanted = int(declared.type)  # type: ignore[call-overload]  # a pybind11 enum: int() works
         if attribute.type != wanted:
             got = onnx.AttributeProto.AttributeType.Name(attribute.type)
-            raise GraphError(f"{label}: attribute {attribute.name!r} is a {got}, {schema.name} takes a "
+            raise GraphError(f"{label}: attribute {attribute.name!r} is of type {got}, {schema.name} takes "
                              f"{onnx.AttributeProto.AttributeType.Name(wanted)}")
         if attribute.type == onnx.AttributeProto.GRAPH:
             self.graph(attribute.g, scopes, f"{label} {attribute.name}", depth + 1)
