@@ -93,6 +93,7 @@ class GraphContext:
         self._constants: dict[int, tuple[Folded, Value]] = {}
         self._by_digest: dict[str, Value] = {}
         self._used = set(graph.values) | {node.name for node in graph.nodes}
+        self._suffixes: dict[str, int] = {}
 
     # -- the BuildContext interface ----------------------------------------------------------
     def op(self, name: str, *inputs: Any, outputs: int = 1, **attrs: Any) -> Any:
@@ -241,9 +242,12 @@ class GraphContext:
 
     def _fresh(self, stem: str) -> str:
         """A node or constant name not used yet (each value a node adds is claimed as well)."""
-        candidate, suffix = stem, 1
+        # Suffixes resume where the stem's last one ended: an unrolled loop names thousands of
+        # nodes after one stem, and counting from 1 each time would be quadratic.
+        candidate, suffix = stem, self._suffixes.get(stem, 1)
         while candidate in self._used or f"{candidate}:0" in self._used:
             candidate, suffix = f"{stem}.{suffix}", suffix + 1
+        self._suffixes[stem] = suffix
         self._used.add(candidate)
         return candidate
 

@@ -26,6 +26,7 @@ order through a context.
 
 from __future__ import annotations
 
+import functools
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ def supported_ops() -> dict[str, tuple[int, ...]]:
     return {op_type: tuple(sorted(versions)) for op_type, versions in sorted(_TABLE.items())}
 
 
+@functools.lru_cache(maxsize=4096)
 def since_version(op_type: str, opset: int, domain: str = "") -> int | None:
     """The schema version of ``op_type`` in effect at ``opset`` (None: no such op there)."""
     try:
