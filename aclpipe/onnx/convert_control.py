@@ -99,9 +99,8 @@ def convert_loop(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
     known = True if condition is None else _known_flag(ctx, node, condition, "Loop's condition")
     if known is None:
         loop.start_masking(condition, trips)
-    while trips is not None and loop.iteration < trips or trips is None and known:
-        if known is False:
-            break
+    # ``known`` is None once the condition is computed on the device: then all M iterations run.
+    while known is not False and (trips is None or loop.iteration < trips):
         if loop.iteration >= _UNBOUNDED_LOOP_LIMIT:
             raise ValueError(f"{node.describe()}: more than {_UNBOUNDED_LOOP_LIMIT} iterations")
         new_condition = loop.step(condition)

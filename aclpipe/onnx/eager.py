@@ -22,26 +22,11 @@ import onnx
 
 from ..dtypes import DType, as_dtype
 from ..eager import OpRunner
-from ..ops import get_op
 from ..runtime import Device, Stream
 from ..runtime.workspaces import WorkspaceStrategy
-from ..tensor import TensorDesc
 from .mapping import check_model, emit_graph, model_opsets
 
 __all__ = ["EagerContext"]
-
-
-def _scalar_results(op: str, inputs: tuple[Any, ...], attrs: Mapping[str, Any], results: list[np.ndarray]
-                    ) -> list[np.ndarray]:
-    """The runner uploads a rank-0 input as shape ``(1,)`` (``np.ascontiguousarray`` adds a dim),
-    so rank-0 results come back with one dim: give them the rank the op infers for the real
-    inputs (what the graph path computes)."""
-    descs = [None if value is None else TensorDesc.contiguous(np.shape(value), as_dtype(np.asarray(value).dtype))
-             for value in inputs]
-    spec = get_op(op)
-    inferred = [spec.view(descs[0], attrs)] if spec.is_view and descs[0] is not None else spec.infer(descs, attrs)
-    return [result.reshape(desc.shape) if desc is not None and result.size == desc.numel else result
-            for result, desc in zip(results, list(inferred) + [None] * len(results))]
 
 
 class EagerContext:
@@ -75,8 +60,6 @@ class EagerContext:
             runner.output()
         results = runner.attr(**attrs).run()
         self.ops_run += 1
-        if any(np.ndim(value) == 0 for value in inputs if value is not None):
-            results = _scalar_results(name, inputs, attrs, results)
         return results[0] if outputs == 1 else tuple(results)
 
     def constant(self, array: np.ndarray) -> np.ndarray:

@@ -142,7 +142,8 @@ class GraphContext:
         if sources and not large:
             raise HostValueNeeded(self.node, what, tuple(sorted(sources)))
         if large:
-            described = ", ".join(f"{name!r} ({_describe(spec.dtype, spec.shape)})" for name, spec in sorted(large.items()))
+            described = ", ".join(f"{name!r} ({_describe(spec.dtype, spec.shape)})"
+                                  for name, spec in sorted(large.items()))
             why = (f"from graph input(s) {described}, too large to be host values (at most {limit} elements, "
                    "OnnxLimits.host_value_elements)")
         else:

@@ -8,7 +8,7 @@ import pytest
 from pipeline_graphs import live_device_state, mlp
 
 from aclpipe.errors import DeviceOutOfMemory, GraphError
-from aclpipe.pipeline import Preparer, signature
+from aclpipe.pipeline import Preparer
 from aclpipe.runtime import StaticWorkspace, WorkspacePool
 from aclpipe.runtime.timeline import Timeline
 
@@ -21,8 +21,11 @@ def _preparer(device, graph, *, depth=2, streams=2):
     return Preparer(graph, device, pipeline_streams, depth=depth, max_streams=streams), timeline
 
 
-def test_signature_is_sorted_and_hashable():
-    assert signature({"y": [2], "x": (3, 4)}) == (("x", (3, 4)), ("y", (2,)))
+def test_a_signature_is_the_graphs_sorted_and_hashable(device):
+    preparer, _ = _preparer(device, mlp())
+    key = preparer.signature({"x": np.zeros((4, 32), np.float32)})
+    assert key.shapes == (("x", (4, 32)),) and not key.host_values
+    assert {key: 1}[preparer.signature({"x": (4, 32)})] == 1
 
 
 def test_plans_are_cached_per_input_signature(device):
