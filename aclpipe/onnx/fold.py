@@ -74,7 +74,8 @@ def result_bytes(op: str, arrays: Sequence[np.ndarray | None], attrs: Mapping[st
     spec = get_op(op)
     descs = _descs(arrays)
     if spec.is_view:
-        assert descs[0] is not None
+        if descs[0] is None:
+            raise ValueError(f"{op} is a view and needs its first input")
         results = [spec.view(descs[0], attrs)]
     else:
         results = [desc for desc in list(spec.infer(descs, attrs))[:outputs] if desc is not None]
@@ -97,7 +98,8 @@ def evaluate_on_host(op: str, arrays: Sequence[np.ndarray | None], attrs: Mappin
     descs = _descs(arrays)
     if spec.is_view:
         source = arrays[0]
-        assert source is not None and descs[0] is not None
+        if source is None or descs[0] is None:
+            raise ValueError(f"{op} is a view and needs its first input")
         return [_apply_view(source, spec.view(descs[0], attrs))]
     out_descs = list(spec.infer(descs, attrs))[:outputs]
     plan = spec.prepare(descs, out_descs, attrs)

@@ -78,7 +78,7 @@ from .context import onnx_dtype
 from .fold import Folded
 from .graph_context import GraphContext, HostValueNeeded, emit_model, prune
 from .mapping import MIN_OPSET, check_model, model_opsets
-from .validate import DEFAULT_LIMITS, OnnxLimits, tensor_array, validate_model
+from .validate import DEFAULT_LIMITS, OnnxLimits, check_text, tensor_array, validate_model
 
 __all__ = ["MAX_OPSET", "DynamicDimWarning", "OnnxGraph", "initializer_arrays", "load_onnx"]
 
@@ -136,6 +136,7 @@ def load_onnx(model: ModelSource, *, name: str | None = None,
         limits = dataclasses.replace(limits, fold_bytes=fold_limit)
     proto, default_name, source = _read(model)
     with _naming(source):
+        check_text(proto)
         if upgrade_opset is not None:
             proto = _upgrade(proto, upgrade_opset)
         _check_opset(proto)

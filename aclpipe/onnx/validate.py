@@ -6,10 +6,13 @@ escape with an untyped error.  :func:`validate_model` walks the model once (subg
 included, depth bounded) and raises one :class:`~aclpipe.errors.GraphError` naming the node
 for each kind of malformed structure:
 
+- a name, op type or domain that is not valid UTF-8 (:func:`check_text`);
 - a graph without outputs (an empty file parses as an empty model);
 - a name written twice (two nodes writing one output, a node output that shadows an outer
   scope's value), or read before anything produces it; a graph output nothing produces;
-- an attribute of the wrong type (a float ``axis``) or one the op's schema does not define;
+- an attribute of the wrong type (a float ``axis``), one the op's schema does not define, one
+  set twice, a required one missing, or a 0/1 flag (``keepdims``, ``transA``...) set to
+  anything else;
 - more inputs or outputs than the op's schema allows;
 - subgraphs nested deeper, or more nodes in all, than :class:`OnnxLimits` allows.
 
@@ -31,7 +34,7 @@ import onnx.numpy_helper
 
 from ..errors import GraphError
 
-__all__ = ["DEFAULT_LIMITS", "OnnxLimits", "tensor_array", "validate_model"]
+__all__ = ["DEFAULT_LIMITS", "OnnxLimits", "check_text", "tensor_array", "validate_model"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,15 @@ class OnnxLimits:
 
 DEFAULT_LIMITS = OnnxLimits()
 
+#: INT attributes ONNX defines as 0/1 flags: any other value is refused rather than read as
+#: true (onnxruntime reads some as ``== 1``, numpy-minded code as ``!= 0``).
+_FLAGS = frozenset({
+    "allowzero", "antialias", "ceil_mode", "center_point_box", "count_include_pad", "detect_negative",
+    "detect_positive", "exclude_outside", "exclusive", "fmod", "input_forget", "interleaved", "is_case_sensitive",
+    "is_causal", "keepdims", "largest", "linear_before_reset", "noop_with_empty_axes", "onesided", "reverse",
+    "select_last_index", "sorted", "training_mode", "transA", "transB", "upper",
+})
+
 
 def tensor_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
     """The contents of ``tensor`` (an initializer or an attribute's tensor) as an array."""
@@ -94,6 +106,29 @@ def tensor_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
         shape = list(tensor.dims)
         raise GraphError(f"{what} (dims {shape}, element type {tensor.data_type}) has data that does not "
                          f"match its dims or type: {error}") from None
+
+
+def check_text(model: onnx.ModelProto) -> None:
+    """Raise a :class:`GraphError` when a name, op type or domain is not valid UTF-8.
+
+    ONNX's protobuf schema is proto2, whose string fields are not validated on parsing: a
+    corrupted one comes back as ``bytes``, which nothing downstream expects.
+    """
+    fields: list[object] = [entry.domain for entry in model.opset_import]
+    pending = [model.graph]
+    while pending:
+        graph = pending.pop()
+        fields += [graph.name, *(tensor.name for tensor in graph.initializer)]
+        fields += [value.name for value in (*graph.input, *graph.output, *graph.value_info)]
+        for node in graph.node:
+            fields += [node.op_type, node.domain, node.name, *node.input, *node.output]
+            for attribute in node.attribute:
+                fields.append(attribute.name)
+                pending.extend([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs)
+        bad = next((field for field in fields if not isinstance(field, str)), None)
+        if bad is not None:
+            raise GraphError(f"a name, op type or domain is not valid UTF-8 ({bad!r:.60}): a corrupted model?")
+        fields = []
 
 
 def validate_model(model: onnx.ModelProto, opsets: dict[str, int], limits: OnnxLimits = DEFAULT_LIMITS) -> None:
@@ -141,8 +176,16 @@ class _Walk:
                 raise GraphError(f"{label} reads {name!r}, which no earlier node, input or initializer produces")
         schema = onnx.defs.get_schema(node.op_type, self.opsets.get(node.domain or "", 0), node.domain)
         _check_arity(schema, node, label)
+        given = set()
         for attribute in node.attribute:
+            if attribute.name in given:
+                raise GraphError(f"{label} sets attribute {attribute.name!r} twice")
+            given.add(attribute.name)
             self.attribute(schema, attribute, label, scopes, depth)
+        missing = sorted(name for name, declared in schema.attributes.items()
+                         if declared.required and name not in given)
+        if missing:
+            raise GraphError(f"{label} lacks the required attribute(s) {missing} of {schema.name}")
         for name in node.output:
             if name:
                 self._define(name, scopes[0], scopes[1:], label + " output", allow_outer=False)
@@ -158,6 +201,8 @@ class _Walk:
             got = onnx.AttributeProto.AttributeType.Name(attribute.type)
             raise GraphError(f"{label}: attribute {attribute.name!r} is of type {got}, {schema.name} takes "
                              f"{onnx.AttributeProto.AttributeType.Name(wanted)}")
+        if attribute.name in _FLAGS and attribute.type == onnx.AttributeProto.INT and attribute.i not in (0, 1):
+            raise GraphError(f"{label}: attribute {attribute.name!r} is a 0/1 flag, it is {attribute.i}")
         if attribute.type == onnx.AttributeProto.GRAPH:
             self.graph(attribute.g, scopes, f"{label} {attribute.name}", depth + 1)
         elif attribute.type == onnx.AttributeProto.GRAPHS:

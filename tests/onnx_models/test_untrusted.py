@@ -219,3 +219,38 @@ def test_a_model_given_as_bytes_never_reads_external_data_from_the_working_direc
     monkeypatch.chdir(tmp_path)
     with pytest.raises(GraphError, match=r"initializer 'w' keeps its data in an external file that was not loaded"):
         load_onnx(_external_model("weights.bin").SerializeToString())  # it read ./weights.bin before
+
+
+# -- found by the fuzz tests (test_fuzz_loading.py) --------------------------------------------
+def test_a_missing_required_attribute_is_refused():
+    node = helper.make_node("Loop", ["trips", "", "x"], ["y"], name="loop")  # no body
+    model = make_model([node], [tensor("x", [3]), tensor("trips", [], TensorProto.INT64)], [tensor("y", None)])
+    with pytest.raises(GraphError, match=r"'loop' lacks the required attribute\(s\) \['body'\] of Loop"):
+        load_onnx(model)
+
+
+def test_a_flag_attribute_outside_0_and_1_is_refused():
+    node = helper.make_node("ReduceSum", ["x"], ["y"], name="sum", keepdims=-1)
+    with pytest.raises(GraphError, match=r"'sum': attribute 'keepdims' is a 0/1 flag, it is -1"):
+        load_onnx(make_model([node], [tensor("x", [2, 3])], [tensor("y", None)]))
+
+
+def test_an_attribute_set_twice_is_refused():
+    node = helper.make_node("Softmax", ["x"], ["y"], name="soft", axis=0)
+    node.attribute.append(helper.make_attribute("axis", 1))
+    with pytest.raises(GraphError, match="sets attribute 'axis' twice"):
+        load_onnx(make_model([node], [tensor("x", [2, 3])], [tensor("y", None)]))
+
+
+def test_names_that_are_not_utf8_are_a_graph_error():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [3])], [tensor("y", None)])
+    data = model.SerializeToString().replace(b"Relu", b"R\xfflu")  # proto2 strings are not validated
+    with pytest.raises(GraphError, match="not valid UTF-8"):
+        load_onnx(data)
+
+
+def test_a_view_without_its_input_is_a_graph_error_naming_the_node():
+    node = helper.make_node("Reshape", ["", "shape"], ["y"], name="view")
+    model = make_model([node], [], [tensor("y", None)], [_int64("shape", [2])])
+    with pytest.raises(GraphError, match="view"):
+        load_onnx(model)
