@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from pipeline_graphs import live_device_state, mlp
 
+import aclpipe
 from aclpipe.errors import DeviceOutOfMemory, GraphError
 from aclpipe.pipeline import Preparer
 from aclpipe.runtime import StaticWorkspace, WorkspacePool
@@ -78,3 +79,22 @@ def test_a_failure_half_way_frees_everything_it_built(device):
     preparer.close()  # the constants it uploaded
     workspaces.close()
     assert live_device_state(device) == before
+
+
+def test_host_values_pick_the_plan_and_are_not_inputs_of_it(device):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
+    preparer, _ = _preparer(device, aclpipe.load_onnx(onnx.ModelProto.FromString(model.SerializeToString())))
+    wide = preparer.plan_for({"x": (6,), "shape": np.array([2, 3])})
+    tall = preparer.plan_for({"x": (6,), "shape": np.array([3, 2])})
+    assert wide is not tall and wide.inputs == tall.inputs == ("x",)
+    assert preparer.plan_for({"x": np.zeros(6, np.float32), "shape": np.array([2, 3])}) is wide
+    key = preparer.signature({"x": (6,), "shape": np.array([3, 2])})
+    assert dict(key.host_values)["shape"].array.tolist() == [3, 2] and preparer.plan_for(key) is tall
+    preparer.close()
