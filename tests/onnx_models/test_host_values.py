@@ -146,3 +146,14 @@ def test_a_host_value_also_read_as_a_tensor_is_uploaded_as_a_constant():
     x = np.arange(6, dtype=np.float32)
     (result,) = anyio.run(run_pipeline, graph, [{"x": x, "shape": np.array([3, 2])}])
     np.testing.assert_array_equal(result["z"], x.reshape(3, 2) * np.array([3, 2], np.float32))
+
+
+def test_a_data_dependent_op_on_a_small_input_folds_once_it_is_a_host_value():
+    model = make_model([helper.make_node("NonZero", ["mask"], ["where"])],
+                       [tensor("mask", [4], TensorProto.BOOL)], [tensor("where", None)])
+    graph = load_onnx(model)
+    masks = [np.array([True, False, True, True]), np.array([False, False, True, False])]
+    results = anyio.run(run_pipeline, graph, [{"mask": mask} for mask in masks])
+    for mask, result in zip(masks, results):
+        np.testing.assert_array_equal(result["where"], np.array(np.nonzero(mask)))
+    assert graph.host_inputs == {"mask"}
