@@ -94,6 +94,7 @@ class GraphContext:
         self._by_digest: dict[str, Value] = {}
         self._used = set(graph.values) | {node.name for node in graph.nodes}
         self._suffixes: dict[str, int] = {}
+        self._reads: dict[str, list[str]] = {}  # node output -> the values its node reads
 
     # -- the BuildContext interface ----------------------------------------------------------
     def op(self, name: str, *inputs: Any, outputs: int = 1, **attrs: Any) -> Any:
@@ -110,8 +111,10 @@ class GraphContext:
         result = self.graph.op(name, *values, name=node_name, outputs=names, **attrs)
         produced = result if isinstance(result, tuple) else (result,)
         self._count_node()
+        reads = [value.name for value in values if value is not None]
         for value in produced:
             self._check_size(value.name, value.shape, value.dtype)
+            self._reads[value.name] = reads
         if outputs == 1:
             return produced[0]
         return tuple(produced)
@@ -223,7 +226,6 @@ class GraphContext:
 
     def _inputs_behind(self, value: Value) -> dict[str, Value]:
         """The graph inputs whose data ``value`` is computed from."""
-        producers = {node.name: node for node in self.graph.nodes}
         found: dict[str, Value] = {}
         pending, seen = [value.name], set()
         while pending:
@@ -234,8 +236,7 @@ class GraphContext:
             current = self.graph.values[name]
             if current.kind == "input":
                 found[name] = current
-            elif current.producer is not None:
-                pending.extend(read for read in producers[current.producer].inputs if read is not None)
+            pending.extend(self._reads.get(name, ()))
         return found
 
     def _node_name(self, op: str) -> str:
