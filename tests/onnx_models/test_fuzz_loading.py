@@ -163,6 +163,8 @@ def _mutate_attribute(model, data):
 
 def _mutate_wiring(model, data):
     nodes = _nodes(model)
+    if not nodes:
+        return
     node = data.draw(st.sampled_from(nodes))
     names = _names(model)
     field = node.input if (node.input and data.draw(st.booleans())) else node.output
@@ -171,6 +173,8 @@ def _mutate_wiring(model, data):
 
 
 def _mutate_op_type(model, data):
+    if not _nodes(model):
+        return
     node = data.draw(st.sampled_from(_nodes(model)))
     node.op_type = data.draw(st.sampled_from(["Relu", "Add", "MatMul", "Reshape", "Concat", "Softmax", "If",
                                               "Loop", "Slice", "Expand", "ConstantOfShape", "Identity"]))
