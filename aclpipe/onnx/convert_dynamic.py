@@ -6,8 +6,9 @@ synchronization in the middle of every run and a re-plan of the rest of the grap
 new size (what a "sync point" would do).  aclpipe chooses the other way:
 
 - when the op's input is known at build time (an initializer, a ``Constant``, shape
-  arithmetic folded once the input shapes are bound, or any value the eager evaluator sees),
-  the op is evaluated on the host and its result is a constant of the specialized graph;
+  arithmetic folded once the input shapes are bound, a value computed from small graph
+  inputs, which then become host values, or any value the eager evaluator sees), the op is
+  evaluated on the host and its result is a constant of the specialized graph;
 - otherwise the import stops with :class:`DataDependentShapeError`, naming the node, the op
   and the value, before anything is planned.
 
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .context import BuildContext, OnnxNode, UnsupportedFeature
+from .graph_context import HostValueNeeded
 from .mapping import converts
 
 __all__ = ["DataDependentShapeError"]
@@ -47,6 +49,8 @@ class DataDependentShapeError(UnsupportedFeature):
 def _known(ctx: BuildContext, node: OnnxNode, value: Any, what: str) -> np.ndarray:
     try:
         return np.asarray(ctx.static_value(value, what))
+    except HostValueNeeded:
+        raise  # computed from small graph inputs: they become host values, and the op folds
     except UnsupportedFeature:
         raise DataDependentShapeError(node, what) from None
 

@@ -9,9 +9,9 @@
 
 from .faults import Fault, FaultLog
 from .pipeline import Pipeline, PipelineStats
-from .prepare import Preparer, signature
+from .prepare import Preparer
 from .program import Program, Slot, Step
 from .slots import FifoLock, SlotQueue, Ticket
 
 __all__ = ["Fault", "FaultLog", "FifoLock", "Pipeline", "PipelineStats", "Preparer", "Program", "Slot",
-           "SlotQueue", "Step", "Ticket", "signature"]
+           "SlotQueue", "Step", "Ticket"]

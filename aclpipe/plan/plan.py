@@ -115,6 +115,9 @@ class Plan:
     cross_stream_edges: int
     arena_rule: ArenaRule = A2_RULE
     memory_strategy: str = ""
+    #: Contents of the host-value inputs the graph was specialized for (see
+    #: :mod:`aclpipe.graph.signature`); they are constants of the plan, not inputs.
+    host_values: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def stream_count(self) -> int:
@@ -228,6 +231,7 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
         arena_size=memory.arena_size, lower_bound=memory.lower_bound, naive_bytes=memory.naive_bytes,
         alignment=memory.alignment, num_events=events.num_events, num_waits=events.num_waits,
         cross_stream_edges=events.cross_stream_edges, arena_rule=memory.rule, memory_strategy=memory.strategy,
+        host_values=graph.host_values,
     )
 
 

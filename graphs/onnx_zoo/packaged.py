@@ -196,8 +196,6 @@ def _decoder(batch: int, length: int, source: int) -> Draw:
     return draw
 
 
-_NEEDS_IF = "needs If (control flow, issue 14 item 3)"
-
 PACKAGED: dict[str, PackagedModel] = {model.name: model for model in (
     PackagedModel("silero_vad_16k_sequence", "silero-vad", "silero_vad", "data/silero_vad_16k_sequence.onnx",
                   "voice activity (Conv + LSTM)", (_silero_hc(3), _silero_hc(8))),
@@ -206,9 +204,9 @@ PACKAGED: dict[str, PackagedModel] = {model.name: model for model in (
     PackagedModel("silero_vad_v6", "faster-whisper", "faster_whisper", "assets/silero_vad_v6.onnx",
                   "voice activity (Conv + LSTM)", (_silero_hc(4),)),
     PackagedModel("silero_vad", "silero-vad", "silero_vad", "data/silero_vad.onnx", "voice activity",
-                  (_silero_if,), skip=_NEEDS_IF),
+                  (_silero_if,)),
     PackagedModel("silero_vad_op18_ifless", "silero-vad", "silero_vad", "data/silero_vad_op18_ifless.onnx",
-                  "voice activity", (_silero_if,), skip=_NEEDS_IF),
+                  "voice activity", (_silero_if,)),
     PackagedModel("magika_standard_v3_3", "magika", "magika", "models/standard_v3_3/model.onnx",
                   "byte-level classifier", (_bytes(2), _bytes(5))),
     PackagedModel("nudenet_320n", "nudenet", "nudenet", "320n.onnx", "YOLOv8 detector",
@@ -224,8 +222,7 @@ PACKAGED: dict[str, PackagedModel] = {model.name: model for model in (
     PackagedModel("ppocr_mobile_v2_cls", "rapidocr-onnxruntime", "rapidocr_onnxruntime",
                   "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", "MobileNetV3 classifier",
                   (_image("x", (2, 3, 48, 192)), _image("x", (3, 3, 48, 192))),
-                  input_shapes={"x": ("batch", 3, 48, 192)},
-                  notes="declares its batch dim as -1"),
+                  notes="declares its batch dim as -1, read as a dynamic dim"),
     PackagedModel("ppocr_v4_det", "rapidocr-onnxruntime", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx",
                   "DB text detector (MobileNetV3-style backbone)", (_image("x", (1, 3, 96, 160)),)),
     PackagedModel("ppocr_v4_rec", "rapidocr-onnxruntime", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx",
