@@ -87,6 +87,12 @@ def aligned(nbytes: int, alignment: int = ALIGNMENT) -> int:
     return -(-nbytes // alignment) * alignment
 
 
+def _piece(nbytes: int) -> int:
+    """CANN's footprint of a piece carved from one allocation: ``ALIGN_UP(len, 32) + 32`` bytes
+    (hicann/runtime 11-01, ``aclrtMalloc``): kernels may touch the 32 bytes past a tensor."""
+    return aligned(nbytes, 32) + 32 if nbytes else 0
+
+
 def live_set_lower_bound(buffers: Sequence[Buffer], sizes: Sequence[int]) -> int:
     """Peak of simultaneously live bytes with the nodes run one at a time in launch order."""
     if not buffers:
@@ -195,7 +201,7 @@ def plan_memory(buffers: Sequence[Buffer], events: EventPlacement, alignment: in
     """Offsets for ``buffers`` in one arena, sharing bytes only where ``events`` prove it safe."""
     if alignment < 1 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two, got {alignment}")
-    sizes = [aligned(b.nbytes, alignment) for b in buffers]
+    sizes = [aligned(_piece(b.nbytes), alignment) for b in buffers]
     conflicts = _conflicts(buffers, events) if buffers else np.zeros((0, 0), dtype=bool)
     size_array = np.asarray(sizes, dtype=np.int64)
     best: tuple[int, str, list[int]] | None = None
