@@ -39,13 +39,24 @@ def test_two_reads_do_not_race(device):
     b.sync()
 
 
-def test_disjoint_bytes_do_not_race(device):
+def test_bytes_apart_by_the_padding_do_not_race(device):
+    a, b = device.create_stream(), device.create_stream()
+    data = device.alloc(160)
+    device.backend.launch_kernel(a.handle, "left", lambda: None, writes=[(data.address, 64)])
+    # ALIGN_UP(64, 32) + 32 = 96: the left kernel may touch bytes up to 96, not beyond.
+    device.backend.launch_kernel(b.handle, "right", lambda: None, writes=[(data.address + 96, 64)])
+    a.sync()
+    b.sync()
+
+
+def test_a_neighbour_inside_the_padding_races(device):
+    """11-01: kernels may touch ALIGN_UP(len, 32) + 32 bytes, so an unpadded neighbour is not disjoint."""
     a, b = device.create_stream(), device.create_stream()
     data = device.alloc(128)
     device.backend.launch_kernel(a.handle, "left", lambda: None, writes=[(data.address, 64)])
-    device.backend.launch_kernel(b.handle, "right", lambda: None, writes=[(data.address + 64, 64)])
+    with pytest.raises(HazardError, match="padding write"):
+        device.backend.launch_kernel(b.handle, "right", lambda: None, writes=[(data.address + 64, 64)])
     a.sync()
-    b.sync()
 
 
 def test_ordered_cross_stream_producer_consumer_is_not_a_hazard(device):
