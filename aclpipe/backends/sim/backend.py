@@ -512,7 +512,8 @@ class SimBackend:
         stream.check_submittable()
         snapshot = self.sanitizer.snapshot(stream.name) if self.sanitizer else {}
         generation = event.begin_record(snapshot)
-        self._submit(stream, Task(RECORD, f"record {event.name}", event=event, generation=generation))
+        self._submit(stream, Task(RECORD, f"record {event.name}", event=event, generation=generation,
+                                  consumed=stream.consumed))
 
     def event_reset(self, event: SimEvent, stream: SimStream) -> None:
         """``aclrtResetEvent``: single-use events only; takes effect in ``stream``'s order."""
@@ -596,7 +597,7 @@ class SimBackend:
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         self.captures.forbid_device_sync()
-        sync_streams(self.stream_sync, list(self._streams), timeout_ms)
+        sync_streams(self.stream_sync, list(self._streams) + list(self._model_streams), timeout_ms)
 
     # -- operators --------------------------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
@@ -671,24 +672,31 @@ class SimBackend:
 
     def replay(self, model: SimModel, stream: SimStream, context: dict[str, Any]) -> None:
         """Enqueue one replay: ``stream``'s position starts every model stream's part, and
-        ``stream`` waits for all of them.  One queue entry per model stream."""
+        ``stream`` waits for all of them.  One queue entry per model stream.  Everything is
+        checked (the sanitizer included) before anything is enqueued."""
         assert model.start is not None
         stream.check_submittable()
         for inner in model.streams.values():
             inner.check_submittable()
         sanitizer = self.sanitizer
         start_clock = sanitizer.snapshot(stream.name) if sanitizer else {}
-        start = model.start.begin_record(start_clock)
-        self._submit(stream, Task(RECORD, f"start {model.name}", event=model.start, generation=start))
-        parts = {inner: [Task(WAIT, f"start {model.name}", event=model.start, generation=start)]
-                 for inner in model.streams.values()}
         if sanitizer is not None:
-            for inner in parts:
+            for inner in model.streams.values():
                 sanitizer.wait(inner.name, start_clock)
+        start = model.start.begin_record(start_clock)
+        # The model's streams fail on their own tasks only; the replaying stream adopts their
+        # failures (so they do not bounce back into the next replay's start).
+        parts = {inner: [Task(WAIT, f"start {model.name}", event=model.start, generation=start, inherit=False)]
+                 for inner in model.streams.values()}
         generations: dict[SimEvent, int] = {}
-        for item in model.items:
-            inner = model.streams[item.stream]
-            parts[inner].append(self._replayed(model, item, inner, generations, context))
+        try:
+            for item in model.items:
+                inner = model.streams[item.stream]
+                parts[inner].append(self._replayed(model, item, inner, generations, context))
+        except BaseException:
+            model.start.complete(start, self.engines.now(), None)  # nothing was enqueued
+            raise
+        self._submit(stream, Task(RECORD, f"start {model.name}", event=model.start, generation=start))
         for inner, end in model.ends.items():
             end_clock = sanitizer.snapshot(inner.name) if sanitizer else {}
             generation = end.begin_record(end_clock)
@@ -711,7 +719,10 @@ class SimBackend:
                 generations[shadow] = shadow.begin_record(sanitizer.snapshot(inner.name) if sanitizer else {})
             elif sanitizer is not None:
                 sanitizer.wait(inner.name, shadow.snapshot)
-            return Task(task.kind, task.name, event=shadow, generation=generations[shadow])
+            # Inside a model, failures travel only through each model stream's end record to the
+            # replaying stream: a model's fork and tails form a cycle across replays, around which
+            # an inherited failure would otherwise taint the next replay of the same model.
+            return Task(task.kind, task.name, event=shadow, generation=generations[shadow], inherit=False)
         if sanitizer is not None:
             clock = sanitizer.enqueue(inner.name)
             regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]

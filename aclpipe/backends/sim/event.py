@@ -19,8 +19,10 @@ the runtime's event design notes (``docs/zh/design/modules/event/event.md``, 4.2
 wait on an event that was not recorded"), which :meth:`SimEvent.check_waitable` enforces.
 
 Errors (a simulator extension, ``Capabilities.event_errors``): a record carries the first
-failure its stream saw after this event's previous record on that stream, so whoever
-synchronizes the event learns that work it covers may be garbage.
+failure its stream saw (its own, or one a waited record carried) after this event's previous
+record on that stream and not yet taken by the host (a sync, query or ``take_error``) when
+the record was enqueued, so whoever synchronizes the event learns that work it covers may
+be garbage, even if someone else consumed the stream's sticky error.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ class SimEvent:
         self._discarded: set[int] = set()  # records a stopped or aborted stream will never reach
         self._errors: dict[int, BackendError] = {}
         self._timestamps: dict[int, float] = {}
-        #: stream name -> tasks that stream had executed when this event was made, then when its
-        #: latest record there executed: failures after the mark taint the next record.
+        #: stream name -> the task number of this event's latest record there (at first: how many
+        #: tasks the stream had run when the event was made): failures after the mark taint the
+        #: next record.
         self._marks: dict[str, int] = dict(created or {})
         self.armed = False  # recorded since creation or the last reset (host order)
         self.snapshot: Clock = {}
@@ -140,9 +143,9 @@ class SimEvent:
 
     # -- device side -------------------------------------------------------------------------
     def taint_since(self, stream: str, executed: int, failures: list[tuple[int, BackendError]]) -> BackendError | None:
-        """The first of a stream's ``failures`` (``(tasks executed there before it, error)``) after
-        this event's previous record on that stream, or after the event was made; the record
-        executing now is that stream's task number ``executed``."""
+        """The first of a stream's ``failures`` (``(task number, error)``) after this event's
+        previous record on that stream, or since the event was made.  The record executing now
+        is that stream's task number ``executed``."""
         with self._cond:
             since = self._marks.get(stream, 0)
             self._marks[stream] = executed

@@ -65,6 +65,8 @@ class Task:
     index: int = 0  # position in its stream's queue (an abort discards up to one)
     writes: tuple[Region, ...] = ()  # poisoned when the task fails: later tasks see garbage
     adopt_error: bool = False  # WAIT: a failure the waited record carries becomes this stream's
+    inherit: bool = True  # WAIT: later records here carry a failure the waited record carries
+    consumed: int = 0  # RECORD: failures the host had taken from its stream when it was enqueued
 
 
 class SimStream:
@@ -87,6 +89,10 @@ class SimStream:
         #: ``(executed before it, error)`` of every failure seen here, own or inherited through a
         #: wait: event records carry the first one after their previous record (``event_errors``).
         self.failures: list[tuple[int, BackendError]] = []
+        # Each failure is logged here once: inherited again around a cycle of waits (a captured
+        # model's fork and tails, replay after replay) it must not taint later records anew.
+        self._logged: set[int] = set()
+        self.consumed = 0  # failures[:consumed] were logged before the host last took this stream's error
         self.capture: Any = None  # the capture this stream is part of, if any
         self.update: Any = None  # an open task-group update (aclmdlRICaptureTaskUpdateBegin)
         self._discard_upto = 0  # tasks with index <= this are discarded, not run (stop, abort)
@@ -132,8 +138,11 @@ class SimStream:
             return self._cond.wait_for(lambda: self.completed >= target, timeout)
 
     def take_error(self) -> BackendError | None:
+        """Return and clear the sticky error.  The host has now looked at this stream: failures
+        logged so far are not carried by records enqueued from here on."""
         with self._cond:
             error, self.error = self.error, None
+            self.consumed = len(self.failures)
             return error
 
     def host_thread(self) -> CallbackThread:
@@ -206,7 +215,7 @@ class SimStream:
             if allocation.alive:  # the failed task's outputs are garbage for whoever reads them next
                 allocation.data[offset:offset + nbytes] = POISON_BYTE
         with self._cond:
-            self.failures.append((self.executed - 1, error))
+            self._log(error)
             if self.error is None:
                 self.error = error
             if self.failure_mode == FailureMode.STOP and self.stopped is None:
@@ -217,6 +226,11 @@ class SimStream:
     def _inherit(self, task: Task, error: BackendError) -> None:
         """A waited record carried a failure: later records here carry it too."""
         with self._cond:
+            self._log(error)
+
+    def _log(self, error: BackendError) -> None:
+        if id(error) not in self._logged:
+            self._logged.add(id(error))
             self.failures.append((self.executed - 1, error))
 
     def _execute(self, task: Task) -> None:
@@ -293,13 +307,13 @@ class SimStream:
             return
         if task.adopt_error:
             self._fail(task, error)
-        else:
+        elif task.inherit:
             self._inherit(task, error)
 
     def _run_record(self, task: Task) -> None:
         event = task.event
         assert event is not None
-        error = event.taint_since(self.name, self.executed - 1, self.failures)
+        error = event.taint_since(self.name, self.executed - 1, self.failures[task.consumed:])
         if self._last_of_entry(task):
             # Whoever sees the event done must also see the stream past it, as on the device.
             self._count_done()
