@@ -177,14 +177,26 @@ class Pipeline:
     def _program_for(self, shapes: Mapping[str, tuple[int, ...]]) -> Program:
         self._check_open()
         key = signature(shapes)
-        program = self._programs.get(key)
+        program = self._programs.pop(key, None)
         if program is not None:
+            self._programs[key] = program  # most recently used last: idle programs go first (events)
             self._prepare_hits += 1
             return program
-        program = self._preparer.prepare(shapes, self._workspaces)
+        program = self._preparer.prepare(shapes, self._workspaces, self._evict_idle_program)
         self._programs[key] = program
         self._queues[id(program)] = SlotQueue(list(program.slots))
         return program
+
+    def _evict_idle_program(self) -> bool:
+        """Close the least recently used program whose slots are all free (the device has
+        passed its runs), freeing its events; False when every program is busy."""
+        for key, program in self._programs.items():
+            queue = self._queues[id(program)]
+            if len(queue.free) == len(program.slots) and not queue.waiters:
+                del self._programs[key], self._queues[id(program)]
+                program.close()
+                return True
+        return False
 
     # -- running ---------------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:

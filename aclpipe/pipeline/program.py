@@ -34,7 +34,16 @@ if TYPE_CHECKING:
     from ..runtime.timeline import Timeline
     from ..runtime.workspaces import WorkspaceStrategy
 
-__all__ = ["Program", "Slot", "Step"]
+__all__ = ["Program", "Slot", "Step", "events_per_slot"]
+
+
+def events_per_slot(plan: Plan, streams: int) -> int:
+    """Events one slot of ``plan`` holds on ``streams`` pipeline streams (compute, H2D, D2H), at
+    most: one per recording node, a tail per stream the run uses other than D2H, the run's
+    ``done`` and a capture's fork.  CANN limits events per device (07_event_management.md)."""
+    copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
+    lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
+    return sum(1 for node in plan.nodes if node.record) + len(lanes) + 2
 
 
 def _abandon_capture(backend: Any, origin: Any) -> None:
@@ -193,12 +202,6 @@ class Program:
     def event_count(self) -> int:
         """Events this program holds, over all its slots."""
         return sum(slot.event_count for slot in self.slots)
-
-    def events_needed(self) -> int:
-        """Events one more slot of this plan takes (to check a device's event limit up front)."""
-        recorded = sum(1 for node in self.plan.nodes if node.record)
-        lanes = {self.lane_of[node.stream] for node in self.plan.nodes} - {len(self.streams) - 1}
-        return recorded + len(lanes) + 2  # tails, done and the capture fork
 
     def rebind(self) -> None:
         """Point every step at the streams' current device streams (after :meth:`Stream.renew`)."""
