@@ -152,6 +152,7 @@ class Capabilities:
     reusable_events: bool = True  # event_create(reusable=True) exists (aclrtCreateEventExWithFlag)
     stop_on_failure: bool = False  # stream_set_failure_mode exists (aclrtSetStreamFailureMode)
     stream_abort: bool = False  # stream_abort exists (aclrtStreamAbort)
+    host_thread_per_stream: bool = False  # each stream runs its host functions on a thread of its own
 
 
 @runtime_checkable

@@ -67,6 +67,7 @@ typedef struct fake_event {
     int pending_waits;
     double stamp;
     struct capture *capture; /* the capture its latest record went into */
+    bool destroyed;    /* aclrtDestroyEvent came before its records completed: freed when they have */
     int64_t error_generation; /* a model's end event: the replay whose part failed, and how */
     int error_code;
     char error_message[256];

@@ -233,6 +233,15 @@ static bool effective_stop(const fake_stream *s)
     return s->mode == ACL_STOP_ON_FAILURE || (s->context && s->context->stop_on_failure);
 }
 
+/* With rt_lock held: free an event destroyed while a record or wait still needed it, once none does. */
+static void release_event(fake_event *e)
+{
+    if (e->destroyed && e->pending.len == 0 && e->pending_waits == 0) {
+        free(e->pending.items);
+        free(e);
+    }
+}
+
 /* With rt_lock held: drop every queued task up to drop_upto; a dropped record never completes. */
 static void drop_queued(fake_stream *s)
 {
@@ -241,8 +250,10 @@ static void drop_queued(fake_stream *s)
         s->head = t->next;
         if (!s->head)
             s->tail = NULL;
-        if (t->kind == TASK_WAIT)
+        if (t->kind == TASK_WAIT) {
             t->event->pending_waits--;
+            release_event(t->event);
+        }
         s->completed++;
         rt_free_task(t);
     }
@@ -297,6 +308,7 @@ static void complete_record(fake_stream *s, task *t)
         s->part_error = ACL_SUCCESS;
     }
     s->completed++;
+    release_event(e);
 }
 
 /* With rt_lock held: wait for the record (an abort or a stop of this stream ends it early). */
@@ -311,6 +323,7 @@ static void run_wait(fake_stream *s, task *t)
         snprintf(why, sizeof why, "%s", e->error_message);
         fail_task(s, t, e->error_code, why);
     }
+    release_event(e);
 }
 
 static int run_task(fake_stream *s, task *t, char *why, size_t why_len)
@@ -738,22 +751,25 @@ aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag)
 /* "Creating does not take the resource; aclrtRecordEvent does." */
 aclError aclrtCreateEvent(aclrtEvent *event) { return create_event(event, EVENT_SYNC, false, false, "aclrtCreateEvent"); }
 
+/* 07_event_management.md: destroying an event whose records have not completed is allowed (its
+ * resources go when they complete), but no other call may be using it: a stream wait still
+ * pending is refused with ACL_ERROR_RT_EVENT_NOT_COMPLETE (the stricter choice). */
 aclError aclrtDestroyEvent(aclrtEvent event)
 {
     pthread_mutex_lock(&rt_lock);
     fake_event *e = NULL;
     int rc = rt_need_event(event, "aclrtDestroyEvent", &e);
-    if (rc == ACL_SUCCESS && (e->pending.len > 0 || e->pending_waits > 0))
-        rc = fakecann_fail(ACL_ERROR_RT_EVENT_NOT_COMPLETE, "aclrtDestroyEvent: a record or a stream wait using the "
-                           "event has not completed yet");
+    if (rc == ACL_SUCCESS && e->pending_waits > 0)
+        rc = fakecann_fail(ACL_ERROR_RT_EVENT_NOT_COMPLETE, "aclrtDestroyEvent: a stream wait using the event has not "
+                           "completed yet");
     if (rc == ACL_SUCCESS) {
         ptr_set_remove(&events, e);
         if (e->holds_slot)
             event_slots[e->device]--;
         rt_trace("aclrtDestroyEvent %d", e->device);
         fakecann_count("event", -1);
-        free(e->pending.items);
-        free(e);
+        e->destroyed = true;
+        release_event(e);
     }
     pthread_mutex_unlock(&rt_lock);
     return rc;

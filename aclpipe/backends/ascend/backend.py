@@ -106,7 +106,10 @@ class AscendBackend:
             repeatable_executors=library.has_repeatable_executors, max_events=self.product.max_events,
             reusable_events=library.has_reusable_events, stop_on_failure=library.has_failure_mode,
             stream_abort=library.has_stream_abort and self.product.stream_abort,
-            graph_capture=library.has_capture and self.product.graph_capture)
+            graph_capture=library.has_capture and self.product.graph_capture,
+            # aclrtLaunchHostFunc runs each stream's functions on that stream's thread; the
+            # fallback serves every stream from one report thread.
+            host_thread_per_stream=self.host_func_mode == "launch_host_func")
         names = itertools.count()
         self.streams = Streams(library, self._context, f"ascend:{index}", max_streams, self.host_func_mode, names)
         self.events = Events(library, names)

@@ -126,7 +126,7 @@ class SimBackend:
             host_callbacks=True, event_timing=True, max_streams=max_streams or spec.max_streams, sanitizer=sanitize,
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=spec.graph_capture,
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
-            stop_on_failure=True, stream_abort=spec.stream_abort)
+            stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_stream=True)
         #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
         self.stop_on_failure = False
         self.captures = Captures(self)
@@ -222,8 +222,8 @@ class SimBackend:
         name = f"{engine} copy of {nbytes} bytes"
 
         def run() -> None:
-            source = _live_bytes(src_alloc, src_off, nbytes, f"{what} source")
-            target = _live_bytes(dst_alloc, dst_off, nbytes, f"{what} destination")
+            source = self._live_bytes(src_alloc, src_off, nbytes, f"{what} source")
+            target = self._live_bytes(dst_alloc, dst_off, nbytes, f"{what} destination")
             target[...] = source
 
         task = Task(COPY, name, run, engine=engine, seconds=self.engines.copy_seconds(nbytes, engine),
@@ -240,13 +240,22 @@ class SimBackend:
             raise error_from_code(107008, f"{what}: on-chip device-to-device copies need 64-byte aligned source and "
                                           f"destination (acl_rt.h, aclrtMemcpyAsync), got src {src:#x}, dst {dst:#x}")
 
+    @staticmethod
+    def _live_bytes(allocation: Allocation, offset: int, nbytes: int, what: str) -> Any:
+        """The bytes a copy or memset touches; a freed allocation is the DMA engine's fault."""
+        if not allocation.alive:
+            # 25-01_aclError.md: ACL_ERROR_RT_SYS_DMA; 507053 is an uncorrectable memory error (UCE).
+            raise error_from_code(507013, f"{what}: {allocation.describe()} was freed while the device still used "
+                                          "it (use after free)")
+        return allocation.data[offset:offset + nbytes]
+
     def memset_async(self, address: int, value: int, nbytes: int, stream: SimStream) -> None:
         self._check_stream(stream)
         allocation = self.memory.find_device(address, nbytes, what="memset")
         offset = address - allocation.start
 
         def run() -> None:
-            _live_bytes(allocation, offset, nbytes, "memset")[...] = value & 0xFF
+            self._live_bytes(allocation, offset, nbytes, "memset")[...] = value & 0xFF
 
         task = Task(MEMSET, f"memset of {nbytes} bytes", run,
                     seconds=Cost(bytes=nbytes).seconds(self.spec, self.spec.ai_cores))
@@ -268,14 +277,24 @@ class SimBackend:
         label = (context or {}).get("node") or name
         resolved_reads = [self._kernel_region(a, n, f"{label} read") for a, n in reads]
         resolved_writes = [self._kernel_region(a, n, f"{label} write") for a, n in writes]
-        padding = [_padding(allocation, address, nbytes) for allocation, address, nbytes in resolved_writes]
-        padding = [region for region in padding if region[2] > 0]
+        padding = self._padding(resolved_writes)
         if executor is not None:
             resolved_reads.append((executor, executor.start, 1))
         cores = cost.tiling(self.spec)
         task = Task(KERNEL, name, _guarded(run, resolved_reads, resolved_writes, padding, label),
                     seconds=cost.seconds(self.spec, cores), cores=cores, context=dict(context or {}))
         self._submit(stream, task, reads=resolved_reads, writes=resolved_writes, padding=padding)
+
+    @staticmethod
+    def _padding(writes: Sequence[Region]) -> list[Region]:
+        """The bytes past each region a kernel writes that it may touch: up to
+        ``ALIGN_UP(len, 32) + 32`` (11-01, ``aclrtMalloc`` constraints), within the allocation."""
+        padding = []
+        for allocation, address, nbytes in writes:
+            end = min(address + align_up(max(nbytes, 1), 32) + 32, allocation.start + allocation.data.nbytes)
+            if end > address + nbytes:
+                padding.append((allocation, address + nbytes, end - address - nbytes))
+        return padding
 
     def _kernel_region(self, address: int, nbytes: int, what: str) -> Region:
         allocation = self.memory.find_device(address, max(nbytes, 1), what=what, aligned=True)
@@ -764,23 +783,6 @@ class SimBackend:
 
     def release_hangs(self) -> None:
         self.faults.release()
-
-
-def _live_bytes(allocation: Allocation, offset: int, nbytes: int, what: str) -> Any:
-    """The bytes a copy or memset touches; a freed allocation is the DMA engine's fault."""
-    if not allocation.alive:
-        # 25-01_aclError.md: ACL_ERROR_RT_SYS_DMA; 507053 is an uncorrectable memory error (UCE).
-        raise error_from_code(507013, f"{what}: {allocation.describe()} was freed while the device still used it "
-                                      "(use after free)")
-    return allocation.data[offset:offset + nbytes]
-
-
-def _padding(allocation: Allocation, address: int, nbytes: int) -> Region:
-    """The bytes past a kernel's output that it may touch: up to ``ALIGN_UP(len, 32) + 32``
-    (11-01, ``aclrtMalloc`` constraints), within the allocation."""
-    end = min(address + align_up(max(nbytes, 1), 32) + 32, allocation.start + allocation.data.nbytes)
-    start = address + nbytes
-    return allocation, start, max(0, end - start)
 
 
 def _guarded(run: Callable[[], None], reads: Sequence[Region], writes: Sequence[Region], padding: Sequence[Region],
