@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import aclpipe
 from aclpipe import BackendError, ClosedResourceError, DeviceFault
 from aclpipe.testing import latch
 
@@ -126,3 +127,60 @@ def test_priority_and_close(device):
     stream.close()
     with pytest.raises(ClosedResourceError):
         stream.sync()
+
+
+# -- failure modes (06_stream_management.md) --------------------------------------------------------
+def test_streams_continue_on_failure_unless_asked_to_stop(device):
+    plain = device.create_stream()
+    assert plain.failure_mode == "continue" and device.failure_mode == "continue"
+    with pytest.raises(ValueError, match="'continue' or 'stop'"):
+        device.create_stream(failure_mode="halt")
+    stopping = device.create_stream(failure_mode="stop")
+    assert stopping.failure_mode == "stop"
+    assert plain.failure_mode == device.failure_mode == "stop"  # CANN applies it to the whole context
+
+
+def test_a_stopped_stream_is_renewed_and_reports_errors_of_the_old_one(device):
+    stream = device.create_stream(failure_mode="stop")
+    buffer = device.alloc(64)
+    device.inject_fault("copy")
+    with latch(stream):
+        stream.memset(buffer, 1)
+        stream.memset(buffer, 2)  # dropped when the stream stops
+    with pytest.raises(DeviceFault):
+        stream.sync()
+    with pytest.raises(DeviceFault, match="stopped after a failure"):
+        stream.memset(buffer, 3)
+    old = stream.handle
+    stream.renew()
+    assert stream.handle is not old and stream.renewals == 1 and stream.failure_mode == "stop"
+    stream.memset(buffer, 4)
+    stream.sync()
+    assert (device.download(buffer, "uint8", (64,)) == 4).all()
+
+
+def test_renew_keeps_completion_order_and_collects_late_errors_of_the_old_stream(device):
+    stream, other = device.create_stream(), device.create_stream()
+    buffer = device.alloc(64)
+    device.inject_fault("copy", skip=1)
+    with latch(stream):
+        stream.memset(buffer, 1)
+        stream.memset(buffer, 2)  # fails, after the renewal
+        stream.renew()  # the fresh stream starts once the old one has passed both
+        stream.memset(buffer, 3)
+        done = stream.record()
+        other.wait(done)
+        assert not done.is_done
+    other.sync()
+    with pytest.raises(DeviceFault):
+        stream.sync()  # the old stream's error is reported by the stream object
+    stream.sync()
+    assert (device.download(buffer, "uint8", (64,)) == 3).all()
+
+
+def test_abort_needs_a_product_that_has_it(device):
+    stream = device.create_stream()
+    stream.abort()  # nothing queued: a no-op on Atlas A2
+    with aclpipe.open_device("sim", spec="atlas-310p") as card:
+        with pytest.raises(BackendError, match="cannot abort streams"):
+            card.create_stream().abort()
