@@ -349,7 +349,7 @@ class SimBackend:
 
     def _submit(self, stream: SimStream, task: Task, reads: Sequence[Region] = (), writes: Sequence[Region] = (),
                 padding: Sequence[Region] = ()) -> None:
-        task.writes = tuple((allocation, address - allocation.start, nbytes) for allocation, address, nbytes in writes)
+        task.writes = writes
         if stream.capture is not None:
             self.captures.add(stream, task, reads, writes, padding)
             return
@@ -709,23 +709,37 @@ class SimBackend:
                  for inner in model.streams.values()}
         generations: dict[SimEvent, int] = {}
         try:
-            for item in model.items:
-                inner = model.streams[item.stream]
-                parts[inner].append(self._replayed(model, item, inner, generations, context))
+            if sanitizer is None:  # the fast path: copy each part, renew its records and waits
+                for inner, template in model.templates.items():
+                    parts[inner].extend(template)
+                for inner, index, item in model.sync_points:  # capture order: records before their waits
+                    parts[inner][index + 1] = self._replayed(model, item, inner, generations, context)
+            else:
+                for item in model.items:
+                    inner = model.streams[item.stream]
+                    parts[inner].append(self._replayed(model, item, inner, generations, context))
         except BaseException:
             model.start.complete(start, self.engines.now(), None)  # nothing was enqueued
             raise
-        self._submit(stream, Task(RECORD, f"start {model.name}", event=model.start, generation=start))
+        joins: list[tuple[SimEvent, int]] = []
         for inner, end in model.ends.items():
             end_clock = sanitizer.snapshot(inner.name) if sanitizer else {}
             generation = end.begin_record(end_clock)
             parts[inner].append(Task(RECORD, f"end {model.name}", event=end, generation=generation))
-            inner.submit(Task(GRAPH, f"{model.name} replay", tasks=parts[inner], context=context))
+            joins.append((end, generation))
+            model.replays[end] = generation
+        # On the replaying stream, one queue entry: the start, then one wait for every model
+        # stream's end (a failure inside the model is this stream's: aclmdlRIExecuteAsync).
+        replaying = [Task(RECORD, f"start {model.name}", event=model.start, generation=start)]
+        if joins:
+            (first, generation), rest = joins[0], joins[1:]
+            replaying.append(Task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
+                                  joins=rest))
+        self._submit(stream, Task(GRAPH, f"{model.name} replay", tasks=replaying, context=context))
+        for inner, tasks in parts.items():
+            inner.submit(Task(GRAPH, f"{model.name} replay", tasks=tasks, context=context))
             if sanitizer is not None:
-                sanitizer.wait(stream.name, end_clock)
-            # A failure inside the model is the replaying stream's failure (aclmdlRIExecuteAsync).
-            self._submit(stream, Task(WAIT, f"join {inner.name}", event=end, generation=generation, adopt_error=True))
-            model.replays.append((end, generation))
+                sanitizer.wait(stream.name, model.ends[inner].snapshot)
 
     def _replayed(self, model: SimModel, item: Captured, inner: SimStream, generations: dict[SimEvent, int],
                   context: dict[str, Any]) -> Task:

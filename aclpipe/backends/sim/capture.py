@@ -90,15 +90,19 @@ class SimModel:
     shadows: dict[SimEvent, SimEvent] = field(default_factory=dict)  # user event -> the model's own
     start: SimEvent | None = None
     ends: dict[SimStream, SimEvent] = field(default_factory=dict)  # model stream -> its end event
-    replays: list[tuple[SimEvent, int]] = field(default_factory=list)  # end records not yet seen done
+    replays: dict[SimEvent, int] = field(default_factory=dict)  # end event -> its newest replay's record
+    #: Per model stream, its part in capture order, and where its records and waits sit in it
+    #: (replaced by fresh ones at each replay): a replay without the sanitizer copies the lists.
+    templates: dict[SimStream, list[Task]] = field(default_factory=dict)
+    sync_points: list[tuple[SimStream, int, Captured]] = field(default_factory=list)
 
     @property
     def size(self) -> int:
         return len(self.items)
 
     def running(self) -> bool:
-        self.replays = [(event, gen) for event, gen in self.replays if not event.is_done(gen)]
-        return bool(self.replays)
+        """Whether a replay may still run (a model's streams run its replays in order)."""
+        return any(not event.is_done(generation) for event, generation in self.replays.items())
 
 
 @dataclass(eq=False)
@@ -225,6 +229,12 @@ class Captures:
             event = item.task.event
             if event is not None and event not in model.shadows:
                 model.shadows[event] = SimEvent(f"{model.name}:{event.name}", False)
+        for item in model.items:
+            inner = model.streams[item.stream]
+            part = model.templates.setdefault(inner, [])
+            if item.task.kind in (RECORD, WAIT):
+                model.sync_points.append((inner, len(part), item))
+            part.append(item.task)
         model.start = SimEvent(f"{model.name}:start", False)
         model.ends = {inner: SimEvent(f"{model.name}:end:{inner.name}", False) for inner in model.streams.values()}
         model.ready = True

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ __all__ = ["FailureMode", "SimStream", "Task"]
 KERNEL, COPY, MEMSET, RECORD, WAIT, HOST_FUNC, LATCH, GRAPH, CONTROL = (
     "kernel", "copy", "memset", "record", "wait", "host_func", "latch", "graph", "control")
 
-#: ``(allocation, offset, nbytes)``: bytes a task writes.
+#: ``(allocation, address, nbytes)``: bytes a task writes.
 Region = tuple[Allocation, int, int]
 
 
@@ -63,9 +63,10 @@ class Task:
     tasks: list[Task] | None = None  # GRAPH: a model part, run in one queue entry
     began: float | None = None  # device time it got its engine; set only while a trace records
     index: int = 0  # position in its stream's queue (an abort discards up to one)
-    writes: tuple[Region, ...] = ()  # poisoned when the task fails: later tasks see garbage
+    writes: Sequence[Region] = ()  # (allocation, address, nbytes): poisoned when the task fails
     adopt_error: bool = False  # WAIT: a failure the waited record carries becomes this stream's
     inherit: bool = True  # WAIT: later records here carry a failure the waited record carries
+    joins: list[tuple[SimEvent, int]] | None = None  # WAIT: more (event, generation) to wait for
     consumed: int = 0  # RECORD: failures the host had taken from its stream when it was enqueued
 
 
@@ -211,8 +212,9 @@ class SimStream:
         if not error.context:
             error.context.update(context)
             error.args = (error._message(),)
-        for allocation, offset, nbytes in task.writes:
+        for allocation, address, nbytes in task.writes:
             if allocation.alive:  # the failed task's outputs are garbage for whoever reads them next
+                offset = address - allocation.start
                 allocation.data[offset:offset + nbytes] = POISON_BYTE
         with self._cond:
             self._log(error)
@@ -292,23 +294,23 @@ class SimStream:
             self._graph_last = None
 
     def _run_wait(self, task: Task) -> None:
-        event = task.event
-        assert event is not None
-        self._waiting = event
-        try:
-            done = event.wait_done(task.generation, interrupted=self.interrupted)
-        finally:
-            self._waiting = None
-        if not done:  # aborted while blocked
-            self.skipped += 1
-            return
-        error = event.error_of(task.generation)
-        if error is None:
-            return
-        if task.adopt_error:
-            self._fail(task, error)
-        elif task.inherit:
-            self._inherit(task, error)
+        assert task.event is not None
+        for event, generation in [(task.event, task.generation), *(task.joins or ())]:
+            self._waiting = event
+            try:
+                done = event.wait_done(generation, interrupted=self.interrupted)
+            finally:
+                self._waiting = None
+            if not done:  # aborted while blocked
+                self.skipped += 1
+                return
+            error = event.error_of(generation)
+            if error is None:
+                continue
+            if task.adopt_error:
+                self._fail(task, error)
+            elif task.inherit:
+                self._inherit(task, error)
 
     def _run_record(self, task: Task) -> None:
         event = task.event
