@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import aclpipe
 from aclpipe import HazardError
 from aclpipe.backends.sim.engines import Cost
+from aclpipe.tensor import TensorDesc
 from aclpipe.testing import latch
 
 
@@ -161,3 +163,30 @@ def test_without_the_sanitizer_nothing_is_checked():
         kernel(device, a, writes=[data])
         kernel(device, b, writes=[data])
         device.sync()
+
+
+def test_the_sanitizer_is_on_by_default_and_switched_off_explicitly(monkeypatch):
+    monkeypatch.delenv("ACLPIPE_SANITIZER", raising=False)
+    with aclpipe.open_device("sim") as device:
+        assert device.capabilities.sanitizer and "sanitizer on" in device.describe()
+    with aclpipe.open_device("sim", sanitizer=False) as device:
+        assert not device.capabilities.sanitizer
+    monkeypatch.setenv("ACLPIPE_SANITIZER", "0")
+    with aclpipe.open_device("sim") as device:
+        assert not device.capabilities.sanitizer
+
+
+def test_destroying_an_executor_whose_launch_may_run_is_a_hazard(device):
+    stream = device.create_stream()
+    data = device.upload(np.ones(8, np.float32))
+    desc = TensorDesc.contiguous((8,), "float32", data.address)
+    backend = device.backend
+    executor = backend.op_prepare("Neg", [desc], [desc], {})
+    backend.op_set_repeatable(executor)
+    with latch(stream):
+        backend.op_launch(executor, 0, 0, stream.handle, {"node": "neg"})
+        with pytest.raises(HazardError, match="aclDestroyAclOpExecutor") as caught:
+            backend.op_destroy(executor)
+        assert "neg" in caught.value.first
+    stream.sync()
+    backend.op_destroy(executor)  # the host knows the launch finished: fine
