@@ -261,7 +261,16 @@ class Program:
         It may stop part way by raising (a host-side failure such as a workspace allocation);
         either way the caller must then call :meth:`enqueue_completion`, because whatever was
         enqueued is on the device and the slot may come back only once the device passed it.
+
+        A device whose streams stop on failure is refused: a stopped stream drops the records
+        the other streams wait on, so a run would never complete (see :mod:`.faults`).
         """
+        if self.device.failure_mode == "stop":
+            raise error_from_code(
+                207000, f"{self.device.name} stops its streams on failure (a stream was created with "
+                "failure_mode='stop', which CANN applies to every stream of the device): a failed run would leave "
+                "the pipeline's other streams waiting for ever; run pipelines on a device whose streams continue "
+                "on failure")
         if slot.graph is not None:
             backend = graph_capture(self.device.backend)
             assert backend is not None  # only a capturing backend made the model

@@ -302,3 +302,15 @@ async def test_runs_after_a_failure_go_to_a_fresh_device_stream(device):
         assert renewed and all(streams[index].renewals == 1 for index in renewed)
         x = batch(8, 16, 1)
         assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+
+
+async def test_a_device_whose_streams_stop_on_failure_is_refused_rather_than_hang(device):
+    graph = mlp()
+    async with Pipeline(graph, device, streams=2, depth=2) as pipe:
+        x = batch(4, 32, 0)
+        assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+        device.create_stream(failure_mode="stop")  # CANN: every stream of the context now stops on failure
+        with pytest.raises(BackendError, match="stops its streams on failure") as caught:
+            await pipe.run(x=x)
+        assert caught.value.code == 207000
+        assert pipe.stats().in_flight == 0
