@@ -6,15 +6,17 @@ from __future__ import annotations
 from .bound import BoundGraph, BoundNode, BoundValue
 from .files import load_graph, save_graph
 from .graph import Graph, InputSpec, Node, Value
+from .limits import LoadLimits
 
 __all__ = [
-           "BoundGraph",
-           "BoundNode",
-           "BoundValue",
-           "Graph",
-           "InputSpec",
-           "Node",
-           "Value",
-           "load_graph",
-           "save_graph",
+    "BoundGraph",
+    "BoundNode",
+    "BoundValue",
+    "Graph",
+    "InputSpec",
+    "LoadLimits",
+    "Node",
+    "Value",
+    "load_graph",
+    "save_graph",
 ]

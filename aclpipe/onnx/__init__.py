@@ -11,16 +11,23 @@ from __future__ import annotations
 
 from . import (  # noqa: F401  (registers the converters)
     convert_activations,
+    convert_dynamic,
     convert_image,
+    convert_indexing,
     convert_logic,
     convert_math,
     convert_nn,
+    convert_norm,
+    convert_quant,
+    convert_recurrent,
     convert_reduce,
     convert_rounding,
     convert_select,
+    convert_smooth,
     convert_tensor,
 )
 from .context import BuildContext, OnnxNode, UnsupportedFeature
+from .convert_dynamic import DataDependentShapeError
 from .eager import EagerContext
 from .mapping import (
     MIN_OPSET,
@@ -37,6 +44,7 @@ from .mapping import (
 __all__ = [
     "MIN_OPSET",
     "BuildContext",
+    "DataDependentShapeError",
     "EagerContext",
     "OnnxNode",
     "UnsupportedFeature",

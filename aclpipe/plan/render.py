@@ -50,7 +50,8 @@ def plan_summary(plan: Plan) -> str:
         f"(one wait per cross-stream edge would be {plan.cross_stream_edges})",
         f"memory: arena {format_bytes(plan.arena_size)} per slot, live-set lower bound "
         f"{format_bytes(plan.lower_bound)} ({ratio:.2f}x), one buffer per value {format_bytes(plan.naive_bytes)}, "
-        f"offsets aligned to {plan.alignment} B",
+        f"pieces of ALIGN_UP(len, {plan.arena_rule.size_alignment}) + {plan.arena_rule.padding} B at offsets "
+        f"aligned to {plan.alignment} B",
     ]
     for stream in range(plan.stream_count):
         nodes = plan.nodes_on(stream)

@@ -264,3 +264,9 @@ def test_sync_timeout_keeps_the_memory_until_a_later_run_completes(device):
     (y,) = runner.run()  # completes, and with it the parked run
     np.testing.assert_array_equal(y, -np.ones(256, np.float32))
     assert device.mem_info().used == used
+
+
+def test_a_zero_dimensional_input_stays_a_scalar(device):
+    stream = device.create_stream()
+    (y,) = OpRunner("Add", stream).input(np.float32(2.0)).input(np.array(3.0, np.float32)).output().run()
+    assert y.shape == () and y == 5.0
