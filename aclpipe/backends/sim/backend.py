@@ -22,7 +22,7 @@ import cffi
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
 from ..protocol import Capabilities, MemcpyKind, TraceRecord, align_up, sync_streams
-from .capture import Captured, CaptureMode, Captures, CaptureStatus, SimModel, TaskGroup
+from .capture import CaptureMode, Captures, CaptureStatus, SimModel, TaskGroup
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
 from .executor import SimExecutor, prepare_executor
@@ -33,7 +33,6 @@ from .sanitizer import Sanitizer
 from .stream import (
     CONTROL,
     COPY,
-    GRAPH,
     HOST_FUNC,
     KERNEL,
     LATCH,
@@ -43,6 +42,7 @@ from .stream import (
     FailureMode,
     SimStream,
     Task,
+    describe_task,
 )
 
 __all__ = ["Access", "SimBackend", "SimModel"]
@@ -67,15 +67,6 @@ def _env_flag(name: str, default: bool) -> bool:
     if value is None or value == "":
         return default
     return value.lower() not in ("0", "false", "no", "off")
-
-
-def _what(task: Task) -> str:
-    context = task.context or {}
-    parts = [f"{task.kind} '{task.name}'"]
-    for key in ("node", "op", "run"):
-        if context.get(key) is not None:
-            parts.append(f"{key}={context[key]}")
-    return " ".join(parts)
 
 
 class SimBackend:
@@ -362,7 +353,8 @@ class SimBackend:
             task.snapshot = clock
             regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in reads]
             regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in writes]
-            self.sanitizer.access_all(regions, actor=stream.name, clock=clock, what=_what(task), padding=padding)
+            self.sanitizer.access_all(regions, actor=stream.name, clock=clock, what=describe_task(task),
+                                      padding=padding)
         stream.submit(task)
 
     def submit_control(self, stream: SimStream, name: str, run: Callable[[], None]) -> None:
@@ -688,81 +680,6 @@ class SimBackend:
     def model_destroy(self, model: SimModel) -> None:
         """``aclmdlRIDestroy``."""
         self.captures.destroy(model)
-
-    def replay(self, model: SimModel, stream: SimStream, context: dict[str, Any]) -> None:
-        """Enqueue one replay: ``stream``'s position starts every model stream's part, and
-        ``stream`` waits for all of them.  One queue entry per model stream.  Everything is
-        checked (the sanitizer included) before anything is enqueued."""
-        assert model.start is not None
-        stream.check_submittable()
-        for inner in model.streams.values():
-            inner.check_submittable()
-        sanitizer = self.sanitizer
-        start_clock = sanitizer.snapshot(stream.name) if sanitizer else {}
-        if sanitizer is not None:
-            for inner in model.streams.values():
-                sanitizer.wait(inner.name, start_clock)
-        start = model.start.begin_record(start_clock)
-        # The model's streams fail on their own tasks only; the replaying stream adopts their
-        # failures (so they do not bounce back into the next replay's start).
-        parts = {inner: [Task(WAIT, f"start {model.name}", event=model.start, generation=start, inherit=False)]
-                 for inner in model.streams.values()}
-        generations: dict[SimEvent, int] = {}
-        try:
-            if sanitizer is None:  # the fast path: copy each part, renew its records and waits
-                for inner, template in model.templates.items():
-                    parts[inner].extend(template)
-                for inner, index, item in model.sync_points:  # capture order: records before their waits
-                    parts[inner][index + 1] = self._replayed(model, item, inner, generations, context)
-            else:
-                for item in model.items:
-                    inner = model.streams[item.stream]
-                    parts[inner].append(self._replayed(model, item, inner, generations, context))
-        except BaseException:
-            model.start.complete(start, self.engines.now(), None)  # nothing was enqueued
-            raise
-        joins: list[tuple[SimEvent, int]] = []
-        for inner, end in model.ends.items():
-            end_clock = sanitizer.snapshot(inner.name) if sanitizer else {}
-            generation = end.begin_record(end_clock)
-            parts[inner].append(Task(RECORD, f"end {model.name}", event=end, generation=generation))
-            joins.append((end, generation))
-            model.replays[end] = generation
-        # On the replaying stream, one queue entry: the start, then one wait for every model
-        # stream's end (a failure inside the model is this stream's: aclmdlRIExecuteAsync).
-        replaying = [Task(RECORD, f"start {model.name}", event=model.start, generation=start)]
-        if joins:
-            (first, generation), rest = joins[0], joins[1:]
-            replaying.append(Task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
-                                  joins=rest))
-        self._submit(stream, Task(GRAPH, f"{model.name} replay", tasks=replaying, context=context))
-        for inner, tasks in parts.items():
-            inner.submit(Task(GRAPH, f"{model.name} replay", tasks=tasks, context=context))
-            if sanitizer is not None:
-                sanitizer.wait(stream.name, model.ends[inner].snapshot)
-
-    def _replayed(self, model: SimModel, item: Captured, inner: SimStream, generations: dict[SimEvent, int],
-                  context: dict[str, Any]) -> Task:
-        """The task ``item`` becomes in this replay: records and waits on the model's own events."""
-        task, sanitizer = item.task, self.sanitizer
-        if task.kind in (RECORD, WAIT):
-            assert task.event is not None
-            shadow = model.shadows[task.event]
-            if task.kind == RECORD:
-                generations[shadow] = shadow.begin_record(sanitizer.snapshot(inner.name) if sanitizer else {})
-            elif sanitizer is not None:
-                sanitizer.wait(inner.name, shadow.snapshot)
-            # Inside a model, failures travel only through each model stream's end record to the
-            # replaying stream: a model's fork and tails form a cycle across replays, around which
-            # an inherited failure would otherwise taint the next replay of the same model.
-            return Task(task.kind, task.name, event=shadow, generation=generations[shadow], inherit=False)
-        if sanitizer is not None:
-            clock = sanitizer.enqueue(inner.name)
-            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
-            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in item.writes]
-            run = f" run={context['run']}" if "run" in context else ""
-            sanitizer.access_all(regions, actor=inner.name, clock=clock, what=_what(task) + run, padding=item.padding)
-        return task
 
     # -- timeline trace (sim only) ----------------------------------------------------------------
     def trace_begin(self) -> None:

@@ -38,7 +38,7 @@ from .sanitizer import Clock
 if TYPE_CHECKING:
     from .backend import SimBackend
 
-__all__ = ["FailureMode", "SimStream", "Task"]
+__all__ = ["FailureMode", "SimStream", "Task", "describe_task"]
 
 KERNEL, COPY, MEMSET, RECORD, WAIT, HOST_FUNC, LATCH, GRAPH, CONTROL = (
     "kernel", "copy", "memset", "record", "wait", "host_func", "latch", "graph", "control")
@@ -68,6 +68,16 @@ class Task:
     inherit: bool = True  # WAIT: later records here carry a failure the waited record carries
     joins: list[tuple[SimEvent, int]] | None = None  # WAIT: more (event, generation) to wait for
     consumed: int = 0  # RECORD: failures the host had taken from its stream when it was enqueued
+
+
+def describe_task(task: Task) -> str:
+    """``kernel 'aclnnAdd' node=n3 op=Add run=7``: a task as error messages name it."""
+    context = task.context or {}
+    parts = [f"{task.kind} '{task.name}'"]
+    for key in ("node", "op", "run"):
+        if context.get(key) is not None:
+            parts.append(f"{key}={context[key]}")
+    return " ".join(parts)
 
 
 class SimStream:
