@@ -18,11 +18,17 @@ record; *single-use* ones (``aclrtCreateEventWithFlag``) follow record, wait,
 ``event_reset``.  Waiting on an event that was never recorded is an error.
 
 Optional parts are sub-protocols behind :class:`Capabilities` flags, never found by probing
-for attributes: :class:`GraphCapture` (``capabilities.graph_capture``), :class:`Tracing`
-(``capabilities.tracing``), :class:`FaultInjection` (``capabilities.fault_injection``) and
-:class:`Latching` (``capabilities.latch``).  :func:`graph_capture`, :func:`tracing`,
+for attributes: :class:`GraphCapture` (``capabilities.graph_capture``), :class:`LaunchTables`
+(``capabilities.launch_tables``), :class:`Tracing` (``capabilities.tracing``),
+:class:`FaultInjection` (``capabilities.fault_injection``) and :class:`Latching`
+(``capabilities.latch``).  :func:`graph_capture`, :func:`launch_tables`, :func:`tracing`,
 :func:`fault_injection` and :func:`latching` hand out the typed view of a backend, or
 ``None`` when its capabilities say it lacks the part.
+
+A :class:`LaunchRecord` is one primitive call with its arguments fixed in advance (a wait,
+a record, a kernel launch or a copy); a prepared program keeps each slot's launches as a
+flat list of them, which any backend can enqueue one by one and a :class:`LaunchTables`
+backend enqueues with one call (the ascend backend walks them in C).
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ __all__ = [
     "FaultInjection",
     "GraphCapture",
     "Latching",
+    "LaunchKind",
+    "LaunchRecord",
+    "LaunchTables",
     "MemcpyKind",
     "MemoryRules",
     "TraceRecord",
@@ -56,6 +65,7 @@ __all__ = [
     "fault_injection",
     "graph_capture",
     "latching",
+    "launch_tables",
     "sync_streams",
     "tracing",
 ]
@@ -153,6 +163,38 @@ class Capabilities:
     stop_on_failure: bool = False  # stream_set_failure_mode exists (aclrtSetStreamFailureMode)
     stream_abort: bool = False  # stream_abort exists (aclrtStreamAbort)
     host_thread_per_stream: bool = False  # each stream runs its host functions on a thread of its own
+    launch_tables: bool = False  # the backend is a LaunchTables
+
+
+class LaunchKind(enum.IntEnum):
+    """What one :class:`LaunchRecord` enqueues (the C call it stands for)."""
+
+    WAIT = 0  # aclrtStreamWaitEvent(stream, event)
+    RECORD = 1  # aclrtRecordEvent(event, stream)
+    KERNEL = 2  # aclnnXxx(workspace, workspace_size, executor, stream)
+    COPY = 3  # aclrtMemcpyAsync(dst, nbytes, src, nbytes, copy_kind, stream)
+
+
+@dataclass(frozen=True, eq=False)
+class LaunchRecord:
+    """One primitive call with every argument fixed: what a prepared slot enqueues per run.
+
+    ``stream``, ``event`` and ``executor`` are backend handles; the kernel's executor is
+    repeatable and its workspace (``workspace`` bytes at an address, or 0 and 0) stays the
+    same from run to run.  ``context`` names the node and op for error messages.
+    """
+
+    kind: LaunchKind
+    stream: Any
+    event: Any = None
+    executor: Any = None
+    workspace: int = 0
+    workspace_size: int = 0
+    dst: int = 0
+    src: int = 0
+    nbytes: int = 0
+    copy_kind: MemcpyKind = MemcpyKind.HOST_TO_DEVICE
+    context: Mapping[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -308,6 +350,27 @@ class GraphCapture(Backend, Protocol):
         ...
 
 
+class LaunchTables(Backend, Protocol):
+    """Optional: enqueue a prepared list of :class:`LaunchRecord` with one call
+    (``capabilities.launch_tables``), e.g. by walking them in C.
+
+    A table does exactly what calling the primitives record by record would, checks
+    included; the checks that cannot change between runs (live handles, repeatable
+    executors, workspace sizes) are made once by :meth:`table_create`."""
+
+    def table_create(self, records: Sequence[LaunchRecord]) -> Any:
+        """A table for ``records`` (checked now; handles must outlive it)."""
+        ...
+    def table_enqueue(self, table: Any, run: int | None = None) -> None:
+        """Enqueue every record in order.  When the runtime refuses one, the records before it
+        stay enqueued and the :class:`BackendError` raised carries the record's ``context``,
+        its ``index`` and ``run``."""
+        ...
+    def table_destroy(self, table: Any) -> None:
+        """Free the table (the records' handles are not touched)."""
+        ...
+
+
 class Tracing(Backend, Protocol):
     """Optional: record a :class:`TraceRecord` per executed task (``capabilities.tracing``)."""
 
@@ -340,6 +403,11 @@ class Latching(Backend, Protocol):
 def graph_capture(backend: Backend) -> GraphCapture | None:
     """``backend`` as a :class:`GraphCapture`, or None when it cannot capture."""
     return cast(GraphCapture, backend) if backend.capabilities.graph_capture else None
+
+
+def launch_tables(backend: Backend) -> LaunchTables | None:
+    """``backend`` as a :class:`LaunchTables`, or None when it enqueues records one by one."""
+    return cast(LaunchTables, backend) if backend.capabilities.launch_tables else None
 
 
 def tracing(backend: Backend) -> Tracing | None:

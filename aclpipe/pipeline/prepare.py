@@ -2,8 +2,9 @@
 
 ``bind`` the graph to the shapes, ``plan`` it (cached per input signature), ``upload`` the
 constants it needs (once per pipeline), build the :class:`Program` (per slot: arena,
-staging, events, phase one for every node), ``reserve`` its workspaces, and ``capture`` it
-as a device graph when the backend can replay one.  Errors name the node and stop before
+staging, events, phase one for every node), ``pin`` its workspaces (or ``reserve`` room for
+runs that take them node by node), and ``capture`` it as a device graph when the backend can
+replay one.  Errors name the node and stop before
 anything is enqueued; a half-built program is freed.
 
 A signature is the graph's :class:`~aclpipe.graph.Signature`: the input shapes and, for an
@@ -80,7 +81,7 @@ class Preparer:
     def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy,
                 make_room: Callable[[], bool] | None = None) -> Program:
         """A program ready to enqueue: planned, constants uploaded, phase one done for every
-        node of every slot, workspaces reserved, captured where the backend can.
+        node of every slot, workspaces pinned (or reserved), captured where the backend can.
 
         ``make_room`` frees events by closing an idle program; it returns False when there is
         none, and the program is then refused (``ACL_ERROR_RT_NO_EVENT_RESOURCE``)."""
@@ -89,7 +90,8 @@ class Preparer:
         self.upload_constants(plan)
         program = Program(self.device, plan, self.constants, self.streams, self.depth)
         try:
-            workspaces.reserve(program.workspace_sizes)
+            if not program.pin_workspaces(workspaces):
+                workspaces.reserve(program.workspace_sizes)
             program.capture(workspaces, len(self.streams) - 1)
         except BaseException:
             program.close()

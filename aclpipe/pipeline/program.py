@@ -9,6 +9,13 @@ records and copies, with no planning, allocation or executor building on the way
 Events are reusable (``aclrtCreateEventExWithFlag``): every run records them again, which
 only that kind promises to support (``hicann/runtime`` ``07_event_management.md``).
 
+Workspaces are pinned where the strategy can (:meth:`WorkspaceStrategy.pin`: one block per
+stream held by the program until it closes; every strategy but ``per-call``): then nothing
+varies between runs, and each slot's run becomes a flat table of launch records
+(:mod:`.launches`) enqueued with one call, or captured.  Otherwise (``per-call``, a pool too
+small to pin, an op that refuses repeatable executors) a run takes its workspaces node by
+node.
+
 Capture follows the ``aclmdlRI`` model (``15_model_running_instance__management.md``): each
 slot's run is captured from the D2H stream (the origin), which first records a *fork* event
 that every other stream the run uses waits on (so they join the capture), and last waits on
@@ -23,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..backends.protocol import MemcpyKind, graph_capture
+from ..backends.protocol import LaunchKind, LaunchRecord, MemcpyKind, graph_capture
 from ..errors import BackendError, error_from_code
 from ..plan import Plan, PlannedNode
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
+from .launches import LaunchTable, enqueue_records
 
 if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
@@ -88,6 +96,8 @@ class Slot:
     executors: list[Any] = field(default_factory=list)
     graph: Any | None = None  # the captured run (an aclmdlRI model), when the backend can capture
     fork: Event | None = None  # recorded first by a captured run; every stream it uses waits on it
+    body: LaunchTable | None = None  # every step's launches, when workspaces are pinned
+    tail: LaunchTable | None = None  # each used stream's tail, joined by the D2H stream
 
     @property
     def event_count(self) -> int:
@@ -113,6 +123,9 @@ class Program:
         #: stream -> the largest workspace a node on it needs (what the workspaces reserve)
         self.workspace_sizes: dict[Stream, int] = {}
         self.fallback_nodes: set[str] = set()
+        #: stream -> the workspace this program's launches there use, once pinned
+        self.pinned: dict[Stream, Workspace] | None = None
+        self._pinned_by: WorkspaceStrategy | None = None
         self._building: Slot | None = None  # a half-built slot, for close() after a failure
         try:
             for index in range(depth):
@@ -140,6 +153,7 @@ class Program:
         slot.tails = [(lane, device.create_event()) for lane in used]
         if device.capabilities.event_errors:
             slot.done = device.create_event()
+        slot.tail = LaunchTable(device.backend, self._tail_records(slot))
         self._building = None
         return slot
 
@@ -209,51 +223,69 @@ class Program:
         for slot in self.slots:
             for step in slot.steps:
                 step.stream = handles[step.lane]
+            self._build_tables(slot)
 
-    # -- running ---------------------------------------------------------------------------------
+    # -- fixing what varies: pinned workspaces, launch tables, capture ----------------------------
+    def pin_workspaces(self, workspaces: WorkspaceStrategy) -> bool:
+        """Hold one workspace per stream for this program's launches until :meth:`close`
+        (:meth:`WorkspaceStrategy.pin`), and turn each slot's run into a launch table.  False
+        when something varies between runs: an op refused repeatable executors, or the strategy
+        cannot pin without waiting (``per-call`` never pins)."""
+        if self.fallback_nodes:
+            return False
+        if self.pinned is None:
+            pinned = workspaces.pin(self.workspace_sizes, self) if self.workspace_sizes else {}
+            if pinned is None:
+                return False
+            self.pinned, self._pinned_by = pinned, workspaces if pinned else None
+        for slot in self.slots:
+            self._build_tables(slot)
+        return True
+
+    def _build_tables(self, slot: Slot) -> None:
+        backend = self.device.backend
+        if slot.tail is not None:
+            slot.tail.close()
+        slot.tail = LaunchTable(backend, self._tail_records(slot))
+        if self.pinned is None:
+            return
+        if slot.body is not None:
+            slot.body.close()
+        records: list[LaunchRecord] = []
+        for step in slot.steps:
+            workspace = self.pinned[self.streams[step.lane]].address if step.workspace_size else 0
+            records.extend(self._records(step, step.executor, workspace))
+        slot.body = LaunchTable(backend, records)
+
     def capture(self, workspaces: WorkspaceStrategy, d2h_lane: int) -> bool:
         """Capture every slot's run as a model when nothing in it varies between runs
-        (repeatable executors, workspaces at fixed addresses); afterwards a run is one
-        ``model_execute`` on the D2H stream.  Returns whether the program was captured."""
+        (:meth:`pin_workspaces`); afterwards a run is one ``model_execute`` on the D2H stream.
+        Returns whether the program was captured."""
         backend = graph_capture(self.device.backend)
-        if backend is None:
-            return False
-        if self.fallback_nodes or (self.workspace_sizes and not workspaces.fixed_addresses):
+        if backend is None or not self.pin_workspaces(workspaces):
             return False
         origin = self.streams[d2h_lane].handle
         for slot in self.slots:
             slot.fork = self.device.create_event()
             backend.capture_begin(origin)
             try:
-                self._capture_run(slot, workspaces, d2h_lane)
+                self._capture_run(slot, origin)
             except BaseException:
                 _abandon_capture(backend, origin)
                 raise
             slot.graph = backend.capture_end(origin)
         return True
 
-    def _capture_run(self, slot: Slot, workspaces: WorkspaceStrategy, d2h_lane: int) -> None:
-        backend, origin = self.device.backend, self.streams[d2h_lane].handle
-        assert slot.fork is not None
+    def _capture_run(self, slot: Slot, origin: Any) -> None:
+        backend = self.device.backend
+        assert slot.fork is not None and slot.body is not None and slot.tail is not None
         # The other streams join the capture through the fork, and rejoin the origin through
         # their tails (an unjoined stream would fail aclmdlRICaptureEnd).
         backend.event_record(slot.fork.handle, origin)
         for lane, _ in slot.tails:
             backend.stream_wait_event(self.streams[lane].handle, slot.fork.handle)
-        for step in slot.steps:
-            workspace = self._take_fixed(workspaces, step)
-            self._enqueue_step(step, step.executor, workspace.address, None)
-            if step.workspace_size:
-                workspaces.release_after(workspace, self.streams[step.lane], publish=False)
-        self._enqueue_tails(slot, d2h_lane)
-
-    def _take_fixed(self, workspaces: WorkspaceStrategy, step: Step) -> Workspace:
-        if not step.workspace_size:
-            return NO_WORKSPACE
-        workspace = workspaces.try_acquire(step.workspace_size, self.streams[step.lane], step.key)
-        if workspace is None:  # fixed-address strategies always have room
-            raise RuntimeError(f"the {workspaces.name} workspace strategy had no room while capturing")
-        return workspace
+        slot.body.enqueue(None)
+        slot.tail.enqueue(None)
 
     async def enqueue(self, slot: Slot, run: int, workspaces: WorkspaceStrategy) -> None:
         """Enqueue one run's work on ``slot``.
@@ -275,9 +307,11 @@ class Program:
             backend = graph_capture(self.device.backend)
             assert backend is not None  # only a capturing backend made the model
             backend.model_execute(slot.graph, self.streams[-1].handle, {"run": run})
-            return
-        for step in slot.steps:
-            await self._launch(step, run, workspaces)
+        elif slot.body is not None:
+            slot.body.enqueue(run)
+        else:
+            for step in slot.steps:
+                await self._launch(step, run, workspaces)
 
     def enqueue_completion(self, slot: Slot, workspaces: WorkspaceStrategy, timeline: Timeline,
                            d2h_lane: int) -> int:
@@ -286,18 +320,22 @@ class Program:
         D2H lane value that marks the run complete."""
         backend, d2h = self.device.backend, self.streams[d2h_lane].handle
         if slot.graph is None:  # a captured model holds its tails
-            workspaces.publish()
-            self._enqueue_tails(slot, d2h_lane)
+            if slot.body is None:
+                workspaces.publish()
+            assert slot.tail is not None
+            slot.tail.enqueue(None)
         if slot.done is not None:
             # Outside any model: records inside one synchronize only the model.
             backend.event_record(slot.done.handle, d2h)
         return timeline.enqueue_advance(backend, d2h, d2h_lane)
 
-    def _enqueue_tails(self, slot: Slot, d2h_lane: int) -> None:
-        backend, d2h = self.device.backend, self.streams[d2h_lane].handle
+    def _tail_records(self, slot: Slot) -> list[LaunchRecord]:
+        d2h = self.streams[-1].handle
+        records = []
         for lane, event in slot.tails:
-            backend.event_record(event.handle, self.streams[lane].handle)
-            backend.stream_wait_event(d2h, event.handle)
+            records.append(LaunchRecord(LaunchKind.RECORD, self.streams[lane].handle, event.handle))
+            records.append(LaunchRecord(LaunchKind.WAIT, d2h, event.handle))
+        return records
 
     def run_error(self, slot: Slot) -> BackendError | None:
         """The error the slot's last run ended with, as its ``done`` event reports it (None when
@@ -310,20 +348,22 @@ class Program:
             return error
         return None
 
-    def _enqueue_step(self, step: Step, executor: Any, workspace: int, run: int | None) -> None:
-        backend, node = self.device.backend, step.node
-        context = {"node": node.name, "op": node.op} if run is None else {"node": node.name, "op": node.op,
-                                                                          "run": run}
-        for event in step.waits:
-            backend.stream_wait_event(step.stream, event)
+    @staticmethod
+    def _records(step: Step, executor: Any, workspace: int) -> list[LaunchRecord]:
+        """The step's waits, its launch or copy, and its record, as launch records."""
+        node = step.node
+        context = {"node": node.name, "op": node.op}
+        records = [LaunchRecord(LaunchKind.WAIT, step.stream, event, context=context) for event in step.waits]
         if step.copy is not None:
             dst, src, nbytes, kind = step.copy
-            if nbytes:
-                backend.memcpy_async(dst, src, nbytes, kind, step.stream, context)
+            records.append(LaunchRecord(LaunchKind.COPY, step.stream, dst=dst, src=src, nbytes=nbytes, copy_kind=kind,
+                                        context=context))
         else:
-            backend.op_launch(executor, workspace, step.workspace_size, step.stream, context)
+            records.append(LaunchRecord(LaunchKind.KERNEL, step.stream, executor=executor, workspace=workspace,
+                                        workspace_size=step.workspace_size if workspace else 0, context=context))
         if step.record is not None:
-            backend.event_record(step.record, step.stream)
+            records.append(LaunchRecord(LaunchKind.RECORD, step.stream, step.record, context=context))
+        return records
 
     async def _launch(self, step: Step, run: int, workspaces: WorkspaceStrategy) -> None:
         backend, node = self.device.backend, step.node
@@ -336,7 +376,7 @@ class Program:
             workspace = found if found is not None else await workspaces.acquire_async(
                 step.workspace_size, stream, step.key)
         try:
-            self._enqueue_step(step, executor, workspace.address, run)
+            enqueue_records(self.device.backend, self._records(step, executor, workspace.address), run)
         except BaseException:
             # Back to its strategy once the stream passed whatever did get enqueued.
             workspaces.abandon(workspace, stream)
@@ -368,6 +408,10 @@ class Program:
             if slot.graph is not None and capture is not None:
                 capture.model_destroy(slot.graph)
                 slot.graph = None
+            for table in (slot.body, slot.tail):
+                if table is not None:
+                    table.close()
+            slot.body = slot.tail = None
             for executor in slot.executors:
                 backend.op_destroy(executor)
             slot.executors.clear()
@@ -382,3 +426,6 @@ class Program:
                     extra.close()
         self.slots.clear()
         self._building = None
+        if self._pinned_by is not None:
+            self._pinned_by.unpin(self)
+            self._pinned_by = None

@@ -13,8 +13,9 @@ import aclpipe
 from aclpipe.backends.sim.engines import ATLAS_310P
 from aclpipe.errors import BackendError, DeviceOutOfMemory, GraphError
 from aclpipe.pipeline import Preparer
-from aclpipe.runtime import StaticWorkspace, WorkspacePool
+from aclpipe.runtime import WorkspacePool
 from aclpipe.runtime.timeline import Timeline
+from aclpipe.runtime.workspaces import make_workspace_strategy
 
 
 def _preparer(device, graph, *, depth=2, streams=2):
@@ -58,17 +59,28 @@ def test_prepare_builds_slots_uploads_constants_once_and_reserves(device):
     assert not preparer.constants
 
 
-def test_a_program_is_captured_when_its_workspaces_have_fixed_addresses(device):
+def test_a_program_is_captured_when_its_workspaces_can_be_pinned(device):
+    """static, cached and a pool sized by its programs pin one block per stream for the program;
+    a bounded pool and per-call take them run by run, so nothing is fixed to capture."""
     preparer, timeline = _preparer(device, mlp())
-    static, pool = StaticWorkspace(device, timeline=timeline), WorkspacePool(device, None, timeline=timeline)
-    captured = preparer.prepare({"x": (4, 32)}, static)
-    not_captured = preparer.prepare({"x": (4, 32)}, pool)
-    assert all(slot.graph is not None for slot in captured.slots)
-    assert all(slot.graph is None for slot in not_captured.slots)
-    for program in (captured, not_captured):
+    strategies = {name: make_workspace_strategy(device, name, timeline=timeline) for name in ("static", "cached")}
+    strategies["pool"] = WorkspacePool(device, None, timeline=timeline)
+    strategies["bounded pool"] = WorkspacePool(device, 1 << 20, timeline=timeline)
+    strategies["per-call"] = make_workspace_strategy(device, "per-call", timeline=timeline)
+    programs = {name: preparer.prepare({"x": (4, 32)}, strategy) for name, strategy in strategies.items()}
+    for name, program in programs.items():
+        pinned = name in ("static", "cached", "pool")
+        assert all((slot.graph is not None) == pinned for slot in program.slots), name
+        assert (program.pinned is not None) == pinned, name
+    used = {stream: workspace.address for stream, workspace in programs["pool"].pinned.items()}
+    assert set(used) == set(programs["pool"].workspace_sizes) and len(set(used.values())) == len(used)
+    in_use = strategies["pool"].stats().in_use
+    programs["pool"].close()  # unpins: the blocks come back once the streams passed them
+    device.sync()
+    assert strategies["pool"].stats().in_use < in_use
+    for name, program in programs.items():
         program.close()
-    static.close()
-    pool.close()
+        strategies[name].close()
     preparer.close()
 
 

@@ -340,14 +340,20 @@ def test_pinned_workspaces_hold_one_fixed_block_per_stream_until_unpinned(device
 
 
 def test_pinning_never_waits_and_holds_nothing_when_it_cannot(device):
-    stream = device.create_stream()
+    stream, other = device.create_stream(), device.create_stream()
     pool = WorkspacePool(device, limit=4096, granularity=1024)
-    held = pool.acquire(4000, stream)  # 4000 + 32 bytes of padding round up to the whole 4096
+    # A bounded pool pins nothing, full or empty: pins of idle programs would hold its room for ever.
+    assert pool.pin({stream: 100}, owner="p") is None and pool.stats().in_use == 0
+    held = pool.acquire(4000, stream)
     assert pool.pin({stream: 100}, owner="p") is None
     pool.release_now(held)
-    assert pool.pin({stream: 100}, owner="p") is not None
-    pool.unpin("p")
     pool.close()
+    cached = make_workspace_strategy(device, "cached")
+    pinned = cached.pin({stream: 100, other: 200}, owner="p")
+    assert pinned is not None and pinned[stream].address != pinned[other].address
+    cached.unpin("p")
+    device.sync()
+    cached.close()
     static = make_workspace_strategy(device, "static")
     pinned = static.pin({stream: 5000}, owner="p")
     assert pinned is not None and pinned[stream].address == static.acquire(10, stream).address

@@ -127,9 +127,14 @@ class WorkspacePool(WorkspaceStrategy):
                 self._stats.limit = self._stats.reserved
 
     def _try_pin(self, nbytes: int, stream: Stream, owner: Hashable) -> Workspace | None:
-        """A pool that grows with its programs (no limit) makes room for pins instead of waiting."""
+        """A pool that grows with its programs (no limit) makes room for a pin in a region of its
+        own.  A bounded pool pins nothing: a pin holds its block until unpinned, so pinned blocks
+        of idle programs could leave the launches that take blocks run by run waiting for room
+        that never comes back."""
+        if self.limit is not None:
+            return None
         workspace = super()._try_pin(nbytes, stream, owner)
-        if workspace is None and self.limit is None:
+        if workspace is None:
             with self._lock:
                 size = self._piece(nbytes)
                 self._regions.append(self._allocate_region(size, f"workspace pool {len(self._regions)} (pinned)"))
