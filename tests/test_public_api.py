@@ -23,7 +23,7 @@ BASE = ("errors", "dtypes", "tensor")
 def _modules() -> list[str]:
     names = []
     for info in pkgutil.walk_packages(aclpipe.__path__, "aclpipe."):
-        if info.name.rsplit(".", 1)[-1] in ("_hostfunc", "_hostfunc_build", "__main__"):
+        if info.name.rsplit(".", 1)[-1] in ("_hostfunc", "_hostfunc_build", "_launch", "_launch_build", "__main__"):
             continue
         names.append(info.name)
     return names

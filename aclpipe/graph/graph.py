@@ -111,6 +111,8 @@ class Graph:
         self._outputs: dict[str, str] = {}
         self._op_counts: dict[str, int] = {}
         self._bound: dict[tuple[Any, ...], BoundGraph] = {}
+        #: Signatures of input shapes already checked (a run looks its program up by one).
+        self._signatures: dict[tuple[Any, ...], Signature] = {}
         #: Contents of the host-value inputs this graph was specialized for (an imported ONNX
         #: model's specializations; see :mod:`aclpipe.graph.signature`); they are constants here.
         self.host_values: Mapping[str, np.ndarray] = MappingProxyType({})
@@ -262,7 +264,17 @@ class Graph:
         that do not fit the declared inputs."""
         from .bound import normalize_shapes
 
-        return Signature.of(normalize_shapes(self, inputs))
+        try:  # every run asks: shapes seen before skip the checks
+            key = tuple((name, getattr(value, "shape", value)) for name, value in inputs.items())
+            known = self._signatures.get(key)
+        except TypeError:  # unhashable (a list of dims): checked below, not cached
+            key, known = (), None
+        if known is not None:
+            return known
+        signature = Signature.of(normalize_shapes(self, inputs))
+        if key and len(self._signatures) < 1024:
+            self._signatures[key] = signature
+        return signature
 
     def bind(self, **input_shapes: Any) -> BoundGraph:
         """Specialize the graph to concrete input shapes (tuples, or arrays whose shape is used).
@@ -327,6 +339,7 @@ class Graph:
     def _add_value(self, value: Value) -> Value:
         self._values[value.name] = value
         self._bound.clear()
+        self._signatures.clear()  # a new input changes what shapes fit
         return value
 
     def _check_own(self, value: Value, where: str) -> None:

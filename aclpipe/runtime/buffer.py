@@ -80,6 +80,8 @@ class HostBuffer(_Buffer):
     def __init__(self, device: Device, address: int, data: np.ndarray, label: str = ""):
         super().__init__(device, address, int(data.nbytes), label, _free_host)
         self._data = data
+        #: (dtype, shape, offset) -> (view, nbytes): views already checked, reused by each run
+        self._views: dict[tuple[Any, Any, int], tuple[np.ndarray, int]] = {}
 
     def numpy(self, dtype: Any = np.uint8, shape: tuple[int, ...] | int | None = None, *,
               offset: int = 0) -> np.ndarray:
@@ -89,7 +91,17 @@ class HostBuffer(_Buffer):
         buffer must have completed (synchronize the stream or an event recorded after them).
         """
         self.check_open()
+        try:
+            view, nbytes = self._views[(dtype, shape, offset)]
+        except (KeyError, TypeError):  # not seen yet, or unhashable arguments
+            view, nbytes = self._view(dtype, shape, offset)
+        self.device.backend.host_access(self.address + offset, max(nbytes, 1), write=True,
+                                        what=f"host view of {self.label or 'HostBuffer'}")
+        return view.view()  # a fresh array object: callers may reshape theirs in place
+
+    def _view(self, dtype: Any, shape: tuple[int, ...] | int | None, offset: int) -> tuple[np.ndarray, int]:
         numpy_dtype = as_dtype(dtype).numpy
+        key = (dtype, shape, offset)
         if shape is None:
             count = (self.nbytes - offset) // numpy_dtype.itemsize
             shape = (count,)
@@ -99,9 +111,13 @@ class HostBuffer(_Buffer):
         if offset < 0 or offset + nbytes > self.nbytes:
             raise ValueError(f"a {numpy_dtype} view of shape {tuple(shape)} at offset {offset} needs "
                              f"{offset + nbytes} bytes; the buffer has {self.nbytes}")
-        self.device.backend.host_access(self.address + offset, max(nbytes, 1), write=True,
-                                        what=f"host view of {self.label or 'HostBuffer'}")
-        return self._data[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
+        view = self._data[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
+        try:
+            if len(self._views) < 64:
+                self._views[key] = (view, nbytes)
+        except TypeError:
+            pass  # unhashable arguments: not kept
+        return view, nbytes
 
     def __repr__(self) -> str:
         state = "freed" if self.closed else f"{self.address:#x}"

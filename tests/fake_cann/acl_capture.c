@@ -116,8 +116,8 @@ static void free_model(fake_model *m)
     free(m->ends);
     free(m->users);
     free(m->shadows);
-    free(m->groups.items);
-    free(m->garbage.items);
+    ptr_set_free(&m->groups);
+    ptr_set_free(&m->garbage);
     free(m);
 }
 
@@ -363,8 +363,8 @@ aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI)
             *modelRI = m;
         if (rc != ACL_SUCCESS)
             discard_model(m);
-        free(c->members.items);
-        free(c->recorded.items);
+        ptr_set_free(&c->members);
+        ptr_set_free(&c->recorded);
         free(c);
         rt_trace("aclmdlRICaptureEnd %d", s->device);
     }

@@ -2,6 +2,9 @@
  *
  * One process-wide lock guards everything and one condition variable announces every change
  * (a task finished, an event completed, a report arrived): simple, and fast enough for tests.
+ * An idle stream thread and an idle host-function thread each sleep on a condition of their
+ * own, signalled only when work arrives for them, so that a submission does not wake every
+ * thread of the process (which made each call cost tens of microseconds on a loaded host).
  */
 #ifndef FAKE_ACL_INTERNAL_H
 #define FAKE_ACL_INTERNAL_H
@@ -117,6 +120,8 @@ typedef struct fake_stream {
     int mechanism;
     bool subscribed;
     uint64_t subscriber;
+    pthread_cond_t work;       /* the stream thread, idle: a task arrived or the stream is stopping */
+    pthread_cond_t host_work;  /* its host-function thread, idle: a call arrived or it is stopping */
     host_call *host_calls;  /* this stream's aclrtLaunchHostFunc thread and its queue */
     bool host_running, host_stopping;
     pthread_t host_thread;

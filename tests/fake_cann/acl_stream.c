@@ -124,7 +124,7 @@ void rt_push(fake_stream *s, task *t)
     else
         s->head = t;
     s->tail = t;
-    pthread_cond_broadcast(&rt_changed);
+    pthread_cond_signal(&s->work); /* nobody else waits for a task to arrive */
 }
 
 static int stopped_error(const fake_stream *s, const char *api)
@@ -157,7 +157,7 @@ static void *host_func_loop(void *argument)
     pthread_mutex_lock(&rt_lock);
     for (;;) {
         while (!s->host_calls && !s->host_stopping)
-            pthread_cond_wait(&rt_changed, &rt_lock);
+            pthread_cond_wait(&s->host_work, &rt_lock);
         if (!s->host_calls)
             break;
         host_call *call = s->host_calls;
@@ -181,7 +181,7 @@ static void run_host_func(fake_stream *s, task *t)
     while (*tail)
         tail = &(*tail)->next;
     *tail = &call;
-    pthread_cond_broadcast(&rt_changed);
+    pthread_cond_signal(&s->host_work);
     while (!call.done)
         pthread_cond_wait(&rt_changed, &rt_lock);
     pthread_mutex_unlock(&rt_lock);
@@ -193,7 +193,7 @@ static void stop_host_thread(fake_stream *s)
     pthread_mutex_lock(&rt_lock);
     bool running = s->host_running;
     s->host_stopping = true;
-    pthread_cond_broadcast(&rt_changed);
+    pthread_cond_signal(&s->host_work);
     pthread_mutex_unlock(&rt_lock);
     if (running)
         pthread_join(s->host_thread, NULL);
@@ -237,7 +237,7 @@ static bool effective_stop(const fake_stream *s)
 static void release_event(fake_event *e)
 {
     if (e->destroyed && e->pending.len == 0 && e->pending_waits == 0) {
-        free(e->pending.items);
+        ptr_set_free(&e->pending);
         free(e);
     }
 }
@@ -245,6 +245,8 @@ static void release_event(fake_event *e)
 /* With rt_lock held: drop every queued task up to drop_upto; a dropped record never completes. */
 static void drop_queued(fake_stream *s)
 {
+    if (!s->head || s->head->index > s->drop_upto)
+        return;
     while (s->head && s->head->index <= s->drop_upto) {
         task *t = s->head;
         s->head = t->next;
@@ -382,7 +384,7 @@ static void *stream_loop(void *argument)
     for (;;) {
         drop_queued(s);
         while (!s->head && !s->stopping)
-            pthread_cond_wait(&rt_changed, &rt_lock);
+            pthread_cond_wait(&s->work, &rt_lock);
         drop_queued(s);
         if (!s->head) {
             if (s->stopping)
@@ -413,7 +415,11 @@ fake_stream *rt_new_stream(int device, fake_context *context)
     s->device = device;
     s->context = context;
     s->drop_upto = -1;
+    pthread_cond_init(&s->work, NULL);
+    pthread_cond_init(&s->host_work, NULL);
     if (pthread_create(&s->thread, NULL, stream_loop, s) != 0) {
+        pthread_cond_destroy(&s->work);
+        pthread_cond_destroy(&s->host_work);
         free(s);
         fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "no thread for the stream");
         return NULL;
@@ -428,11 +434,14 @@ void rt_delete_stream(fake_stream *s)
     pthread_mutex_lock(&rt_lock);
     ptr_set_remove(&streams, s);
     s->stopping = true;
+    pthread_cond_signal(&s->work);
     pthread_cond_broadcast(&rt_changed);
     pthread_mutex_unlock(&rt_lock);
     pthread_join(s->thread, NULL);
     stop_host_thread(s);
     fakecann_count("stream", -1);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->host_work);
     free(s);
 }
 

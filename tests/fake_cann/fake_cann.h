@@ -164,15 +164,74 @@ int fakecann_int_array_live(const aclIntArray *array);
 aclnnStatus fakecann_launch(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
                             aclrtStream stream, const char *api);
 
-/* ---- a set of pointers (handle registries), header-only so each library has its own -- */
-typedef struct { void **items; size_t len, cap; } ptr_set;
+/* ---- a set of pointers (handle registries), header-only so each library has its own -- *
+ * items[0..len) lists the members densely (callers iterate over it); an open-addressing hash
+ * index (linear probing, backward-shift deletion) finds one in constant time, as a runtime's
+ * handle tables do, so a check of a handle does not cost a scan of every live handle. */
+typedef struct {
+    void **items;
+    size_t len, cap;
+    void **keys;     /* bucket -> member, or unused when where[bucket] == PTR_SET_EMPTY */
+    size_t *where;   /* bucket -> its member's position in items */
+    size_t buckets;  /* a power of two, at least twice len */
+} ptr_set;
+
+#define PTR_SET_EMPTY ((size_t)-1)
+
+static inline size_t ptr_set_hash(const void *item, size_t buckets)
+{
+    uint64_t x = (uint64_t)(uintptr_t)item;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & (buckets - 1);
+}
+
+static inline size_t ptr_set_bucket(const ptr_set *set, const void *item)
+{
+    if (!set->buckets)
+        return PTR_SET_EMPTY;
+    for (size_t b = ptr_set_hash(item, set->buckets);; b = (b + 1) & (set->buckets - 1)) {
+        if (set->where[b] == PTR_SET_EMPTY)
+            return PTR_SET_EMPTY;
+        if (set->keys[b] == item)
+            return b;
+    }
+}
 
 static inline int ptr_set_has(const ptr_set *set, const void *item)
 {
+    return ptr_set_bucket(set, item) != PTR_SET_EMPTY;
+}
+
+static inline void ptr_set_place(ptr_set *set, void *item, size_t position)
+{
+    size_t b = ptr_set_hash(item, set->buckets);
+    while (set->where[b] != PTR_SET_EMPTY)
+        b = (b + 1) & (set->buckets - 1);
+    set->keys[b] = item;
+    set->where[b] = position;
+}
+
+static inline int ptr_set_reindex(ptr_set *set, size_t buckets)
+{
+    void **keys = (void **)malloc(buckets * sizeof(void *));
+    size_t *where = (size_t *)malloc(buckets * sizeof(size_t));
+    if (!keys || !where) {
+        free(keys);
+        free(where);
+        return 0;
+    }
+    free(set->keys);
+    free(set->where);
+    set->keys = keys;
+    set->where = where;
+    set->buckets = buckets;
+    for (size_t b = 0; b < buckets; b++)
+        where[b] = PTR_SET_EMPTY;
     for (size_t i = 0; i < set->len; i++)
-        if (set->items[i] == item)
-            return 1;
-    return 0;
+        ptr_set_place(set, set->items[i], i);
+    return 1;
 }
 
 static inline int ptr_set_add(ptr_set *set, void *item)
@@ -185,19 +244,45 @@ static inline int ptr_set_add(ptr_set *set, void *item)
         set->items = items;
         set->cap = cap;
     }
-    set->items[set->len++] = item;
+    if (2 * (set->len + 1) > set->buckets && !ptr_set_reindex(set, set->buckets ? set->buckets * 2 : 128))
+        return 0;
+    set->items[set->len] = item;
+    ptr_set_place(set, item, set->len);
+    set->len++;
     return 1;
 }
 
 static inline int ptr_set_remove(ptr_set *set, const void *item)
 {
-    for (size_t i = 0; i < set->len; i++) {
-        if (set->items[i] == item) {
-            set->items[i] = set->items[--set->len];
-            return 1;
+    size_t b = ptr_set_bucket(set, item);
+    if (b == PTR_SET_EMPTY)
+        return 0;
+    size_t position = set->where[b], mask = set->buckets - 1;
+    void *last = set->items[--set->len];
+    if (position != set->len) { /* the last member fills the hole in items */
+        set->items[position] = last;
+        set->where[ptr_set_bucket(set, last)] = position;
+    }
+    set->where[b] = PTR_SET_EMPTY; /* backward shift: later members of the probe run move up */
+    for (size_t j = (b + 1) & mask; set->where[j] != PTR_SET_EMPTY; j = (j + 1) & mask) {
+        size_t home = ptr_set_hash(set->keys[j], set->buckets);
+        int stays = (j > b) ? (home > b && home <= j) : (home > b || home <= j);
+        if (!stays) {
+            set->keys[b] = set->keys[j];
+            set->where[b] = set->where[j];
+            set->where[j] = PTR_SET_EMPTY;
+            b = j;
         }
     }
-    return 0;
+    return 1;
+}
+
+static inline void ptr_set_free(ptr_set *set)
+{
+    free(set->items);
+    free(set->keys);
+    free(set->where);
+    *set = (ptr_set){0};
 }
 
 #endif

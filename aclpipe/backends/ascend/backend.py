@@ -34,12 +34,13 @@ import numpy as np
 
 from ...errors import BackendError, ClosedResourceError, error_from_code
 from ...tensor import TensorDesc
-from ..protocol import Capabilities, CaptureMode, CaptureStatus, MemcpyKind, sync_streams
+from ..protocol import Capabilities, CaptureMode, CaptureStatus, LaunchKind, LaunchRecord, MemcpyKind, sync_streams
 from .capture import AscendModel, AscendTaskGroup, Captures
 from .cdefs import ACL_DDR_MEM, ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
 from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
 from .host_calls import PythonHostCall, callback_address
+from .launch_table import AscendLaunchTable
 from .library import CannLibrary, load_library
 from .product import ProductRules, product_rules
 from .streams import AscendStream, Streams
@@ -109,7 +110,10 @@ class AscendBackend:
             graph_capture=library.has_capture and self.product.graph_capture,
             # aclrtLaunchHostFunc runs each stream's functions on that stream's thread; the
             # fallback serves every stream from one report thread.
-            host_thread_per_stream=self.host_func_mode == "launch_host_func")
+            host_thread_per_stream=self.host_func_mode == "launch_host_func", launch_tables=True)
+        #: Advanced by every stream, event and executor destruction: launch tables made at an
+        #: older epoch check their handles again before they run.
+        self._epoch = 0
         names = itertools.count()
         self.streams = Streams(library, self._context, f"ascend:{index}", max_streams, self.host_func_mode, names)
         self.events = Events(library, names)
@@ -311,6 +315,7 @@ class AscendBackend:
         if self.closed:
             return  # close() destroyed it
         self._enter()
+        self._epoch += 1
         self.streams.destroy(stream)
 
     def _check_stream(self, stream: AscendStream) -> None:
@@ -358,6 +363,7 @@ class AscendBackend:
         if self.closed:
             return  # close() destroyed it
         self._enter()
+        self._epoch += 1
         self.events.destroy(event)
 
     def event_record(self, event: AscendEvent, stream: AscendStream) -> None:
@@ -416,6 +422,7 @@ class AscendBackend:
         if self.closed:
             return
         self._enter()
+        self._epoch += 1
         self.operators.destroy(executor)
 
     def op_launch(self, executor: AscendExecutor, workspace: int, workspace_size: int, stream: AscendStream,
@@ -423,6 +430,47 @@ class AscendBackend:
         self._check_stream(stream)
         self.operators.launch(executor, workspace, workspace_size, stream.handle,
                               {"stream": stream.name, **dict(context or {})})
+
+    # -- launch tables (capabilities.launch_tables): rows walked in C ------------------------
+    def table_create(self, records: Sequence[LaunchRecord]) -> AscendLaunchTable:
+        """A table of ``records``, every row checked now (see :mod:`.launch_table`)."""
+        self._enter()
+        names = [self._check_row(record) for record in records]
+        table = AscendLaunchTable(self.library, records, names)
+        table.epoch = self._epoch
+        for executor in table.executors:
+            executor.launched = True  # from now on it may be launched at any run
+        return table
+
+    def _check_row(self, record: LaunchRecord) -> tuple[str, dict[str, Any]]:
+        """What the row calls and what its errors name; refuses handles a table cannot hold."""
+        stream = record.stream
+        self.streams.check(stream)
+        context = {**record.context, "stream": stream.name}
+        if record.kind in (LaunchKind.WAIT, LaunchKind.RECORD):
+            self.events.check(record.event)
+            context["event"] = record.event.name
+            return ("aclrtStreamWaitEvent" if record.kind == LaunchKind.WAIT else "aclrtRecordEvent"), context
+        if record.kind == LaunchKind.KERNEL:
+            self.operators.check_table_row(record.executor, record.workspace, record.workspace_size, context)
+            return record.executor.phase_two_name, context
+        kind = MemcpyKind(record.copy_kind)
+        return f"aclrtMemcpyAsync({kind.name}, {record.nbytes} bytes)", context
+
+    def table_enqueue(self, table: AscendLaunchTable, run: int | None = None) -> None:
+        """Walk ``table`` (in C when the helper was compiled); a refusal names its row's node."""
+        self._enter()
+        if table.epoch != self._epoch:  # something was destroyed since: check the handles again
+            for record in table.records:
+                self._check_row(record)
+            table.epoch = self._epoch
+        code, index = table.walk()
+        if code:
+            what, context = table.names[index]
+            raise self.library.error(code, what, {**context, "index": index, "run": run})
+
+    def table_destroy(self, table: AscendLaunchTable) -> None:
+        """Nothing to release: the rows are Python-owned memory and hold no CANN resources."""
 
     # -- graph capture (aclmdlRI), present when capabilities.graph_capture --------------------
     def capture_begin(self, stream: AscendStream, mode: int = CaptureMode.GLOBAL) -> None:

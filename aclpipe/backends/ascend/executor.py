@@ -164,6 +164,18 @@ class Operators:
                 executor.handle = ffi.NULL  # phase two consumed it, and it copied what it needs
                 executor.arguments.release()
 
+    def check_table_row(self, executor: AscendExecutor, workspace: int, workspace_size: int,
+                        context: Mapping[str, Any]) -> None:
+        """Refuse an executor a launch table may not hold: one that is not an executor of
+        this device, was destroyed, is single-use (a table launches it every run) or would get
+        a workspace smaller than phase one asked for."""
+        if not isinstance(executor, AscendExecutor) or executor not in self._live:
+            raise error_from_code(107000, f"{executor!r} is not an executor of this device", dict(context))
+        self._check_launchable(executor, workspace, workspace_size, context)
+        if not executor.repeatable:
+            raise _refuse(executor.op, 561103, "a launch table launches its executors at every run: make them "
+                                               "repeatable right after phase one", context)
+
     @staticmethod
     def _check_launchable(executor: AscendExecutor, workspace: int, workspace_size: int,
                           context: Mapping[str, Any] | None) -> None:

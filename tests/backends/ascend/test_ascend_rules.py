@@ -277,3 +277,26 @@ def test_a_static_workspace_pipeline_replays_captured_models(ascend: Device, hoo
     for result in anyio.run(run):
         np.testing.assert_allclose(result, np.maximum(np.maximum(x, 0) + x, 0))
     assert any(line.startswith("aclmdlRICaptureEnd") for line in hooks.trace())
+
+
+@pytest.mark.parametrize("product", ["200i-a2"], indirect=True)
+def test_without_capture_a_run_walks_each_slots_launch_table(product: Device):
+    """A pool pins one workspace per stream for the program, so a run is one call walking the
+    slot's rows (in C), even where the product cannot capture."""
+    g = Graph("softmaxes")
+    x = g.input("x", shape=(4, 16))
+    g.output("y", g.relu(g.softmax(g.add(x, x), dim=-1)))
+    x_value = np.linspace(-3, 3, 64, dtype=np.float32).reshape(4, 16)
+
+    async def run() -> list[np.ndarray]:
+        async with Pipeline(g, product, streams=2, depth=2, workspace="pool") as pipe:
+            results = [(await pipe.run(x=x_value))["y"] for _ in range(4)]
+            (program,) = pipe._programs.values()
+            assert program.pinned and all(slot.graph is None and slot.body is not None and slot.body.native
+                                          for slot in program.slots)
+            return results
+
+    doubled = 2 * x_value
+    expected = np.exp(doubled - doubled.max(-1, keepdims=True))
+    for result in anyio.run(run):
+        np.testing.assert_allclose(result, expected / expected.sum(-1, keepdims=True), rtol=1e-5)
