@@ -27,7 +27,10 @@ the error table ``25-01_aclError.md`` and the ACL Graph design notes
   stream: it starts after the stream's earlier work and the stream's later work waits for
   all of it.  The model's streams are its own (captured streams "consume stream
   resources"), so replays of one model run one after another.  Records inside a model
-  synchronize the model only; they do not record the user's events outside it.
+  synchronize the model only; they do not record the user's events outside it.  The host
+  submits one task, to the replaying stream; when that stream reaches it, the device hands
+  each model stream its part (in the order the replays were submitted), as the runtime
+  launches a model from the device side: the host never wakes the model's streams itself.
 - ``aclmdlRICaptureTaskGrpBegin/End`` on a capturing stream mark single-op tasks that may
   change (anything else: ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT; nesting or unpaired calls:
   ACL_ERROR_STREAM_TASK_GROUP_STATUS); ``aclmdlRICaptureTaskUpdateBegin/End`` on a stream
@@ -44,11 +47,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...errors import error_from_code
+from ...errors import BackendError, error_from_code
 from ..protocol import CaptureMode, CaptureStatus
 from .event import SimEvent
 from .memory import Allocation
-from .stream import GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, describe_task
+from .stream import CONTROL, GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, describe_task, sync_task
 
 if TYPE_CHECKING:
     from .backend import SimBackend
@@ -95,6 +98,8 @@ class SimModel:
     #: (replaced by fresh ones at each replay): a replay without the sanitizer copies the lists.
     templates: dict[SimStream, list[Task]] = field(default_factory=dict)
     sync_points: list[tuple[SimStream, int, Captured]] = field(default_factory=list)
+    #: Replays submitted whose parts the model's streams do not have yet, oldest first.
+    pending: list[_Parts] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -103,6 +108,13 @@ class SimModel:
     def running(self) -> bool:
         """Whether a replay may still run (a model's streams run its replays in order)."""
         return any(not event.is_done(generation) for event, generation in self.replays.items())
+
+
+@dataclass(eq=False)
+class _Parts:
+    """One replay's part for each model stream, handed over when the replaying stream starts it."""
+
+    parts: list[tuple[SimStream, Task]]
 
 
 @dataclass(eq=False)
@@ -363,8 +375,9 @@ class Captures:
 
     def _replay(self, model: SimModel, stream: SimStream, context: dict[str, Any]) -> None:
         """Enqueue one replay: ``stream``'s position starts every model stream's part, and
-        ``stream`` waits for all of them.  One queue entry per model stream.  Everything is
-        checked (the sanitizer included) before anything is enqueued."""
+        ``stream`` waits for all of them.  One queue entry on ``stream``, which hands the model's
+        streams their parts when it gets there.  Everything is checked (the sanitizer included)
+        before anything is enqueued."""
         assert model.start is not None
         stream.check_submittable()
         for inner in model.streams.values():
@@ -403,16 +416,47 @@ class Captures:
             model.replays[end] = generation
         # On the replaying stream, one queue entry: the start, then one wait for every model
         # stream's end (a failure inside the model is this stream's: aclmdlRIExecuteAsync).
-        replaying = [Task(RECORD, f"start {model.name}", event=model.start, generation=start)]
+        pending = _Parts([(inner, Task(GRAPH, f"{model.name} replay", tasks=tasks, context=context))
+                          for inner, tasks in parts.items()])
+        model.pending.append(pending)  # under self._lock, before the replaying stream can reach it
+        replaying = [Task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
+                          discarded=lambda: self._drop(model, pending)),
+                     Task(RECORD, f"start {model.name}", event=model.start, generation=start)]
         if joins:
             (first, generation), rest = joins[0], joins[1:]
             replaying.append(Task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
                                   joins=rest))
         backend._submit(stream, Task(GRAPH, f"{model.name} replay", tasks=replaying, context=context))
-        for inner, tasks in parts.items():
-            inner.submit(Task(GRAPH, f"{model.name} replay", tasks=tasks, context=context))
-            if sanitizer is not None:
+        if sanitizer is not None:
+            for inner in parts:
                 sanitizer.wait(stream.name, model.ends[inner].snapshot)
+
+    def _hand_over(self, model: SimModel, replay: _Parts) -> None:
+        """On the replaying stream: give the model's streams their parts of every replay
+        submitted up to this one (a replay submitted earlier on another stream goes first, as it
+        would have if the host had queued the parts itself)."""
+        with self._lock:
+            if replay not in model.pending:
+                return  # an earlier hand-over took it along
+            index = model.pending.index(replay)
+            ready, model.pending[:index + 1] = model.pending[:index + 1], []
+        for earlier in ready:
+            for inner, part in earlier.parts:
+                try:
+                    inner.submit(part)
+                except BackendError:  # the model's stream stopped after a failure: it takes no part
+                    _complete_records(part, self.backend.engines.now())
+
+    def _drop(self, model: SimModel, replay: _Parts) -> None:
+        """The replaying stream dropped the replay (a stop or an abort): the model never runs it,
+        and its records are finished so that nothing waits for them and the model may be destroyed."""
+        with self._lock:
+            if replay not in model.pending:
+                return
+            model.pending.remove(replay)
+        now = self.backend.engines.now()
+        for _, part in replay.parts:
+            _complete_records(part, now)
 
     def _replayed(self, model: SimModel, item: Captured, inner: SimStream, generations: dict[SimEvent, int],
                   context: dict[str, Any]) -> Task:
@@ -428,7 +472,7 @@ class Captures:
             # Inside a model, failures travel only through each model stream's end record to the
             # replaying stream: a model's fork and tails form a cycle across replays, around which
             # an inherited failure would otherwise taint the next replay of the same model.
-            return Task(task.kind, task.name, event=shadow, generation=generations[shadow], inherit=False)
+            return sync_task(task.kind, task.name, shadow, generations[shadow], inherit=False)
         if sanitizer is not None:
             clock = sanitizer.enqueue(inner.name)
             regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
@@ -447,6 +491,12 @@ class Captures:
         model.destroyed = True
         for inner in model.streams.values():
             self.backend.stream_destroy(inner)
+
+
+def _complete_records(part: Task, now: float) -> None:
+    for task in part.tasks or ():
+        if task.kind == RECORD and task.event is not None:
+            task.event.complete(task.generation, now, None)
 
 
 def _swap(pairs: list[tuple[Task, Task]]) -> None:

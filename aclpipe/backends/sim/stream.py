@@ -38,7 +38,7 @@ from .sanitizer import Clock
 if TYPE_CHECKING:
     from .backend import SimBackend
 
-__all__ = ["FailureMode", "SimStream", "Task", "describe_task"]
+__all__ = ["FailureMode", "SimStream", "Task", "describe_task", "sync_task"]
 
 KERNEL, COPY, MEMSET, RECORD, WAIT, HOST_FUNC, LATCH, GRAPH, CONTROL = (
     "kernel", "copy", "memset", "record", "wait", "host_func", "latch", "graph", "control")
@@ -68,6 +68,19 @@ class Task:
     inherit: bool = True  # WAIT: later records here carry a failure the waited record carries
     joins: list[tuple[SimEvent, int]] | None = None  # WAIT: more (event, generation) to wait for
     consumed: int = 0  # RECORD: failures the host had taken from its stream when it was enqueued
+    discarded: Callable[[], None] | None = None  # called when a stop or abort drops the task unrun
+
+
+_DEFAULTS = dict(Task("", "").__dict__)
+
+
+def sync_task(kind: str, name: str, event: SimEvent, generation: int, *, inherit: bool = True) -> Task:
+    """A record or wait task, made without the dataclass constructor (a replay makes dozens)."""
+    task = object.__new__(Task)
+    task.__dict__.update(_DEFAULTS)
+    task.kind, task.name, task.event, task.generation, task.inherit, task.snapshot = (
+        kind, name, event, generation, inherit, {})
+    return task
 
 
 def describe_task(task: Task) -> str:
@@ -267,6 +280,8 @@ class SimStream:
             self._discard(sub)
         if task.kind == RECORD and task.event is not None:
             task.event.discard(task.generation)
+        if task.discarded is not None:
+            task.discarded()
 
     def _run_task(self, task: Task) -> None:
         if self.interrupted():

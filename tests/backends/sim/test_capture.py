@@ -188,6 +188,41 @@ def test_destroying_a_model_whose_replay_may_run_is_refused(device):
         device.backend.model_execute(model, origin.handle)
 
 
+def test_replays_run_in_the_order_they_were_submitted_whichever_stream_starts_first(device):
+    """The replaying stream hands the model's streams their parts when it gets there; a replay
+    submitted earlier on a stream that is still held goes first all the same."""
+    origin, held, free = device.create_stream(), device.create_stream(), device.create_stream()
+    buffer = device.upload(np.arange(8, dtype=np.float32))
+    marker = device.alloc(32)
+    device.backend.capture_begin(origin.handle)
+    _negate(device, origin, buffer)
+    model = device.backend.capture_end(origin.handle)
+    with latch(held):
+        device.backend.model_execute(model, held.handle)  # submitted first, its stream is held
+        device.backend.model_execute(model, free.handle)  # submitted second, starts first
+        free.memset(marker, 0)
+        assert not free.is_done  # its replay waits for the first one's part on the model's stream
+    held.sync()
+    free.sync()
+    np.testing.assert_array_equal(device.download(buffer, "float32", (8,)), np.arange(8))  # negated twice
+    device.backend.model_destroy(model)
+
+
+def test_a_replay_its_stream_drops_never_runs_and_leaves_the_model_destroyable(device):
+    origin, runner = device.create_stream(), device.create_stream()
+    buffer = device.upload(np.arange(8, dtype=np.float32))
+    device.backend.capture_begin(origin.handle)
+    _negate(device, origin, buffer)
+    model = device.backend.capture_end(origin.handle)
+    gate = device.backend.latch(runner.handle)
+    device.backend.model_execute(model, runner.handle)
+    runner.abort()  # drops the replay before the stream reached it
+    gate.set()
+    runner.sync()
+    device.backend.model_destroy(model)  # nothing of it can run any more
+    np.testing.assert_array_equal(device.download(buffer, "float32", (8,)), np.arange(8))
+
+
 def test_task_groups_are_updated_in_stream_order(device):
     origin, updater = device.create_stream(), device.create_stream()
     first = device.upload(np.ones(8, np.float32))
