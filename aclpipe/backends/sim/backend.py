@@ -15,6 +15,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import cffi
@@ -44,8 +45,9 @@ from .stream import (
     Task,
     describe_task,
 )
+from .threads import LIMIT as THREAD_LIMIT
 
-__all__ = ["Access", "SimBackend", "SimModel"]
+__all__ = ["Access", "BoundKernel", "SimBackend", "SimModel"]
 
 _NO_COST = Cost()
 
@@ -56,6 +58,25 @@ _FFI = cffi.FFI()
 Access = tuple[int, int]
 #: ``(allocation, address, nbytes)``.
 Region = tuple[Allocation, int, int]
+
+
+@dataclass(eq=False)
+class BoundKernel:
+    """A kernel whose regions were checked once (:meth:`SimBackend.bind_kernel`): its guarded
+    body, the regions the sanitizer and failures need, and its modelled time."""
+
+    run: Callable[[], None]
+    reads: list[Region]
+    writes: list[Region]
+    padding: list[Region]
+    seconds: float
+    cores: int
+    allocations: tuple[Allocation, ...]
+
+    def alive(self) -> bool:
+        """Whether every region still lies in a live allocation (addresses are never reused,
+        so a live allocation still holds what was checked)."""
+        return all(allocation.alive for allocation in self.allocations)
 
 #: ``aclrtMemcpyAsync`` restriction in ``include/external/acl/acl_rt.h``: "for on-chip
 #: device-to-device memory copy, both the source and destination addresses must be 64-byte aligned".
@@ -128,6 +149,7 @@ class SimBackend:
         self._lock = threading.Lock()
         #: Installed by trace_begin; stream workers record every task while it is set.
         self.recorder: TraceRecorder | None = None
+        THREAD_LIMIT.acquire()  # numpy's BLAS pools: one thread while a simulated device is open
         self.closed = False
 
     @staticmethod
@@ -146,6 +168,7 @@ class SimBackend:
         self.faults.clear()
         for stream in list(self._streams) + list(self._model_streams):
             self._stop_stream(stream)
+        THREAD_LIMIT.release()
 
     def _check_open(self) -> None:
         if self.closed:
@@ -266,15 +289,31 @@ class SimBackend:
         sanitizer reports the read that would see it)."""
         self._check_stream(stream)
         label = (context or {}).get("node") or name
+        bound = self.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=executor)
+        self.submit_kernel(stream, name, bound, context)
+
+    def bind_kernel(self, run: Callable[[], None], *, reads: Sequence[Access] = (), writes: Sequence[Access] = (),
+                    cost: Cost = _NO_COST, label: str = "kernel", executor: Allocation | None = None) -> BoundKernel:
+        """Check a kernel's regions (live, in bounds, 32-byte aligned) once; the result may be
+        submitted again and again while :meth:`BoundKernel.alive` (a repeatable executor's
+        launches), which checks each region in constant time."""
         resolved_reads = [self._kernel_region(a, n, f"{label} read") for a, n in reads]
         resolved_writes = [self._kernel_region(a, n, f"{label} write") for a, n in writes]
         padding = self._padding(resolved_writes)
         if executor is not None:
             resolved_reads.append((executor, executor.start, 1))
         cores = cost.tiling(self.spec)
-        task = Task(KERNEL, name, _guarded(run, resolved_reads, resolved_writes, padding, label),
-                    seconds=cost.seconds(self.spec, cores), cores=cores, context=dict(context or {}))
-        self._submit(stream, task, reads=resolved_reads, writes=resolved_writes, padding=padding)
+        allocations = tuple({id(a): a for a, _, _ in resolved_reads + resolved_writes}.values())
+        return BoundKernel(_guarded(run, resolved_reads, resolved_writes, padding, label), resolved_reads,
+                           resolved_writes, padding, cost.seconds(self.spec, cores), cores, allocations)
+
+    def submit_kernel(self, stream: SimStream, name: str, bound: BoundKernel,
+                      context: Mapping[str, Any] | None = None) -> None:
+        """Enqueue a kernel bound by :meth:`bind_kernel` (the caller checked it is still alive)."""
+        self._check_stream(stream)
+        task = Task(KERNEL, name, bound.run, seconds=bound.seconds, cores=bound.cores,
+                    context=dict(context) if context else {})
+        self._submit(stream, task, reads=bound.reads, writes=bound.writes, padding=bound.padding)
 
     @staticmethod
     def _padding(writes: Sequence[Region]) -> list[Region]:
@@ -720,17 +759,19 @@ def _guarded(run: Callable[[], None], reads: Sequence[Region], writes: Sequence[
              label: str) -> Callable[[], None]:
     """``run`` refusing freed memory (AI-core read/write traps, 25-01_aclError.md) and
     scribbling over the padding it may touch once it ran."""
+    checks = [(allocation, 507042, "reads") for allocation, _, _ in reads]
+    checks += [(allocation, 507043, "writes") for allocation, _, _ in writes]
+    scribbles = [(allocation, allocation.data[address - allocation.start:address - allocation.start + nbytes])
+                 for allocation, address, nbytes in padding]
 
     def guarded() -> None:
-        for regions, code, kind in ((reads, 507042, "reads"), (writes, 507043, "writes")):
-            for allocation, _, _ in regions:
-                if not allocation.alive:
-                    raise error_from_code(code, f"{label} {kind} {allocation.describe()}, freed while the kernel was "
-                                                "queued (use after free)")
+        for allocation, code, kind in checks:
+            if not allocation.alive:
+                raise error_from_code(code, f"{label} {kind} {allocation.describe()}, freed while the kernel was "
+                                            "queued (use after free)")
         run()
-        for allocation, address, nbytes in padding:
+        for allocation, scribble in scribbles:
             if allocation.alive:
-                offset = address - allocation.start
-                allocation.data[offset:offset + nbytes] = POISON_BYTE
+                scribble.fill(POISON_BYTE)
 
     return guarded

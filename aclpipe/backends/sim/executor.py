@@ -22,7 +22,7 @@ from .engines import Cost
 from .memory import Allocation
 
 if TYPE_CHECKING:
-    from .backend import SimBackend
+    from .backend import BoundKernel, SimBackend
     from .stream import SimStream
 
 __all__ = ["ExecutorRegion", "SimExecutor", "prepare_executor"]
@@ -63,6 +63,8 @@ class SimExecutor:
         self.used = False
         self.destroyed = False
         self.region = ExecutorRegion(op)
+        #: ((workspace, label), the kernel bound to them): what repeated launches reuse
+        self._bound: tuple[tuple[int, str], BoundKernel] | None = None
 
     def _error(self, code: int, detail: str) -> InvalidArgumentError:
         error = error_from_code(code, f"aclnn{self.op}: {detail}", {"op": self.op})
@@ -92,6 +94,7 @@ class SimExecutor:
         desc = tensors[index]
         assert desc is not None
         tensors[index] = replace(desc, address=address)
+        self._bound = None
 
     def check_signature(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None]) -> None:
         """Refuse tensors whose shape, strides, dtype or format changed since phase one."""
@@ -101,7 +104,29 @@ class SimExecutor:
                     raise self._error(161002, f"{kind} {index} changed since phase one: prepared for {old}, "
                                               f"launched with {new}; run phase one again for the new shape")
 
+    def _bind(self, backend: SimBackend, workspace: int, label: str) -> BoundKernel:
+        """Check the tensors and workspace and build their numpy views: once per address set
+        (views of device memory stay valid while it is live; addresses are never reused)."""
+        inputs, outputs, plan, memory, need = list(self.inputs), list(self.outputs), self.plan, backend.memory, \
+            self.plan.workspace_size
+        views: list[Any] = []
+
+        def run() -> None:
+            plan.kernel(*views)
+
+        reads = [(t.address, t.extent_bytes) for t in inputs if t is not None and t.numel]
+        writes = [(t.address, t.extent_bytes) for t in outputs if t is not None and t.numel]
+        if need:
+            writes.append((workspace, need))
+        cost = Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube)
+        bound = backend.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=self.region)
+        views.append([memory.tensor(t, what=f"{label} input") if t is not None else None for t in inputs])
+        views.append([memory.tensor(t, what=f"{label} output") if t is not None else None for t in outputs])
+        views.append(memory.bytes_at(workspace, need, what=f"{label} workspace") if need else None)
+        return bound
+
     def destroy(self) -> None:
+        self._bound = None
         self.destroyed = True
         self.region.alive = False  # a launch still queued now fails as a use after free
 
@@ -118,21 +143,9 @@ class SimExecutor:
         if need > 0 and workspace_size < need:
             raise self._error(161002, f"workspace of {workspace_size} bytes is smaller than the {need} bytes "
                                       "phase one asked for")
-        inputs, outputs, plan, memory = list(self.inputs), list(self.outputs), self.plan, backend.memory
         label = (context or {}).get("node") or f"aclnn{self.op}"
-
-        def run() -> None:
-            in_views = [memory.tensor(t, what=f"{label} input") if t is not None else None for t in inputs]
-            out_views = [memory.tensor(t, what=f"{label} output") if t is not None else None for t in outputs]
-            scratch = memory.bytes_at(workspace, need, what=f"{label} workspace") if need else None
-            plan.kernel(in_views, out_views, scratch)
-
-        reads = [(t.address, t.extent_bytes) for t in inputs if t is not None and t.numel]
-        writes = [(t.address, t.extent_bytes) for t in outputs if t is not None and t.numel]
-        if need:
-            writes.append((workspace, need))
-        full_context = {"op": self.op, **dict(context or {})}
-        cost = Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube)
-        backend.launch_kernel(stream, f"aclnn{self.op}", run, reads=reads, writes=writes, cost=cost,
-                              context=full_context, executor=self.region)
+        bound = self._bound
+        if bound is None or bound[0] != (workspace, label) or not bound[1].alive():
+            bound = self._bound = ((workspace, label), self._bind(backend, workspace, label))
+        backend.submit_kernel(stream, f"aclnn{self.op}", bound[1], {"op": self.op, **(context or {})})
         self.used = True
