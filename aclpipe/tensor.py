@@ -8,7 +8,8 @@ Kernels honour strides, so a transposed or sliced view is just another descripto
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .dtypes import DType, Format, as_dtype
@@ -75,7 +76,7 @@ class TensorDesc:
     def ndim(self) -> int:
         return len(self.shape)
 
-    @property
+    @cached_property
     def numel(self) -> int:
         return math.prod(self.shape)
 
@@ -84,7 +85,7 @@ class TensorDesc:
         """Bytes of the view's elements (what a contiguous copy would take)."""
         return self.numel * self.dtype.itemsize
 
-    @property
+    @cached_property
     def extent_bytes(self) -> int:
         """Bytes from ``address`` that the view may touch: the allocation must hold this many."""
         if self.numel == 0:
@@ -104,7 +105,12 @@ class TensorDesc:
 
     def at(self, address: int) -> TensorDesc:
         """The same view over storage at ``address``."""
-        return replace(self, address=address)
+        # Already validated: copy the fields (and the cached sizes, which do not depend on the
+        # address) instead of running __init__ again; preparing a program does this per tensor.
+        desc = object.__new__(TensorDesc)
+        desc.__dict__.update(self.__dict__)
+        object.__setattr__(desc, "address", int(address))
+        return desc
 
     def signature(self) -> tuple[Any, ...]:
         """Everything that shapes an executor, without the address."""

@@ -17,7 +17,7 @@ PACKAGE = Path(aclpipe.__file__).resolve().parent
 #: Layers from the top down (ARCHITECTURE.md 2): a module may import only its own layer and those below.
 LAYERS = ("cli", "pipeline", "onnx", "eager", "trace", "plan", "graph", "testing", "runtime", "backends", "ops")
 #: Modules shared by every layer.
-BASE = ("errors", "dtypes", "tensor")
+BASE = ("errors", "dtypes", "tensor", "gc_pause")
 
 
 def _modules() -> list[str]:

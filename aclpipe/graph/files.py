@@ -41,6 +41,7 @@ import yaml
 
 from ..dtypes import DType, as_dtype
 from ..errors import GraphError
+from ..gc_pause import paused_gc
 from .builder import is_list_argument, resolve_op, thaw
 from .document import Where, read_document
 from .graph import Graph
@@ -101,7 +102,11 @@ def load_graph(path: str | Path, *, base_dir: str | Path | None = None, limits: 
     GraphError
         For every problem with the file, naming the file and the entry.
     """
-    path = Path(path)
+    with paused_gc():  # a node or more per entry, all kept: no garbage cycles to look for meanwhile
+        return _load_graph(Path(path), base_dir, limits)
+
+
+def _load_graph(path: Path, base_dir: str | Path | None, limits: LoadLimits | None) -> Graph:
     loading = _Loading(path, base_dir, limits if limits is not None else DEFAULT_LIMITS)
     where = loading.where
     data = where.mapping(read_document(path, where, loading.limits), "top level", _TOP_KEYS, ("nodes", "outputs"))

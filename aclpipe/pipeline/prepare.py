@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import error_from_code
+from ..gc_pause import paused_gc
 from ..graph.signature import Signature
 from ..plan import Plan, make_plan
 from .program import Program, events_per_slot
@@ -75,7 +76,8 @@ class Preparer:
         key = inputs if isinstance(inputs, Signature) else self.signature(inputs)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+            with paused_gc():  # binding and planning build an object or more per node, all kept
+                plan = self._plans[key] = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
         return plan
 
     def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy,
@@ -88,14 +90,15 @@ class Preparer:
         plan = self.plan_for(inputs)
         self.reserve_events(plan, make_room)
         self.upload_constants(plan)
-        program = Program(self.device, plan, self.constants, self.streams, self.depth)
-        try:
-            if not program.pin_workspaces(workspaces):
-                workspaces.reserve(program.workspace_sizes)
-            program.capture(workspaces, len(self.streams) - 1)
-        except BaseException:
-            program.close()
-            raise
+        with paused_gc():  # per node and slot: descriptors, executors, launch records, tasks; all kept
+            program = Program(self.device, plan, self.constants, self.streams, self.depth)
+            try:
+                if not program.pin_workspaces(workspaces):
+                    workspaces.reserve(program.workspace_sizes)
+                program.capture(workspaces, len(self.streams) - 1)
+            except BaseException:
+                program.close()
+                raise
         return program
 
     def reserve_events(self, plan: Plan, make_room: Callable[[], bool] | None = None) -> None:

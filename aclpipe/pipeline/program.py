@@ -233,11 +233,12 @@ class Program:
         cannot pin without waiting (``per-call`` never pins)."""
         if self.fallback_nodes:
             return False
-        if self.pinned is None:
-            pinned = workspaces.pin(self.workspace_sizes, self) if self.workspace_sizes else {}
-            if pinned is None:
-                return False
-            self.pinned, self._pinned_by = pinned, workspaces if pinned else None
+        if self.pinned is not None:
+            return True
+        pinned = workspaces.pin(self.workspace_sizes, self) if self.workspace_sizes else {}
+        if pinned is None:
+            return False
+        self.pinned, self._pinned_by = pinned, workspaces if pinned else None
         for slot in self.slots:
             self._build_tables(slot)
         return True

@@ -19,7 +19,7 @@ from ...errors import InvalidArgumentError, error_from_code
 from ...ops import OpPlan, get_op
 from ...tensor import TensorDesc
 from .engines import Cost
-from .memory import Allocation
+from .memory import Allocation, DeviceMemory
 
 if TYPE_CHECKING:
     from .backend import BoundKernel, SimBackend
@@ -41,12 +41,42 @@ class ExecutorRegion(Allocation):
         return f"the {self.label} #{self.start}"
 
 
+#: Phase one's result per call signature (op, every tensor's shape/strides/offset/dtype/format,
+#: attributes): the catalog's checks and plans depend on nothing else (never on addresses), so
+#: a program's second slot, and every node of the same shape, reuses the first's plan.
+_PLANS: dict[Any, OpPlan] = {}
+_PLANS_KEPT = 4096
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` as a hashable key (lists and tuples, dicts, arrays, scalars); TypeError otherwise."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(item) for item in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(key), _frozen(item)) for key, item in value.items()))
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    hash(value)
+    return (type(value).__name__, value)
+
+
 def prepare_executor(op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
                      attrs: Mapping[str, Any]) -> SimExecutor:
     """Phase one on the simulator: the catalog op's checks, shape inference, workspace size
-    and kernel, as a :class:`SimExecutor`."""
-    spec = get_op(op)
-    plan = spec.prepare(list(inputs), list(outputs), dict(attrs))
+    and kernel, as a :class:`SimExecutor`.  A call whose signature passed before reuses its
+    plan; one that fails is checked (and fails) again every time."""
+    try:
+        key: Any = (op, tuple(t.signature() if t is not None else None for t in inputs),
+                    tuple(t.signature() if t is not None else None for t in outputs), _frozen(attrs))
+        plan = _PLANS.get(key)
+    except TypeError:  # an attribute that is not hashable: no reuse
+        key, plan = None, None
+    if plan is None:
+        plan = get_op(op).prepare(list(inputs), list(outputs), dict(attrs))
+        if key is not None:
+            if len(_PLANS) >= _PLANS_KEPT:
+                _PLANS.pop(next(iter(_PLANS)))  # the oldest entry
+            _PLANS[key] = plan
     return SimExecutor(op, plan, list(inputs), list(outputs))
 
 
@@ -112,6 +142,8 @@ class SimExecutor:
         views: list[Any] = []
 
         def run() -> None:
+            if not views:  # built by the first run, on the stream's worker (preparing stays cheap)
+                views.extend(self._views(memory, inputs, outputs, workspace, need, label))
             plan.kernel(*views)
 
         reads = [(t.address, t.extent_bytes) for t in inputs if t is not None and t.numel]
@@ -119,11 +151,15 @@ class SimExecutor:
         if need:
             writes.append((workspace, need))
         cost = Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube)
-        bound = backend.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=self.region)
-        views.append([memory.tensor(t, what=f"{label} input") if t is not None else None for t in inputs])
-        views.append([memory.tensor(t, what=f"{label} output") if t is not None else None for t in outputs])
-        views.append(memory.bytes_at(workspace, need, what=f"{label} workspace") if need else None)
-        return bound
+        return backend.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=self.region)
+
+    @staticmethod
+    def _views(memory: DeviceMemory, inputs: list[TensorDesc | None], outputs: list[TensorDesc | None],
+               workspace: int, need: int, label: str) -> list[Any]:
+        """The numpy views a kernel gets: inputs, outputs and the workspace's bytes."""
+        return [[memory.tensor(t, what=f"{label} input") if t is not None else None for t in inputs],
+                [memory.tensor(t, what=f"{label} output") if t is not None else None for t in outputs],
+                memory.bytes_at(workspace, need, what=f"{label} workspace") if need else None]
 
     def destroy(self) -> None:
         self._bound = None

@@ -73,6 +73,9 @@ class DeviceMemory:
         self._freed: collections.deque[tuple[int, int, str]] = collections.deque(maxlen=4096)
         self._host: dict[int, Allocation] = {}
         self._host_starts: list[int] = []
+        #: The allocation the last lookup found: launches of one program mostly hit one arena,
+        #: so most lookups are one range check instead of a search.
+        self._last: Allocation | None = None
 
     # -- device allocations ------------------------------------------------------------
     def alloc(self, nbytes: int, label: str = "") -> Allocation:
@@ -137,6 +140,9 @@ class DeviceMemory:
     def _containing(self, address: int) -> Allocation | None:
         """The live allocation whose bytes include ``address``: a device allocation for an address
         in the device range, else a pinned host buffer."""
+        last = self._last
+        if last is not None and last.alive and last.start <= address < last.start + last.size:
+            return last
         with self._lock:
             if self.is_device(address):
                 starts, table = self._starts, self._by_start
@@ -146,6 +152,7 @@ class DeviceMemory:
             allocation = table[starts[index]] if index >= 0 else None
         if allocation is None or address >= allocation.start + allocation.size:
             return None
+        self._last = allocation
         return allocation
 
     def find(self, address: int, nbytes: int, *, what: str) -> tuple[Allocation, int]:
