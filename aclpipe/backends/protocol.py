@@ -175,7 +175,7 @@ class LaunchKind(enum.IntEnum):
     COPY = 3  # aclrtMemcpyAsync(dst, nbytes, src, nbytes, copy_kind, stream)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class LaunchRecord:
     """One primitive call with every argument fixed: what a prepared slot enqueues per run.
 

@@ -223,7 +223,8 @@ class Program:
         for slot in self.slots:
             for step in slot.steps:
                 step.stream = handles[step.lane]
-            self._build_tables(slot)
+            if slot.graph is None:  # a captured slot replays its model: no table to renew
+                self._build_tables(slot)
 
     # -- fixing what varies: pinned workspaces, launch tables, capture ----------------------------
     def pin_workspaces(self, workspaces: WorkspaceStrategy) -> bool:
@@ -275,6 +276,10 @@ class Program:
                 _abandon_capture(backend, origin)
                 raise
             slot.graph = backend.capture_end(origin)
+            for table in (slot.body, slot.tail):
+                if table is not None:
+                    table.close()  # the model holds the launches now
+            slot.body = slot.tail = None
         return True
 
     def _capture_run(self, slot: Slot, origin: Any) -> None:

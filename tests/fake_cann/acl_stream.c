@@ -591,6 +591,7 @@ aclError aclrtStreamAbort(aclrtStream stream)
         s->drop_upto = s->enqueued; /* the queued tasks, and a wait blocked now, are dropped */
         int64_t target = s->enqueued;
         drop_queued(s);
+        pthread_cond_broadcast(&rt_changed); /* a wait blocked now re-checks drop_upto */
         while (s->completed < target)
             pthread_cond_wait(&rt_changed, &rt_lock);
     }
