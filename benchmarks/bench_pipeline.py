@@ -108,9 +108,10 @@ async def _pipeline_host_cost(device: aclpipe.Device, graph: Graph, runs: int) -
             enqueue.append(enqueued - started)
             cpu.append(time.thread_time() - cpu_started)
         program = next(iter(pipe._programs.values()))
+        captured = program.slots[0].graph is not None
         alone = _backend_alone(device, program, pipe._streams, runs)
     return {"enqueue": statistics.median(enqueue), "run": statistics.median(whole), "cpu": statistics.median(cpu),
-            "captured": float(program.slots[0].graph is not None), "alone": alone}
+            "captured": float(captured), "alone": alone}
 
 
 def _backend_alone(device: aclpipe.Device, program: Any, streams: list[aclpipe.Stream], runs: int) -> float:
