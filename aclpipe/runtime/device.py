@@ -20,6 +20,7 @@ from ..backends import get_backend_class, parse_device
 from ..backends.protocol import Backend, Capabilities, fault_injection
 from ..dtypes import as_dtype
 from ..errors import ClosedResourceError
+from . import lanes
 from .buffer import DeviceBuffer, HostBuffer
 from .event import Event, _ms
 from .stream import Stream
@@ -39,8 +40,15 @@ class MemInfo:
         return self.total - self.free
 
 
-def _close_backend(backend: Backend) -> None:
-    backend.close()
+def _close_backend(backend: Backend, name: str) -> None:
+    # Waiters for work on this device stop waiting first (they get ClosedResourceError at
+    # once, whoever closes and however long the backend takes); closing stops the streams,
+    # after which lane states they passed can be released.
+    lanes.device_closed(backend, name)
+    try:
+        backend.close()
+    finally:
+        lanes.sweep()
 
 
 class Device:
@@ -51,7 +59,7 @@ class Device:
         self.name = name
         self._transfer: Stream | None = None
         self._transfer_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _close_backend, backend)
+        self._finalizer = weakref.finalize(self, _close_backend, backend, name)
 
     # -- lifetime ---------------------------------------------------------------------------
     @property
@@ -63,7 +71,11 @@ class Device:
             raise ClosedResourceError(f"device {self.name} is closed")
 
     def close(self) -> None:
-        """Stop every stream and release the device; idempotent."""
+        """Stop every stream and release the device; idempotent.
+
+        Work still in flight is abandoned: whoever awaits it (a pipeline run, a timeline
+        wait) gets :class:`ClosedResourceError` at once rather than waiting for ever.
+        """
         self._finalizer()
 
     def __enter__(self) -> Self:
