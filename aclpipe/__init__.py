@@ -17,6 +17,7 @@ from .errors import (
     ClosedResourceError,
     DeviceFault,
     DeviceOutOfMemory,
+    EventLoopError,
     ExecutionError,
     GraphError,
     HazardError,
@@ -25,7 +26,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .graph import BoundGraph, Graph, load_graph
-from .pipeline import Pipeline, PipelineStats
+from .pipeline import Pipeline, PipelineStats, load_model, run
 from .plan import Plan, PlannedNode, ValuePlacement, make_plan
 from .runtime import (
     CachedWorkspace,
@@ -65,6 +66,7 @@ __all__ = [
     "DeviceFault",
     "DeviceOutOfMemory",
     "Event",
+    "EventLoopError",
     "ExecutionError",
     "ExecutorCache",
     "Format",
@@ -96,11 +98,13 @@ __all__ = [
     "WorkspaceStats",
     "device_count",
     "load_graph",
+    "load_model",
     "load_onnx",
     "make_plan",
     "make_workspace_strategy",
     "open_device",
     "record_trace",
+    "run",
     "trace",
 ]
 

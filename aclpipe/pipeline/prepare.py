@@ -16,6 +16,7 @@ import numpy as np
 
 from ..graph.bound import normalize_shapes
 from ..plan import Plan, make_plan
+from .cache import LruDict
 from .program import Program
 
 if TYPE_CHECKING:
@@ -49,16 +50,19 @@ class Preparer:
         Slots per program.
     max_streams:
         At most this many compute streams in a plan.
+    plans:
+        Plans kept (per input signature; the least recently used go first).
     """
 
-    def __init__(self, graph: Graph, device: Device, streams: list[Stream], *, depth: int, max_streams: int):
+    def __init__(self, graph: Graph, device: Device, streams: list[Stream], *, depth: int, max_streams: int,
+                 plans: int = 64):
         self.graph = graph
         self.device = device
         self.streams = streams
         self.depth = depth
         self.max_streams = max_streams
         self.constants: dict[str, DeviceBuffer] = {}
-        self._plans: dict[Signature, Plan] = {}
+        self._plans: LruDict[Signature, Plan] = LruDict(plans)
 
     def plan_for(self, shapes: Mapping[str, Any]) -> Plan:
         """The plan for these input shapes (tuples, or arrays whose shape is used), bound and
@@ -67,7 +71,8 @@ class Preparer:
         key = signature(normalize_shapes(self.graph, shapes))
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = make_plan(self.graph.bind(**dict(key)), streams=self.max_streams)
+            plan = make_plan(self.graph.bind(**dict(key)), streams=self.max_streams)
+            self._plans[key] = plan
         return plan
 
     def prepare(self, shapes: Mapping[str, Any], workspaces: WorkspaceStrategy) -> Program:
