@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from ..graph import BoundGraph, Graph, load_graph
 
 __all__ = [
     "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "add_command", "add_graph_arguments", "bind_shapes",
-    "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph", "load_graph_arguments", "positive_int",
-    "random_inputs", "reporting_errors",
+    "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph", "load_graph_arguments", "open_device_for",
+    "positive_float", "positive_int", "random_inputs", "reporting_errors",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -51,6 +52,10 @@ def reporting_errors(run: Callable[..., int]) -> Callable[..., int]:
     def wrapper(*args: Any, **kwargs: Any) -> int:
         try:
             return int(run(*args, **kwargs))
+        except MemoryError as error:  # DeviceOutOfMemory too: what was asked for does not fit
+            print(f"aclpipe: error: out of memory: {_one_line(error)}; use a smaller --batch, --depth or "
+                  "--runs", file=sys.stderr)
+            return EXIT_USAGE
         except (ExecutionError, HazardError, BackendError) as error:
             print(f"aclpipe: error: {_one_line(error)}", file=sys.stderr)
             return EXIT_FAILED
@@ -71,6 +76,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text!r}")
     return value
 
 
@@ -169,12 +185,25 @@ def load_graph_arguments(args: argparse.Namespace) -> tuple[Graph, dict[str, tup
     return graph, shapes, graph.bind(**shapes)
 
 
-def random_inputs(graph: Graph, shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator
-                  ) -> dict[str, np.ndarray]:
-    """Seeded inputs: N(0, 1) for floats, 0 or 1 for integers (valid indices for any table),
-    random booleans."""
+def open_device_for(spec: str | None, **options: Any) -> Any:
+    """Open the device ``--device`` names; a name that does not exist is a usage error (exit 2)."""
+    from ..runtime import open_device
+
+    try:
+        return open_device(spec, **options)
+    except (BackendError, LookupError, ValueError) as error:
+        raise CommandError(f"--device {spec or '(default)'}: {_one_line(error)}") from error
+
+
+def random_inputs(graph: Graph, shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator,
+                  names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Seeded inputs (for ``names``, default every input): N(0, 1) for floats, 0 or 1 for
+    integers (valid indices for any table), random booleans."""
     arrays = {}
+    wanted = set(graph.inputs if names is None else names)
     for name, spec in graph.inputs.items():
+        if name not in wanted:
+            continue
         dtype = as_dtype(spec.dtype).numpy
         shape = shapes[name]
         if np.issubdtype(dtype, np.bool_):
