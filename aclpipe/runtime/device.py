@@ -8,6 +8,7 @@ no current device or stream.  ``close()`` is idempotent everywhere and backed by
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import weakref
@@ -19,7 +20,7 @@ import numpy as np
 from ..backends import get_backend_class, parse_device
 from ..backends.protocol import Backend, Capabilities, fault_injection
 from ..dtypes import as_dtype
-from ..errors import ClosedResourceError
+from ..errors import AclpipeError, ClosedResourceError
 from . import lanes
 from .buffer import DeviceBuffer, HostBuffer
 from .event import Event, _ms
@@ -38,6 +39,23 @@ class MemInfo:
     @property
     def used(self) -> int:
         return self.total - self.free
+
+
+_OPEN: weakref.WeakSet[Device] = weakref.WeakSet()
+_EXIT_HOOKED = False
+_EXIT_SYNC_MS = 2000  # at interpreter exit, how long to wait for each device's streams
+
+
+def _sync_at_exit() -> None:
+    """At interpreter exit, before ``weakref.finalize`` frees what is still alive in creation
+    order (a buffer before the pool that must first wait for it), wait for every open device's
+    streams: the frees that follow are then ordered after the device's work."""
+    for device in list(_OPEN):
+        if not device.closed:
+            try:
+                device.backend.device_sync(_EXIT_SYNC_MS)
+            except AclpipeError:
+                pass  # a sticky error nobody is left to read, or a device that did not finish in time
 
 
 def _close_backend(backend: Backend, name: str) -> None:
@@ -60,6 +78,13 @@ class Device:
         self._transfer: Stream | None = None
         self._transfer_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_backend, backend, name)
+        global _EXIT_HOOKED
+        if not _EXIT_HOOKED:
+            # Registered after weakref's own exit hook (the finalizer above made sure of it), so
+            # atexit, last in first out, runs this one first.
+            atexit.register(_sync_at_exit)
+            _EXIT_HOOKED = True
+        _OPEN.add(self)
 
     # -- lifetime ---------------------------------------------------------------------------
     @property
