@@ -8,6 +8,7 @@ import sys
 import pytest
 from rich.console import Console
 
+import aclpipe
 from aclpipe import cli
 
 
@@ -33,6 +34,17 @@ def test_selftest_on_the_simulator_passes(capsys):
 def test_selftest_without_the_sanitizer_reports_skips(capsys):
     status, out, _ = run_main(capsys, "selftest", "--no-sanitizer", "--timing")
     assert status == 0 and "skipped" in out and "timing x1" in " ".join(out.split())
+
+
+def test_the_sanitizer_skip_hint_does_not_promise_a_sanitizer_on_hardware():
+    import aclpipe.testing as kit
+
+    report = kit.check_backend(lambda: aclpipe.open_device("sim", sanitizer=False))
+    details = {row.detail for row in report.skipped if row.name.startswith("sanitizer")}
+    assert len(details) == 1
+    detail = details.pop()
+    # A hardware user must not be sent to an environment variable that cannot help them.
+    assert "simulator feature" in detail and "other backends cannot run this check" in detail
 
 
 def test_selftest_exits_1_when_a_check_fails(capsys, monkeypatch):
