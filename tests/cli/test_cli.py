@@ -22,6 +22,7 @@ def test_devices_lists_every_backend(capsys):
     status, out, _ = run_main(capsys, "devices")
     assert status == 0
     assert "sim" in out and "ascend" in out and "simulated atlas-a2" in out
+    assert "completion host function: compiled C" in out  # the suite runs with the helper built
 
 
 def test_selftest_on_the_simulator_passes(capsys):
