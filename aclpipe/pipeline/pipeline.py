@@ -187,12 +187,15 @@ class Pipeline:
     # -- running ---------------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the graph once; returns ``{output name: array}``."""
-        with self._affinity.use("run"):
+        self._affinity.enter("run")  # not a with-block: this is the hot path
+        try:
             arrays, shapes = self._check_inputs(inputs)
             if has_empty_input(arrays):
                 return empty_result(self.graph, shapes)
             accepted = self._accept(arrays)
             return await self._finish(await self._start(*accepted))
+        finally:
+            self._affinity.leave()
 
     def run_sync(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> dict[str, np.ndarray]:
         """Run the graph once and wait, from code with no event loop (as ``InferenceSession.run``).
