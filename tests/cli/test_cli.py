@@ -106,3 +106,25 @@ def test_a_command_module_plugs_into_the_parser(capsys):
     args = parser.parse_args(["hello", "--who", "npu"])
     assert args.run(args, Console()) == 0
     assert "hello npu" in capsys.readouterr().out
+
+
+def test_the_readme_synopsis_lists_every_option_of_every_command():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Command line", 1)[1]
+    synopsis = re.search(r"```\n(.*?)```", section, flags=re.S).group(1)
+    per_command: dict[str, str] = {}
+    for line in synopsis.splitlines():
+        match = re.match(r"aclpipe (\w+)", line)
+        if match:
+            current = match.group(1)
+        per_command[current] = per_command.get(current, "") + line
+    parser = cli.build_parser()
+    subparsers = next(action for action in parser._actions if action.dest == "command")
+    for name, subparser in subparsers.choices.items():
+        options = {option for action in subparser._actions for option in action.option_strings
+                   if option not in ("-h", "--help")}
+        missing = sorted(option for option in options if option not in per_command.get(name, ""))
+        assert not missing, f"README synopsis of 'aclpipe {name}' lacks {missing}"

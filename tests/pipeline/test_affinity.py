@@ -110,3 +110,25 @@ def _try_enter(affinity: LoopAffinity, errors: list[BaseException]) -> None:
         affinity.enter("c")
     except EventLoopError as error:
         errors.append(error)
+
+
+def test_threads_with_their_own_pipelines_share_one_device(device):
+    graph = mlp()
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        try:
+            with Pipeline(graph, device, depth=2) as pipe:
+                for run in range(15):
+                    x = batch(1 + run % 3, seed=seed * 100 + run)
+                    assert_outputs(pipe.run_sync(x=x), reference(graph, {"x": x}))
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and not any(thread.is_alive() for thread in threads)
+    assert device.mem_info().used == 0
