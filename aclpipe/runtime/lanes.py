@@ -23,6 +23,7 @@ objects.  The rules:
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 import weakref
@@ -67,6 +68,14 @@ class Lane:
             pending.popleft()
 
 
+_LIVE: weakref.WeakSet[LaneState] = weakref.WeakSet()  # every state not yet released (device_closed)
+_PARKED: list[LaneState] = []  # closed, waiting for the device; kept alive here
+# Guards both: states are made, parked and released on any thread.  Reentrant because a
+# collected timeline's finalizer (which parks) may run inside any allocation, this module's own
+# critical sections included; the operations under it tolerate that interleaving.
+_PARKED_LOCK = threading.RLock()
+
+
 class LaneState:
     """Everything runtime threads may touch (counters, host-function args, the wake pipe), and
     the bookkeeping that decides when it may be released."""
@@ -82,7 +91,8 @@ class LaneState:
         self.closed = False
         self.released = False
         self.on_release: list[Callable[[], None]] = []
-        _LIVE.add(self)
+        with _PARKED_LOCK:
+            _LIVE.add(self)
 
     def add_lane(self) -> int:
         with self.lock:
@@ -168,9 +178,6 @@ class LaneState:
             raise first
 
 
-_LIVE: weakref.WeakSet[LaneState] = weakref.WeakSet()  # every state not yet released (device_closed)
-_PARKED: list[LaneState] = []  # closed, waiting for the device; kept alive here
-_PARKED_LOCK = threading.Lock()
 
 
 def try_release(state: LaneState) -> bool:
@@ -182,9 +189,9 @@ def try_release(state: LaneState) -> bool:
             return False
         state.released = True  # claimed: whoever got here first releases it
     with _PARKED_LOCK:
-        if state in _PARKED:
+        with contextlib.suppress(ValueError):  # not parked (released where it was closed)
             _PARKED.remove(state)
-    _LIVE.discard(state)
+        _LIVE.discard(state)
     state.release()
     return True
 
@@ -238,5 +245,7 @@ def parked_states() -> int:
 def device_closed(backend: Backend, name: str) -> None:
     """Called as the device behind ``backend`` closes: waiters for work on it stop waiting."""
     reason = f"device {name} was closed while work on it was in flight"
-    for state in list(_LIVE):
+    with _PARKED_LOCK:
+        states = list(_LIVE)
+    for state in states:
         state.mark_lost(backend, reason)
