@@ -11,7 +11,6 @@ writes the last run's outputs.  Output paths are checked before anything runs.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from ..dtypes import as_dtype
 from ..graph import Graph
 from .common import CommandError
 
-__all__ = ["check_writable", "input_assignment", "load_inputs", "outputs_table", "save_outputs"]
+__all__ = ["input_assignment", "load_inputs", "outputs_table", "save_outputs"]
 
 #: How many values of each output ``aclpipe run`` prints.
 SHOWN_VALUES = 6
@@ -37,20 +36,6 @@ def input_assignment(text: str) -> tuple[str | None, str]:
     if not sep and text.lower().endswith(".npz"):
         return None, text
     raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy or FILE.npz, got {text!r}")
-
-
-def check_writable(path_text: str, option: str) -> Path:
-    """``path_text`` as a path that can be written, or a CommandError naming ``option`` now, before
-    anything runs (a missing folder, a folder in the way, no permission)."""
-    path = Path(path_text)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise CommandError(f"{option} {path_text}: is a folder; give a file name")
-    if not folder.is_dir():
-        raise CommandError(f"{option} {path_text}: the folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise CommandError(f"{option} {path_text}: not writable")
-    return path
 
 
 def _read(path_text: str) -> dict[str, np.ndarray] | np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -24,8 +25,8 @@ from ..graph import BoundGraph, Graph, load_graph
 
 __all__ = [
     "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "add_command", "add_graph_arguments", "bind_shapes",
-    "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph", "load_graph_arguments", "open_device_for",
-    "positive_float", "positive_int", "random_inputs", "reporting_errors",
+    "check_writable", "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph",
+    "load_graph_arguments", "open_device_for", "positive_float", "positive_int", "random_inputs", "reporting_errors",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -77,6 +78,20 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def check_writable(path_text: str, option: str) -> Path:
+    """``path_text`` as a path that can be written, or a CommandError naming ``option`` now, before
+    anything runs (a missing folder, a folder in the way, no permission)."""
+    path = Path(path_text)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise CommandError(f"{option} {path_text}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise CommandError(f"{option} {path_text}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CommandError(f"{option} {path_text}: not writable")
+    return path
 
 
 def positive_float(text: str) -> float:

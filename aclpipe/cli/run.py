@@ -41,12 +41,13 @@ from ..plan.render import format_bytes
 from ..runtime import Device
 from ..runtime.workspaces import STRATEGIES
 from ..trace import format_seconds
-from .arrays import check_writable, input_assignment, load_inputs, outputs_table, save_outputs
+from .arrays import input_assignment, load_inputs, outputs_table, save_outputs
 from .common import (
     EXIT_OK,
     CommandError,
     add_graph_arguments,
     bind_shapes,
+    check_writable,
     describe_shapes,
     load_any_graph,
     open_device_for,

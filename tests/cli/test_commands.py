@@ -101,6 +101,7 @@ def _write(path: Path, text: str) -> str:
     ("input_rank", "x"),
     ("input_twice", "given twice"),
     ("bench_scale", "--time-scale: expected a finite positive number"),
+    ("plan_dot", "--dot"),
 ])
 def test_run_errors_are_one_line_with_exit_2(capsys, tmp_path, case, message):
     mlp = str(GRAPHS / "mlp.yaml")
@@ -135,6 +136,7 @@ def test_run_errors_are_one_line_with_exit_2(capsys, tmp_path, case, message):
         "input_rank": ["run", mlp, "--input", f"x={tmp_path / 'flat.npy'}"],
         "input_twice": ["run", mlp, "--input", f"x={tmp_path / 'x.npy'}", "--input", str(tmp_path / "x.npz")],
         "bench_scale": ["bench", "--time-scale", "inf"],
+        "plan_dot": ["plan", mlp, "--dot", str(tmp_path / "no" / "p.dot")],
     }[case]
     status, out, err = run_main(capsys, *argv)
     assert status == 2 and out == ""  # nothing ran, nothing printed but the error
