@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from ..errors import EventLoopError
 
-__all__ = ["LoopAffinity", "running_loop"]
+__all__ = ["LoopAffinity", "refuse_inside_event_loop", "running_loop"]
 
 get_ident = threading.get_ident
 
@@ -96,3 +96,11 @@ class LoopAffinity:
     @property
     def busy(self) -> bool:
         return self._owner is not None
+
+
+def refuse_inside_event_loop(call: str) -> None:
+    """Raise :class:`EventLoopError` when this thread runs an event loop (a blocking call there
+    would stall every other task, or deadlock on work only that loop can finish)."""
+    if running_loop() is not None:
+        raise EventLoopError(f"{call} blocks, so it cannot be called from inside a running event loop; "
+                             "await the async form instead (await pipe.run(...), await pipe.aclose())")

@@ -10,6 +10,8 @@ name).  This is only right for graphs whose rows are independent (each output ro
 its own input row alone, as in per-sample inference) and whose outputs all lead with the
 batch dim; the latter is checked, the former is the caller's promise.
 
+Inputs.  :func:`check_inputs` checks one run's inputs against the graph (names, dtypes).
+
 Empty batches.  A batch with a zero-size dim runs nothing: when every output of the graph
 bound to those shapes is empty too, the result is empty arrays of the bound shapes and
 dtypes; when an output would still hold values (a reduction over the empty dim), it is a
@@ -21,17 +23,18 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..dtypes import as_dtype
 from ..errors import GraphError
 
 if TYPE_CHECKING:
     from ..graph import Graph
     from ..plan import Plan
 
-__all__ = ["ShapeBuckets", "empty_result", "has_empty_input"]
+__all__ = ["ShapeBuckets", "check_inputs", "empty_result", "has_empty_input"]
 
 
 class ShapeBuckets:
@@ -103,6 +106,26 @@ class ShapeBuckets:
 
     def __repr__(self) -> str:
         return f"<ShapeBuckets {list(self.sizes)} over {list(self.inputs)}>"
+
+
+def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
+                                                                   dict[str, tuple[int, ...]]]:
+    """The inputs of one run as arrays, and their shapes; a ValueError or TypeError naming what the
+    graph takes when one is missing, unknown or of another dtype."""
+    expected = graph.inputs
+    missing = [name for name in expected if name not in inputs]
+    unknown = [name for name in inputs if name not in expected]
+    if missing or unknown:
+        raise ValueError(f"graph {graph.name!r} takes inputs {list(expected)}; missing {missing}, unknown {unknown}")
+    arrays: dict[str, np.ndarray] = {}
+    for name, spec in expected.items():
+        array = np.asarray(inputs[name])
+        want = as_dtype(spec.dtype)
+        if array.dtype != want.numpy:
+            raise TypeError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
+                            f"{array.dtype}; convert with array.astype('{want.name}')")
+        arrays[name] = array
+    return arrays, {name: tuple(array.shape) for name, array in arrays.items()}
 
 
 def has_empty_input(arrays: Mapping[str, np.ndarray]) -> bool:

@@ -25,7 +25,8 @@ import anyio
 
 from ..errors import GraphError
 from ..graph import Graph, load_graph
-from .pipeline import Pipeline, refuse_inside_event_loop
+from .affinity import refuse_inside_event_loop
+from .pipeline import Pipeline
 
 if TYPE_CHECKING:
     import numpy as np

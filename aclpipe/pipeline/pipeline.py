@@ -38,15 +38,14 @@ from typing import Any, Self
 import anyio
 import numpy as np
 
-from ..dtypes import as_dtype
-from ..errors import AclpipeError, BackendError, ClosedResourceError, EventLoopError, GraphError
+from ..errors import AclpipeError, BackendError, ClosedResourceError, GraphError
 from ..graph import Graph
 from ..plan import Plan
 from ..runtime import Device, Stream, open_device
 from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
-from .affinity import LoopAffinity, running_loop
-from .batches import ShapeBuckets, empty_result, has_empty_input
+from .affinity import LoopAffinity, refuse_inside_event_loop
+from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
 from .cache import CacheEntry, ProgramCache, check_capacity
 from .faults import FaultLog
 from .prepare import Preparer, signature
@@ -407,21 +406,7 @@ class Pipeline:
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
         self._check_open()
-        expected = self.graph.inputs
-        missing = [name for name in expected if name not in inputs]
-        unknown = [name for name in inputs if name not in expected]
-        if missing or unknown:
-            raise ValueError(f"graph {self.graph.name!r} takes inputs {list(expected)}; "
-                             f"missing {missing}, unknown {unknown}")
-        arrays: dict[str, np.ndarray] = {}
-        for name, spec in expected.items():
-            array = np.asarray(inputs[name])
-            want = as_dtype(spec.dtype)
-            if array.dtype != want.numpy:
-                raise TypeError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
-                                f"{array.dtype}; convert with array.astype('{want.name}')")
-            arrays[name] = array
-        return arrays, {name: tuple(array.shape) for name, array in arrays.items()}
+        return check_inputs(self.graph, inputs)
 
     # -- reporting and closing ------------------------------------------------------------------
     def stats(self) -> PipelineStats:
@@ -527,14 +512,6 @@ class Pipeline:
     def __repr__(self) -> str:
         return (f"<Pipeline {self.graph.name!r} on {self.device.name} streams={self.max_streams} "
                 f"depth={self.depth} workspace={self.workspace}{' closed' if self._closed else ''}>")
-
-
-def refuse_inside_event_loop(call: str) -> None:
-    """Raise :class:`EventLoopError` when this thread runs an event loop (a blocking call there
-    would stall every other task, or deadlock on work only that loop can finish)."""
-    if running_loop() is not None:
-        raise EventLoopError(f"{call} blocks, so it cannot be called from inside a running event loop; "
-                             "await the async form instead (await pipe.run(...), await pipe.aclose())")
 
 
 async def _aiter(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
