@@ -20,7 +20,7 @@ from pipeline_graphs import assert_outputs, mlp, reference
 
 import aclpipe
 from aclpipe import ClosedResourceError, Pipeline
-from aclpipe.runtime.timeline import parked_timelines
+from aclpipe.runtime import lanes
 
 wait_all_tasks_blocked = anyio.wait_all_tasks_blocked
 
@@ -71,20 +71,20 @@ async def hang_one_run(pipe: Pipeline, device: aclpipe.Device) -> None:
 
 async def test_a_dropped_pipeline_frees_nothing_until_the_device_passed_its_hung_run(
         device, monkeypatch, thread_errors, anyio_backend):
-    baseline = parked_timelines()
     pipe = Pipeline(mlp(), device, cancel_grace=0.05)
     assert_outputs(await pipe.run(x=batch()), reference(mlp(), {"x": batch()}))
     await hang_one_run(pipe, device)
     destroyed = destroyed_streams(device, monkeypatch)
     used = device.mem_info().used
+    state = pipe._res.timeline._state
     del pipe
     gc.collect()
     # The finalizer handed everything over without waiting: no stream destroyed (that would join the
     # hung worker), nothing freed, the completion state parked.
     assert destroyed == [] and device.mem_info().used == used and used > 0
-    assert parked_timelines() == baseline + 1
+    assert state in lanes._PARKED and not state.released
     device.release_hangs()
-    await until(lambda: parked_timelines() == baseline, "the parked pipeline to be released")
+    await until(lambda: state.released, "the parked pipeline to be released")
     assert len(destroyed) == 6  # 4 compute + H2D + D2H, once the device passed them
     assert device.mem_info().used == 0
     assert thread_errors == []
@@ -156,10 +156,10 @@ async def test_closing_the_device_from_another_thread_wakes_the_loop(device, any
 
 
 async def test_aclose_on_a_hung_device_honours_cancellation(device, thread_errors, anyio_backend):
-    baseline = parked_timelines()
     pipe = Pipeline(mlp(), device, cancel_grace=0.05)
     await pipe.run(x=batch())
     device.inject_fault("kernel", match="relu", hang=True)
+    state = pipe._res.timeline._state
     with anyio.fail_after(60):  # without cancellation aclose would wait for the hang for ever
         async with anyio.create_task_group() as group:
             group.start_soon(lambda: pipe.run(x=batch()))
@@ -174,8 +174,9 @@ async def test_aclose_on_a_hung_device_honours_cancellation(device, thread_error
     stats = pipe.stats()  # works after a cancelled aclose
     assert stats.closed and stats.runs == 2
     await pipe.aclose()  # idempotent: returns at once
+    assert state in lanes._PARKED and not state.released  # handed over, not freed under the device
     device.release_hangs()
-    await until(lambda: parked_timelines() == baseline, "the parked pipeline to be released")
+    await until(lambda: state.released, "the parked pipeline to be released")
     assert device.mem_info().used == 0
     assert thread_errors == []
 
@@ -215,13 +216,15 @@ def open_fds() -> int:
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through /proc")
 async def test_pipelines_never_closed_leak_no_descriptors_or_memory(device):
     gc.collect()
-    before, baseline = open_fds(), parked_timelines()
+    before = open_fds()
+    states = []
     for rows in range(1, 21):
         pipe = Pipeline(mlp(), device)
         await pipe.run(x=batch(rows))
+        states.append(pipe._res.timeline._state)
         del pipe
     gc.collect()
-    assert open_fds() == before and parked_timelines() == baseline
+    assert open_fds() == before and all(state.released for state in states)
     assert device.mem_info().used == 0
 
 
