@@ -24,9 +24,10 @@ from ..errors import AclpipeError, BackendError, ExecutionError, HazardError
 from ..graph import BoundGraph, Graph, load_graph
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "add_command", "add_graph_arguments", "bind_shapes",
-    "check_writable", "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph",
-    "load_graph_arguments", "open_device_for", "positive_float", "positive_int", "random_inputs", "reporting_errors",
+    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_DEPTH", "MAX_STREAMS", "CommandError", "add_command",
+    "add_graph_arguments", "bind_shapes", "check_writable", "describe_shapes", "dim_assignment", "find_load_onnx",
+    "int_at_most", "load_any_graph", "load_graph_arguments", "open_device_for", "positive_float", "positive_int",
+    "random_inputs", "reporting_errors",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -78,6 +79,25 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+#: Upper bounds of ``--streams`` and ``--depth``: more compute streams than a device offers (the
+#: simulator's 64, less the two copy streams) fail at open, and each slot of depth is a prepared
+#: copy of the graph's memory, so thousands would only spend minutes preparing.
+MAX_STREAMS, MAX_DEPTH = 62, 64
+
+
+def int_at_most(limit: int) -> Callable[[str], int]:
+    """argparse type: an integer from 1 to ``limit``."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"expected at most {limit}, got {value}")
+        return value
+
+    parse.__name__ = f"int_at_most_{limit}"
+    return parse
 
 
 def check_writable(path_text: str, option: str) -> Path:

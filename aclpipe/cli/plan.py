@@ -23,12 +23,13 @@ from ..plan.render import format_bytes
 from ..trace import plan_dot
 from .common import (
     EXIT_OK,
+    MAX_STREAMS,
     add_graph_arguments,
     check_writable,
     describe_shapes,
+    int_at_most,
     load_graph_arguments,
     output_console,
-    positive_int,
     reporting_errors,
     say,
 )
@@ -42,7 +43,8 @@ HELP = "print a graph's plan (streams, events, memory, workspaces) and write it 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``plan`` arguments to ``parser``."""
     add_graph_arguments(parser, batch=8)
-    parser.add_argument("--streams", type=positive_int, default=4, help="compute streams at most (default 4)")
+    parser.add_argument("--streams", type=int_at_most(MAX_STREAMS), default=4,
+                        help=f"compute streams at most, 1 to {MAX_STREAMS} (default 4)")
     parser.add_argument("--dot", metavar="OUT.dot", help="write the plan as Graphviz DOT (render: dot -Tsvg)")
 
 

@@ -44,11 +44,14 @@ from ..trace import format_seconds
 from .arrays import input_assignment, load_inputs, outputs_table, save_outputs
 from .common import (
     EXIT_OK,
+    MAX_DEPTH,
+    MAX_STREAMS,
     CommandError,
     add_graph_arguments,
     bind_shapes,
     check_writable,
     describe_shapes,
+    int_at_most,
     load_any_graph,
     open_device_for,
     output_console,
@@ -72,8 +75,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="device, e.g. 'sim' or 'ascend:0' (default: "
                                                        "$ACLPIPE_DEVICE, else sim)")
     parser.add_argument("--runs", type=positive_int, default=20, help="batches to run (default 20)")
-    parser.add_argument("--streams", type=positive_int, default=4, help="compute streams at most (default 4)")
-    parser.add_argument("--depth", type=positive_int, default=2, help="runs in flight (default 2)")
+    parser.add_argument("--streams", type=int_at_most(MAX_STREAMS), default=4,
+                        help=f"compute streams at most, 1 to {MAX_STREAMS} (default 4)")
+    parser.add_argument("--depth", type=int_at_most(MAX_DEPTH), default=2,
+                        help=f"runs in flight, 1 to {MAX_DEPTH} (default 2)")
     parser.add_argument("--workspace", choices=STRATEGIES, default="pool", help="workspace strategy")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     parser.add_argument("--input", type=input_assignment, action="append", default=[], metavar="NAME=FILE.npy",

@@ -102,6 +102,9 @@ def _write(path: Path, text: str) -> str:
     ("input_twice", "given twice"),
     ("bench_scale", "--time-scale: expected a finite positive number"),
     ("plan_dot", "--dot"),
+    ("depth", "--depth: expected at most 64, got 100000"),
+    ("streams", "--streams: expected at most 62, got 100000"),
+    ("check_streams", "expected values from 1 to 62"),
 ])
 def test_run_errors_are_one_line_with_exit_2(capsys, tmp_path, case, message):
     mlp = str(GRAPHS / "mlp.yaml")
@@ -137,6 +140,9 @@ def test_run_errors_are_one_line_with_exit_2(capsys, tmp_path, case, message):
         "input_twice": ["run", mlp, "--input", f"x={tmp_path / 'x.npy'}", "--input", str(tmp_path / "x.npz")],
         "bench_scale": ["bench", "--time-scale", "inf"],
         "plan_dot": ["plan", mlp, "--dot", str(tmp_path / "no" / "p.dot")],
+        "depth": ["run", mlp, "--depth", "100000"],
+        "streams": ["run", mlp, "--streams", "100000"],
+        "check_streams": ["check", mlp, "--streams", "1,1000"],
     }[case]
     status, out, err = run_main(capsys, *argv)
     assert status == 2 and out == ""  # nothing ran, nothing printed but the error
