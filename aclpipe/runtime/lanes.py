@@ -136,8 +136,16 @@ class LaneState:
             return True
         if value > lane.enqueued:
             raise ValueError(f"lane {index} will never reach {value}: only {lane.enqueued} is enqueued")
+        self.sync_behind(index, timeout)
+        return lane.value >= value
+
+    def sync_behind(self, index: int, timeout: float | None = None) -> None:
+        """Wait until the lane's stream has passed, and returned from, every host function
+        enqueued on it so far (``counter[1]`` is then up to date), or ``timeout`` passed."""
+        lane = self.lanes[index]
         backend, stream = lane.backend, lane.stream
-        assert backend is not None  # value <= enqueued: an advance went to this backend
+        if backend is None:
+            return  # nothing was ever enqueued on this lane
         with self.lock:
             if lane.event is None:
                 lane.event = backend.event_create(False)
@@ -146,8 +154,7 @@ class LaneState:
         try:
             backend.event_sync(event, -1 if timeout is None else max(0, int(timeout * 1000)))
         except BackendError:
-            pass  # a timeout (checked below) or the stream's error (not ours to consume)
-        return lane.value >= value
+            pass  # a timeout (the caller checks the counters) or the stream's error (not ours to consume)
 
     def releasable(self) -> bool:
         return self.closed and not self.released and self.waiting == 0 and self.all_returned()
@@ -221,7 +228,8 @@ def _watch(state: LaneState) -> None:
         if lane.returned >= lane.enqueued:
             continue
         try:
-            state.wait_blocking(index, lane.enqueued)
+            # Not wait_blocking: counter[0] may have moved while the host function is still returning.
+            state.sync_behind(index)
         except AclpipeError:
             return  # the device was closed under it: a later sweep releases the state
     try_release(state)
