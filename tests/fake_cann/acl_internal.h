@@ -38,5 +38,15 @@ double rt_now(void);
 int rt_memory_check(const void *address, uint64_t nbytes, int want, char *why, size_t why_len);
 /* Stop the aclrtLaunchHostFunc thread (aclFinalize), with rt_lock held. */
 void rt_stop_host_func_thread(void);
+/* With rt_lock held: the device whose memory holds address (-1: pinned host memory, -2: none). */
+int rt_memory_device(const void *address);
+int rt_device_count(void);
+/* With rt_lock held (acl_peer.c): whether device enabled peer access to peer; forget a reset
+ * device's grants. */
+int rt_peer_enabled(int device, int peer);
+void rt_peer_forget(int device);
+/* With rt_lock held: 0, or the error for a copy on a stream of device that reaches another
+ * device's memory without peer access (11-03_memory_copy_and_set.md). */
+int rt_peer_check(int device, const void *dst, const void *src, int kind);
 
 #endif

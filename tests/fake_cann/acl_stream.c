@@ -510,6 +510,8 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
             rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpyAsync(%s): destination: %s", copy_kinds[kind],
                                why);
     }
+    if (rc == ACL_SUCCESS && count > 0)
+        rc = rt_peer_check(s->device, dst, src, kind);
     if (rc == ACL_SUCCESS && count > 0) {
         task *t = new_task(TASK_COPY, "aclrtMemcpyAsync");
         t->dst = dst;

@@ -84,7 +84,8 @@ class AscendBackend:
         self.host_func_mode = self._choose_mode(library, host_func_mode)
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=max_streams, sanitizer=False,
-            fault_injection=False, timing_model=False, repeatable_executors=library.has_repeatable_executors)
+            fault_injection=False, timing_model=False, repeatable_executors=library.has_repeatable_executors,
+            peer_access=library.has_peer_access)
         self.closed = True
         self._token = object()
         self._lock = threading.Lock()
@@ -358,6 +359,27 @@ class AscendBackend:
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         sync_streams(self.stream_sync, self.streams.all(), timeout_ms)
+
+    # -- peer access (several devices; 04_device_management.md) ---------------------------------
+    def device_can_access_peer(self, peer: int) -> bool:
+        """``aclrtDeviceCanAccessPeer(&can, index, peer)``."""
+        self._enter()
+        can = ffi.new("int32_t *")
+        self.library.check(self.library.runtime.aclrtDeviceCanAccessPeer(can, self.index, peer),
+                           f"aclrtDeviceCanAccessPeer({self.index}, {peer})")
+        return bool(can[0])
+
+    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None:
+        """``aclrtDeviceEnablePeerAccess(peer, flags)`` with this device's context current."""
+        self._enter()
+        self.library.check(self.library.runtime.aclrtDeviceEnablePeerAccess(peer, flags),
+                           f"aclrtDeviceEnablePeerAccess({peer}) on device {self.index}")
+
+    def device_disable_peer_access(self, peer: int) -> None:
+        """``aclrtDeviceDisablePeerAccess(peer)`` with this device's context current."""
+        self._enter()
+        self.library.check(self.library.runtime.aclrtDeviceDisablePeerAccess(peer),
+                           f"aclrtDeviceDisablePeerAccess({peer}) on device {self.index}")
 
     # -- operators (aclnn two-phase) --------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],

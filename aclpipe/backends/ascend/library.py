@@ -25,6 +25,7 @@ from .cdefs import (
     NNOPBASE_OPTIONAL,
     NNOPBASE_REQUIRED,
     RUNTIME_OPTIONAL,
+    RUNTIME_PEER,
     RUNTIME_REQUIRED,
     ffi,
 )
@@ -96,6 +97,7 @@ class CannLibrary:
         self.has_event_sync_timeout = hasattr(self.runtime, RUNTIME_OPTIONAL[1])
         self.has_stream_sync_timeout = hasattr(self.runtime, RUNTIME_OPTIONAL[2])
         self.has_repeatable_executors = not _missing(self.nnopbase, NNOPBASE_OPTIONAL)
+        self.has_peer_access = not _missing(self.runtime, RUNTIME_PEER)
         self._lock = threading.Lock()
         self._users = 0
         self._owns_init = False

@@ -26,6 +26,7 @@ from .event import SimEvent
 from .executor import SimExecutor, prepare_executor
 from .faults import FaultInjector, FaultRule
 from .memory import Allocation, DeviceMemory
+from .peer import WINDOW_BYTES, PeerLinks, claim_window, release_window
 from .recorder import TraceRecorder
 from .sanitizer import Clock, Sanitizer
 from .stream import COPY, GRAPH, HOST_FUNC, KERNEL, LATCH, MEMSET, RECORD, WAIT, SimStream, Task
@@ -36,6 +37,9 @@ _NO_COST = Cost()
 
 #: Casts a C function address to something callable (ABI mode: nothing is compiled).
 _FFI = cffi.FFI()
+
+#: Stream names are unique in the process: one sanitizer clock may hold several devices' streams.
+_STREAM_NAMES = itertools.count()
 
 #: ``(address, nbytes)`` of one region a kernel reads or writes.
 Access = tuple[int, int]
@@ -114,14 +118,16 @@ class SimBackend:
         self.spec = spec
         timing = _env_flag("ACLPIPE_SIM_TIMING", False) if timing is None else timing
         sanitize = _env_flag("ACLPIPE_SANITIZER", False) if sanitizer is None else sanitizer
-        self.memory = DeviceMemory(capacity if capacity is not None else spec.memory_bytes)
+        self.memory = DeviceMemory(capacity if capacity is not None else spec.memory_bytes, claim_window(self),
+                                   WINDOW_BYTES)
         self.engines = Engines(spec, timing, time_scale)
         self.sanitizer: Sanitizer | None = Sanitizer() if sanitize else None
         self.faults = FaultInjector()
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=max_streams, sanitizer=sanitize,
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=True,
-            event_errors=True, tracing=True, latch=True)
+            event_errors=True, tracing=True, latch=True, peer_access=True)
+        self.peers = PeerLinks(self)
         self.callbacks = CallbackThread(f"aclpipe-sim{index}-callbacks")
         self._streams: list[SimStream] = []
         self._names = itertools.count()
@@ -148,6 +154,7 @@ class SimBackend:
         for stream in list(self._streams):
             self._stop_stream(stream)
         self.callbacks.close()
+        release_window(self)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -200,6 +207,9 @@ class SimBackend:
                      context: Mapping[str, Any] | None = None) -> None:
         self._check_stream(stream)
         kind = MemcpyKind(kind)
+        if kind == MemcpyKind.DEVICE_TO_DEVICE and self.peers.crosses(dst, src):
+            self.peers.copy(dst, src, nbytes, stream, context)
+            return
         what = f"memcpy {kind.name}"
         src_device, dst_device = kind in (MemcpyKind.DEVICE_TO_HOST, MemcpyKind.DEVICE_TO_DEVICE), kind in (
             MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_DEVICE)
@@ -293,7 +303,10 @@ class SimBackend:
             finally:
                 engines.cores.release(task.cores)
             return
-        lock = engines.h2d if task.engine == "h2d" else engines.d2h
+        if task.engine.startswith("peer:"):
+            lock = self.peers.link(int(task.engine[len("peer:"):]))
+        else:
+            lock = engines.h2d if task.engine == "h2d" else engines.d2h
         with lock:
             self._mark_began(task)
             engines.hold(task.engine, task.seconds, task.run)
@@ -337,7 +350,7 @@ class SimBackend:
             if len(self._streams) >= self.capabilities.max_streams:
                 raise error_from_code(207008, f"sim:{self.index} allows {self.capabilities.max_streams} "
                                               "streams; destroy unused streams")
-            stream = SimStream(self, f"s{next(self._names)}", priority)
+            stream = SimStream(self, f"s{next(_STREAM_NAMES)}", priority)
             self._streams.append(stream)
         if self.sanitizer is not None:
             self.sanitizer.add_stream(stream.name)
@@ -354,6 +367,8 @@ class SimBackend:
         with self._lock:
             if stream in self._streams:
                 self._streams.remove(stream)
+        if self.sanitizer is not None and stream.completed >= stream.enqueued:
+            self.sanitizer.retire(stream.name)  # joined with all its work done: the host knows it all
 
     def _check_stream(self, stream: SimStream) -> None:
         self._check_open()
@@ -483,6 +498,23 @@ class SimBackend:
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         sync_streams(self.stream_sync, list(self._streams), timeout_ms)
+
+    # -- peer access (several devices) ----------------------------------------------------------
+    def device_can_access_peer(self, peer: int) -> bool:
+        """``aclrtDeviceCanAccessPeer(&can, self.index, peer)``; see :mod:`.peer`."""
+        self._check_open()
+        return self.peers.can_access(peer)
+
+    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None:
+        """``aclrtDeviceEnablePeerAccess(peer, flags)`` with this device current: one way, this
+        device's streams may then copy to and from ``peer``'s memory."""
+        self._check_open()
+        self.peers.enable(peer, flags)
+
+    def device_disable_peer_access(self, peer: int) -> None:
+        """``aclrtDeviceDisablePeerAccess(peer)`` with this device current."""
+        self._check_open()
+        self.peers.disable(peer)
 
     # -- operators --------------------------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],

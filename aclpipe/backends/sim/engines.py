@@ -8,7 +8,8 @@ default in unit tests) tasks run as fast as numpy does and engines are not model
 The default :data:`ATLAS_A2` figures are those published for an Ascend 910B3 in an Atlas
 800T A2 training server: 20 AI cores (cube units), about 313 TFLOPS fp16 cube throughput,
 64 GB HBM2e at about 1.6 TB/s, and a PCIe 5.0 x16 host link (64 GB/s raw per direction;
-we model about 50 GB/s achieved).  Vector throughput is taken as one eighth of cube
+we model about 50 GB/s achieved); between NPUs, an HCCS peer link of 56 GB/s (see
+:attr:`DeviceSpec.peer_bytes_per_s`).  Vector throughput is taken as one eighth of cube
 throughput, and launch latency as the few microseconds host-launched kernels cost.
 These are modelling figures, not a promise about any specific board.
 """
@@ -37,6 +38,10 @@ class DeviceSpec:
     launch_s: float  # per-kernel launch latency
     copy_latency_s: float
     memory_bytes: int
+    #: One device-to-device peer link, per direction (0: no peer access).  The default is the
+    #: Atlas 800T A2's: eight NPUs in an HCCS full mesh, 392 GB/s per NPU over seven links,
+    #: so 56 GB/s to any one peer (Huawei's published figure for the 910B server).
+    peer_bytes_per_s: float = 56e9
 
 
 ATLAS_A2 = DeviceSpec(
@@ -132,7 +137,7 @@ class Engines:
         if remaining > 0:
             time.sleep(remaining)
         with self._busy_lock:
-            self.busy[engine] += device_seconds
+            self.busy[engine] = self.busy.get(engine, 0.0) + device_seconds
 
     def copy_seconds(self, nbytes: int, direction: str) -> float:
         rate = {"h2d": self.spec.h2d_bytes_per_s, "d2h": self.spec.d2h_bytes_per_s}.get(
