@@ -200,10 +200,11 @@ class Device:
         return f"<Device {self.name}{' closed' if self.closed else ''}>"
 
 
-def open_device(spec: str | None = None, **options: Any) -> Device:
+def open_device(spec: str | None = None, /, **options: Any) -> Device:
     """Open a device by name: ``"sim"``, ``"sim:1"``, ``"ascend:0"``; default from
     ``ACLPIPE_DEVICE``, else ``"sim"``.  Options go to the backend (for the simulator:
-    ``timing``, ``time_scale``, ``sanitizer``, ``capacity``, ``spec``)."""
+    ``timing``, ``time_scale``, ``sanitizer``, ``capacity``, ``spec``: the device name is
+    positional-only, so the simulator's ``spec`` option does not collide with it)."""
     name, index = parse_device(spec)
     cls = get_backend_class(name)
     return Device(cls(index, **options), f"{name}:{index}")
