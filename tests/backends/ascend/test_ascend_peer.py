@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
+import anyio
 import numpy as np
 import pytest
 
@@ -74,3 +76,33 @@ def test_each_calling_thread_gets_the_right_device(two):
 
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(work, range(16))) == [float(turn) for turn in range(16)]
+
+
+def _graph() -> aclpipe.Graph:
+    rng = np.random.default_rng(3)
+    g = aclpipe.Graph("two-devices")
+    h = g.input("x", shape=(None, 16), dtype="float32")
+    for layer in range(4):
+        h = g.relu(g.matmul(h, g.constant(f"w{layer}", rng.standard_normal((16, 16)).astype(np.float32))))
+    g.output("y", h)
+    return g
+
+
+async def _outputs(device: object, batches: list[np.ndarray], **options: object) -> list[np.ndarray]:
+    async with aclpipe.Pipeline(_graph(), device, **options) as pipe:  # type: ignore[arg-type]
+        return [out["y"] async for out in pipe.stream({"x": batch} for batch in batches)]
+
+
+@pytest.mark.parametrize("split", ["replicas", "stages"])
+def test_a_pipeline_over_both_devices_matches_one_simulated_device(any_fake_lib, split):
+    """Completion host functions, report threads and the event loop each call into both devices:
+    every call must find its own device's context current."""
+    batches = [np.random.default_rng(seed).standard_normal((4, 16)).astype(np.float32) for seed in range(6)]
+    both = anyio.run(partial(_outputs, "ascend:0,1", batches, split=split))
+    sim = aclpipe.open_device("sim:0")
+    try:
+        expected = anyio.run(_outputs, sim, batches)
+    finally:
+        sim.close()
+    for got, want in zip(both, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
