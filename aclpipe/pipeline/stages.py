@@ -89,7 +89,7 @@ class StagePipeline(Pipeline):
                 made.close()
             raise
         self.graph, self.devices, self.device = graph, devices, devices[0]
-        self.max_streams, self.depth, self.workspace = streams, depth or len(devices) + 1, workspace
+        self.max_streams, self.depth, self.workspace = streams, depth or 2 * len(devices), workspace
         self.cancel_grace, self.memory_fraction = cancel_grace, memory_fraction
         # Per device, as a single-device pipeline has: streams, a timeline over them, workspaces.
         self._stage_streams = [[d.create_stream() for _ in range(streams + 2)] for d in devices]
