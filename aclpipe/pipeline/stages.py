@@ -14,8 +14,9 @@ The engine is the single-device one's: per device its streams, completion
 :class:`~aclpipe.pipeline.program.Program` s; one :class:`~aclpipe.pipeline.faults.FaultLog`
 over all of them (run numbers are shared).  A run takes a slot on
 every stage at once, enqueues the stages in order and completes once every stage has.  With
-``depth`` runs in flight (default: one more than the stages) ``stream()`` keeps every stage
-busy: while stage 1 runs batch i, stage 0 runs batch i+1.
+``depth`` runs in flight (default: twice the stages, so that a run's boundary copies and its
+completion overlap the next runs' compute) ``stream()`` keeps every stage busy: while
+stage 1 runs batch i, stage 0 runs batch i+1.
 
 Faults, cancellation and closing follow :class:`Pipeline`: a node that fails on any stage
 makes its run (and the runs in its fault window) raise :class:`ExecutionError` naming the
@@ -70,7 +71,7 @@ class _Ticket:
 class StagePipeline(Pipeline):
     """The graph cut into one stage per device; see the module docstring.
 
-    Parameters are :class:`Pipeline`'s; ``depth`` defaults to the number of devices plus one,
+    Parameters are :class:`Pipeline`'s; ``depth`` defaults to twice the number of devices,
     and ``memory_fraction`` is the share of each device's free memory the cut may plan for.
     """
 

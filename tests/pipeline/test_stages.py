@@ -53,7 +53,7 @@ def heavy(layers: int = 4, width: int = 256) -> Graph:
 async def test_stages_compute_what_one_device_computes(devices, count):
     graph = mixed40()
     async with Pipeline(graph, device=devices[:count], split="stages") as pipe:
-        assert isinstance(pipe, StagePipeline) and pipe.depth == count + 1
+        assert isinstance(pipe, StagePipeline) and pipe.depth == 2 * count
         x = batch(0)
         assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
         batches = [{"x": batch(seed)} for seed in range(1, 9)]

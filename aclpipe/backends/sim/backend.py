@@ -38,8 +38,10 @@ _NO_COST = Cost()
 #: Casts a C function address to something callable (ABI mode: nothing is compiled).
 _FFI = cffi.FFI()
 
-#: Stream names are unique in the process: one sanitizer clock may hold several devices' streams.
+#: Stream and event names are unique in the process: one sanitizer clock may hold several devices'
+#: streams, and a stream may wait on another device's event.
 _STREAM_NAMES = itertools.count()
+_EVENT_NAMES = itertools.count()
 
 #: ``(address, nbytes)`` of one region a kernel reads or writes.
 Access = tuple[int, int]
@@ -419,7 +421,7 @@ class SimBackend:
     # -- events -----------------------------------------------------------------------------
     def event_create(self, timing: bool = False) -> SimEvent:
         self._check_open()
-        return SimEvent(f"e{next(self._names)}", timing)
+        return SimEvent(f"e{next(_EVENT_NAMES)}", timing)
 
     def event_destroy(self, event: SimEvent) -> None:
         event.destroyed = True

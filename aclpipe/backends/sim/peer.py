@@ -66,12 +66,11 @@ def release_window(backend: SimBackend) -> None:
 
 def owner_of(address: int) -> SimBackend | None:
     """The open simulated device whose window holds ``address``, if any."""
-    slot, offset = divmod(address - DEVICE_BASE, WINDOW_BYTES)
     if address < DEVICE_BASE:
         return None
     with _WINDOWS_LOCK:
-        backend = _WINDOWS.get(slot)
-    return backend if backend is not None and not backend.closed and offset >= 0 else None
+        backend = _WINDOWS.get((address - DEVICE_BASE) // WINDOW_BYTES)
+    return backend if backend is not None and not backend.closed else None
 
 
 class PeerLinks:
