@@ -39,8 +39,8 @@ class DeviceSpec:
     copy_latency_s: float
     memory_bytes: int
     #: One device-to-device peer link, per direction (0: no peer access).  The default is the
-    #: Atlas 800T A2's: eight NPUs in an HCCS full mesh, 392 GB/s per NPU over seven links,
-    #: so 56 GB/s to any one peer (Huawei's published figure for the 910B server).
+    #: figure published for the 910B in an Atlas 800T A2: eight NPUs in an HCCS full mesh,
+    #: 392 GB/s per NPU over seven links, so 56 GB/s between any two NPUs.
     peer_bytes_per_s: float = 56e9
 
 
