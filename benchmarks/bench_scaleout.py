@@ -105,18 +105,20 @@ def deep_model(layers: int, width: int) -> Graph:
 
 
 async def _stage_figures(graph: Graph, devices: Sequence[aclpipe.Device], batches: list[dict[str, np.ndarray]],
-                         ) -> tuple[float, list[dict[str, Any]], float]:
-    """Throughput, the stages' figures, and modelled µs of peer copies per run (from traces)."""
+                         ) -> tuple[float, list[dict[str, Any]], float, list[float]]:
+    """Throughput, the stages' figures, modelled µs of peer copies per run, and each device's
+    modelled compute µs per run (the last two from traces)."""
     async with Pipeline(graph, list(devices), split="stages") as pipe:
         async for _ in pipe.stream(batches[:4]):
             pass
         for device in devices:
             device.backend.trace_begin()
         rate = await _steady_rate(pipe, batches, len(devices))
-        records = [r for d in devices for r in d.backend.trace_end()]
+        traces = [d.backend.trace_end() for d in devices]
         stages = [dict(stage) for stage in pipe.stats().stages]
-    peer = sum(r.duration for r in records if (r.engine or "").startswith("peer:")) / len(batches)
-    return rate, stages, peer * 1e6
+    peer = sum(r.duration for t in traces for r in t if (r.engine or "").startswith("peer:")) / len(batches)
+    compute = [1e6 * sum(r.duration for r in t if r.engine == "compute") / len(batches) for t in traces]
+    return rate, stages, peer * 1e6, compute
 
 
 def bench_stages(args: argparse.Namespace) -> None:
@@ -135,15 +137,16 @@ def bench_stages(args: argparse.Namespace) -> None:
     for count in (2, 4):
         devices = _open(count, args.time_scale)
         try:
-            rate, stages, peer_us = anyio.run(_stage_figures, graph, devices, batches)
+            rate, stages, peer_us, compute_us = anyio.run(_stage_figures, graph, devices, batches)
         finally:
             for each in devices:
                 each.close()
         costs = ", ".join(f"{s['cost_us']:.0f}" for s in stages)
+        busy = ", ".join(f"{us:.0f}" for us in compute_us)
         sends = sum(s["sends_bytes"] for s in stages)
-        print(f"    {count} stages (depth {2 * count}):     {rate:7.1f} batches/s   {rate / single:4.2f}x one device   "
-              f"stage costs [{costs}] µs modelled; boundary copies {sends / 2**10:.0f} KiB/run, "
-              f"{peer_us:.1f} µs/run on the peer links")
+        print(f"    {count} stages (depth {2 * count}):     {rate:7.1f} batches/s   {rate / single:4.2f}x one device")
+        print(f"        planner's stage costs [{costs}] µs; the devices computed [{busy}] µs per run; boundary "
+              f"copies {sends / 2**10:.0f} KiB/run, {peer_us:.1f} µs/run on the peer links")
 
 
 def main() -> None:
