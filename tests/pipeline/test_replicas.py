@@ -149,10 +149,10 @@ async def test_cancelled_runs_and_streams_give_every_slot_back(devices):
         async with anyio.create_task_group() as group:
             for seed in range(4):
                 async def cut_off(seed: int = seed) -> None:
-                    with anyio.move_on_after(0.03):
+                    with anyio.move_on_after(0.2):  # two hang on the devices, two wait for their slots
                         await pipe.run(x=batch(seed))
                 group.start_soon(cut_off)
-            await anyio.sleep(0.1)
+            await anyio.sleep(0.5)
             assert pipe.stats().in_flight == 2  # one per device, waiting shielded for the device
             for device in devices[:2]:
                 device.release_hangs()
@@ -179,10 +179,12 @@ async def test_aclose_waits_for_runs_in_flight_and_is_idempotent(devices):
     async with anyio.create_task_group() as group:
         for seed in range(3):
             group.start_soon(run_one, seed)
-        await anyio.sleep(0.05)
+        with anyio.fail_after(30):
+            while len(results) < 2:  # the runs on sim:0 finish; the one on sim:1 is held
+                await anyio.sleep(0.01)
         group.start_soon(pipe.aclose)  # waits for the run held on sim:1
         await anyio.sleep(0.05)
-        assert len(results) == 2
+        assert len(results) == 2 and pipe.stats().in_flight == 1
         devices[1].release_hangs()
     assert len(results) == 3
     await pipe.aclose()

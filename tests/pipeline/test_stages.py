@@ -145,10 +145,10 @@ async def test_cancelled_runs_and_streams_give_every_slot_back(devices):
         async with anyio.create_task_group() as group:
             for seed in range(3):  # one holds stage 1, one waits behind it, one waits for a slot
                 async def cut_off(seed: int = seed) -> None:
-                    with anyio.move_on_after(0.05):
+                    with anyio.move_on_after(0.2):
                         await pipe.run(x=batch(seed))
                 group.start_soon(cut_off)
-            await anyio.sleep(0.15)
+            await anyio.sleep(0.5)
             assert pipe.stats().in_flight == 2  # enqueued runs wait, shielded, for every stage
             devices[1].release_hangs()
         async with aclosing(pipe.stream({"x": batch(seed)} for seed in range(6))) as results:
@@ -173,7 +173,9 @@ async def test_aclose_waits_for_runs_in_flight_and_is_idempotent(devices):
     devices[0].inject_fault("kernel", match=partition.stages[0].nodes[2], hang=True)
     async with anyio.create_task_group() as group:
         group.start_soon(run_one, 0)
-        await anyio.sleep(0.05)
+        with anyio.fail_after(30):
+            while pipe.stats().in_flight < 1:  # enqueued, then held on stage 0
+                await anyio.sleep(0.01)
         group.start_soon(pipe.aclose)
         await anyio.sleep(0.05)
         assert results == []
