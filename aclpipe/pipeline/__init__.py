@@ -6,6 +6,7 @@
 - :mod:`.slots`: the slot queue, the FIFO enqueue lock, run tickets.
 - :mod:`.faults`: fault windows and which runs raise :class:`~aclpipe.ExecutionError`.
 - :mod:`.replicas`: one graph on several devices, runs to the least loaded (``device=[...]``).
+- :mod:`.devices`: what pipelines over several devices share (opening them, adding up counters).
 - :mod:`.stages`, :mod:`.stage_program`: one graph cut across devices (``split="stages"``).
 """
 

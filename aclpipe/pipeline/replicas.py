@@ -28,15 +28,15 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..backends import parse_device_list
 from ..errors import ClosedResourceError, DeviceFault, DevicesUnavailableError, ExecutionError
 from ..graph import Graph
 from ..plan import Plan
-from ..runtime import Device, open_device
+from ..runtime import Device
+from .devices import open_devices, sum_counters
 from .pipeline import Pipeline, PipelineStats, _aiter
 from .slots import Ticket
 
-__all__ = ["DeviceStats", "ReplicaPipeline", "ReplicaStats", "open_devices", "sum_counters"]
+__all__ = ["DeviceStats", "ReplicaPipeline", "ReplicaStats"]
 
 #: Errors that say the device failed (not the caller's inputs): they take a device out.
 DEVICE_FAULTS = (ExecutionError, DeviceFault)
@@ -89,43 +89,6 @@ class _Replica:
     outstanding_runs: int = 0
     outstanding_work: float = 0.0
     fault: BaseException | None = None
-
-
-def open_devices(device: str | Sequence[Device | str], options: Mapping[str, Any] | None = None,
-                 ) -> tuple[list[Device], list[Device]]:
-    """The devices ``device`` names, opened where given by name; returns (all, opened here).
-
-    Devices already opened are used as they are; names are opened with ``options`` (backend
-    options such as the simulator's ``timing``).  On failure, what was opened is closed again.
-    """
-    items: list[Device | str]
-    if isinstance(device, str):
-        items = [f"{name}:{index}" for name, index in parse_device_list(device)]
-    else:
-        items = list(device)
-        named = [item for item in items if not isinstance(item, Device)]
-        if any(not isinstance(item, str) for item in named):
-            raise TypeError("devices must be Device objects or names such as 'sim:0'")
-        parse_device_list([item for item in items if isinstance(item, str)] or ["sim:0"])
-    devices: list[Device] = []
-    opened: list[Device] = []
-    try:
-        for item in items:
-            if isinstance(item, Device):
-                devices.append(item)
-            else:
-                opened.append(open_device(item, **dict(options or {})))
-                devices.append(opened[-1])
-    except BaseException:
-        for made in opened:
-            made.close()
-        raise
-    names = [d.name for d in devices]
-    if len(set(names)) != len(names) or not names:
-        for made in opened:
-            made.close()
-        raise ValueError(f"a pipeline needs distinct devices, got {names}")
-    return devices, opened
 
 
 class ReplicaPipeline(Pipeline):
@@ -341,18 +304,3 @@ def _sum_stats(stats: Sequence[PipelineStats]) -> dict[str, Any]:
         else:
             totals[item.name] = sum(values)
     return totals
-
-
-def sum_counters(values: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Counter mappings (workspace stats) of several devices in one: numbers added key by key,
-    anything else (a strategy's name, an unknown limit) taken from the first that has it."""
-    merged: dict[str, Any] = {}
-    for mapping in values:
-        for key, value in mapping.items():
-            previous = merged.get(key)
-            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if numeric and isinstance(previous, (int, float)) and not isinstance(previous, bool):
-                merged[key] = previous + value
-            elif previous is None:
-                merged[key] = value
-    return merged

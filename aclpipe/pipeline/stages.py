@@ -41,10 +41,10 @@ from ..plan.partition import Partition
 from ..runtime import Device, DeviceBuffer, Stream
 from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
+from .devices import open_devices, sum_counters
 from .faults import FaultLog
 from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _aiter
 from .prepare import signature
-from .replicas import open_devices, sum_counters
 from .slots import FifoLock, SlotQueue
 from .stage_program import StageProgram, StageSlot
 
