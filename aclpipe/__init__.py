@@ -25,9 +25,9 @@ from .errors import (
     PlanError,
     UnsupportedOpError,
 )
-from .graph import BoundGraph, Graph, load_graph
+from .graph import BoundGraph, Graph, LoadLimits, load_graph
 from .pipeline import Pipeline, PipelineStats
-from .plan import Plan, PlannedNode, ValuePlacement, make_plan
+from .plan import ArenaRule, Plan, PlannedNode, ValuePlacement, make_plan
 from .runtime import (
     CachedWorkspace,
     Device,
@@ -55,6 +55,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AclpipeError",
+    "ArenaRule",
     "BackendError",
     "BoundGraph",
     "CacheStats",
@@ -75,6 +76,7 @@ __all__ = [
     "HazardError",
     "HostBuffer",
     "InvalidArgumentError",
+    "LoadLimits",
     "MemInfo",
     "MemoryPool",
     "OnnxGraph",

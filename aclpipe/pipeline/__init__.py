@@ -12,12 +12,11 @@
 
 from .faults import Fault, FaultLog
 from .pipeline import Pipeline, PipelineStats
-from .prepare import Preparer, signature
+from .prepare import Preparer
 from .program import Program, Slot, Step
 from .replicas import DeviceStats, ReplicaPipeline, ReplicaStats
 from .slots import FifoLock, SlotQueue, Ticket
 from .stages import StagePipeline, StageStats
 
 __all__ = ["DeviceStats", "Fault", "FaultLog", "FifoLock", "Pipeline", "PipelineStats", "Preparer", "Program",
-           "ReplicaPipeline", "ReplicaStats", "Slot", "SlotQueue", "StagePipeline", "StageStats", "Step", "Ticket",
-           "signature"]
+           "ReplicaPipeline", "ReplicaStats", "Slot", "SlotQueue", "StagePipeline", "StageStats", "Step", "Ticket"]

@@ -33,13 +33,13 @@ import numpy as np
 from ..backends import is_device_list
 from ..dtypes import as_dtype
 from ..errors import AclpipeError, BackendError, ClosedResourceError, GraphError
-from ..graph import Graph
+from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device, Stream, open_device
 from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from .faults import FaultLog
-from .prepare import Preparer, signature
+from .prepare import Preparer
 from .program import Program, Slot
 from .slots import FifoLock, SlotQueue, Ticket
 
@@ -163,7 +163,7 @@ class Pipeline:
             self._timeline.assign(stream, lane)
         self._workspaces = self._make_workspaces(workspace, pool_bytes)
         self._preparer = Preparer(graph, self.device, self._streams, depth=depth, max_streams=streams)
-        self._programs: dict[tuple[Any, ...], Program] = {}
+        self._programs: dict[Signature, Program] = {}
         self._queues: dict[int, SlotQueue[Slot]] = {}
         self._enqueue_lock = FifoLock()
         self._faults = FaultLog()
@@ -183,24 +183,24 @@ class Pipeline:
         return make_workspace_strategy(self.device, name, timeline=self._timeline, **options)
 
     # -- planning and preparing ----------------------------------------------------------------
-    def plan_for(self, **shapes: Any) -> Plan:
-        """The plan for these input shapes (``x=(32, 784)``); prepares nothing.  Plans are
-        cached per input signature, so the first run with these shapes does not plan again."""
-        return self._preparer.plan_for(shapes)
+    def plan_for(self, **inputs: Any) -> Plan:
+        """The plan for these input shapes (``x=(32, 784)``; an imported model's host-value
+        inputs take their contents: ``shape=np.array([4, -1])``); prepares nothing.  Plans are
+        cached per input signature, so the first run with these inputs does not plan again."""
+        return self._preparer.plan_for(inputs)
 
-    def prepare(self, **shapes: Any) -> Plan:
-        """Plan, allocate and run phase one for these input shapes now (otherwise done at the
-        first run with them).  Returns the plan."""
-        return self._program_for({name: tuple(shape) for name, shape in shapes.items()}).plan
+    def prepare(self, **inputs: Any) -> Plan:
+        """Plan, allocate and run phase one for these inputs now (as :meth:`plan_for` takes
+        them; otherwise done at the first run with them).  Returns the plan."""
+        return self._program_for(self._preparer.signature(inputs)).plan
 
-    def _program_for(self, shapes: Mapping[str, tuple[int, ...]]) -> Program:
+    def _program_for(self, key: Signature) -> Program:
         self._check_open()
-        key = signature(shapes)
         program = self._programs.get(key)
         if program is not None:
             self._prepare_hits += 1
             return program
-        program = self._preparer.prepare(shapes, self._workspaces)
+        program = self._preparer.prepare(key, self._workspaces)
         self._programs[key] = program
         self._queues[id(program)] = SlotQueue(list(program.slots))
         return program
@@ -240,9 +240,12 @@ class Pipeline:
                     await self._abandon(pending.popleft())
 
     def _accept(self, inputs: Mapping[str, Any]) -> tuple[Program, dict[str, np.ndarray]]:
-        """Check the inputs and find (or prepare) their program; nothing is enqueued."""
-        arrays, shapes = self._check_inputs(inputs)
-        return self._program_for(shapes), arrays
+        """Check the inputs and find (or prepare) their program; nothing is enqueued.  Host
+        values (see :mod:`aclpipe.graph.signature`) pick the program and are not copied."""
+        arrays = self._check_inputs(inputs)
+        key = self._preparer.signature(arrays)
+        host = key.host
+        return self._program_for(key), {name: array for name, array in arrays.items() if name not in host}
 
     async def _start(self, program: Program, arrays: Mapping[str, np.ndarray]) -> Ticket:
         """Take a slot (awaiting one: backpressure) and enqueue a run on it."""
@@ -342,7 +345,7 @@ class Pipeline:
     def _retire(self, run: int) -> None:
         self._faults.retire(run, self._runs)
 
-    def _check_inputs(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         self._check_open()
         expected = self.graph.inputs
         missing = [name for name in expected if name not in inputs]
@@ -358,7 +361,7 @@ class Pipeline:
                 raise TypeError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
                                 f"{array.dtype}; convert with array.astype('{want.name}')")
             arrays[name] = array
-        return arrays, {name: tuple(array.shape) for name, array in arrays.items()}
+        return arrays
 
     # -- reporting and closing ------------------------------------------------------------------
     def stats(self) -> PipelineStats:

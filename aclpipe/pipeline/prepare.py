@@ -5,16 +5,20 @@ constants it needs (once per pipeline), build the :class:`Program` (per slot: ar
 staging, events, phase one for every node), ``reserve`` its workspaces, and ``capture`` it
 as a device graph when the backend can replay one.  Errors name the node and stop before
 anything is enqueued; a half-built program is freed.
+
+A signature is the graph's :class:`~aclpipe.graph.Signature`: the input shapes and, for an
+imported ONNX model with host-value inputs (Reshape's shape, an If condition, ...), their
+contents, which that program is specialized for (:mod:`aclpipe.graph.signature`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..graph.bound import normalize_shapes
+from ..graph.signature import Signature
 from ..plan import Plan, make_plan
 from .program import Program
 
@@ -23,15 +27,7 @@ if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Stream
     from ..runtime.workspaces import WorkspaceStrategy
 
-__all__ = ["Preparer", "signature"]
-
-#: An input signature: ``((input name, shape), ...)`` sorted by name.
-Signature = tuple[tuple[str, tuple[int, ...]], ...]
-
-
-def signature(shapes: Mapping[str, Sequence[int]]) -> Signature:
-    """The hashable key of one set of input shapes (already checked)."""
-    return tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in shapes.items()))
+__all__ = ["Preparer"]
 
 
 class Preparer:
@@ -60,20 +56,25 @@ class Preparer:
         self.constants: dict[str, DeviceBuffer] = {}
         self._plans: dict[Signature, Plan] = {}
 
-    def plan_for(self, shapes: Mapping[str, Any]) -> Plan:
-        """The plan for these input shapes (tuples, or arrays whose shape is used), bound and
-        planned once per input signature.  Raises :class:`GraphError` for shapes the graph
-        does not take."""
-        key = signature(normalize_shapes(self.graph, shapes))
+    def signature(self, inputs: Mapping[str, Any]) -> Signature:
+        """The signature of these inputs: shapes (tuples, or arrays whose shape is used) and the
+        contents of the graph's host-value inputs (arrays).  Raises :class:`GraphError` for
+        inputs the graph does not take."""
+        return self.graph.signature(**inputs)
+
+    def plan_for(self, inputs: Mapping[str, Any] | Signature) -> Plan:
+        """The plan for these inputs (see :meth:`signature`), bound and planned once per
+        signature."""
+        key = inputs if isinstance(inputs, Signature) else self.signature(inputs)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = make_plan(self.graph.bind(**dict(key)), streams=self.max_streams)
+            plan = self._plans[key] = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
         return plan
 
-    def prepare(self, shapes: Mapping[str, Any], workspaces: WorkspaceStrategy) -> Program:
+    def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy) -> Program:
         """A program ready to enqueue: planned, constants uploaded, phase one done for every
         node of every slot, workspaces reserved, captured where the backend can."""
-        plan = self.plan_for(shapes)
+        plan = self.plan_for(inputs)
         self.upload_constants(plan)
         program = Program(self.device, plan, self.constants, self.streams, self.depth)
         try:

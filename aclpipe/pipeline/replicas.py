@@ -29,7 +29,7 @@ import anyio
 import numpy as np
 
 from ..errors import ClosedResourceError, DeviceFault, DevicesUnavailableError, ExecutionError
-from ..graph import Graph
+from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device
 from .devices import open_devices, sum_counters
@@ -122,7 +122,7 @@ class ReplicaPipeline(Pipeline):
         self.device = devices[0]
         self.max_streams, self.depth, self.workspace = streams, depth, workspace
         self.cancel_grace = cancel_grace
-        self._work: dict[tuple[Any, ...], float] = {}
+        self._work: dict[Signature, float] = {}
         self._closed = False
         self._closing: anyio.Event | None = None
 
@@ -138,15 +138,16 @@ class ReplicaPipeline(Pipeline):
         return min(healthy, key=lambda r: (r.outstanding_work, r.outstanding_runs, r.dispatched))
 
     def _work_of(self, inputs: Mapping[str, Any]) -> float:
-        """The modelled cost (µs) of one run with these inputs' shapes (1 when unknown)."""
-        key = tuple(sorted((name, np.shape(value)) for name, value in inputs.items()))
-        work = self._work.get(key)
-        if work is None:
-            try:
-                plan = self._pick().pipeline.plan_for(**dict(key))
-            except (ValueError, TypeError):  # bad inputs: the device's own run reports them
-                return 1.0
-            work = self._work[key] = max(sum(node.cost for node in plan.nodes), 1.0)
+        """The modelled cost (µs) of one run with these inputs (1 when they are not valid: the
+        device's own run then reports what is wrong)."""
+        try:
+            key = self.graph.signature(**{name: np.asarray(value) for name, value in inputs.items()})
+            work = self._work.get(key)
+            if work is None:
+                plan = self._pick().pipeline.plan_for(**inputs)
+                work = self._work[key] = max(sum(node.cost for node in plan.nodes), 1.0)
+        except (ValueError, TypeError):
+            return 1.0
         return work
 
     def _dispatch(self, work: float) -> _Replica:
@@ -247,13 +248,14 @@ class ReplicaPipeline(Pipeline):
         raise ValueError(f"{name!r} is not a device of this pipeline: {[r.name for r in self._replicas]}")
 
     # -- planning ----------------------------------------------------------------------------
-    def plan_for(self, **shapes: Any) -> Plan:
-        """The plan for these input shapes (the same on every device)."""
-        return self._replicas[0].pipeline.plan_for(**shapes)
+    def plan_for(self, **inputs: Any) -> Plan:
+        """The plan for these inputs (as :meth:`Pipeline.plan_for` takes them; the same on every
+        device)."""
+        return self._replicas[0].pipeline.plan_for(**inputs)
 
-    def prepare(self, **shapes: Any) -> Plan:
-        """Prepare these input shapes on every device now; returns the plan."""
-        plans = [replica.pipeline.prepare(**shapes) for replica in self._replicas]
+    def prepare(self, **inputs: Any) -> Plan:
+        """Prepare these inputs' program on every device now; returns the plan."""
+        plans = [replica.pipeline.prepare(**inputs) for replica in self._replicas]
         return plans[0]
 
     # -- reporting and closing ---------------------------------------------------------------

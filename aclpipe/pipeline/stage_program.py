@@ -27,7 +27,7 @@ from ..plan.partition import Partition, boundary_key, partition_graph, stage_gra
 from .program import Program, Slot
 
 if TYPE_CHECKING:
-    from ..graph import Graph
+    from ..graph import Graph, Signature
     from ..runtime import Device, DeviceBuffer, Event, Stream
     from ..runtime.workspaces import WorkspaceStrategy
 
@@ -57,12 +57,13 @@ class StageProgram:
         self.slots = [StageSlot(i, tuple(program.slots[i] for program in programs)) for i in range(depth)]
 
     @classmethod
-    def build(cls, graph: Graph, shapes: Mapping[str, tuple[int, ...]], devices: Sequence[Device],
+    def build(cls, graph: Graph, key: Signature, devices: Sequence[Device],
               streams: Sequence[list[Stream]], constants: Sequence[dict[str, DeviceBuffer]], *, depth: int,
               max_streams: int, memory_fraction: float) -> StageProgram:
-        """Cut, plan and prepare ``graph`` for ``shapes``; ``streams[k]`` and ``constants[k]`` are
-        stage ``k``'s device's streams and uploaded constants (shared across signatures)."""
-        bound = graph.bind(**dict(shapes))
+        """Cut, plan and prepare ``graph`` for the signature ``key``; ``streams[k]`` and
+        ``constants[k]`` are stage ``k``'s device's streams and uploaded constants (shared across
+        signatures)."""
+        bound = graph.bind(**key.bind_arguments())
         budgets = [int(device.mem_info().free * memory_fraction) for device in devices]
         partition = partition_graph(bound, budgets, slots=depth)
         plans = [make_plan(stage_graph(bound, partition, k), streams=max_streams) for k in range(len(devices))]

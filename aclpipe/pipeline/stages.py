@@ -35,7 +35,7 @@ import anyio
 import numpy as np
 
 from ..errors import AclpipeError, BackendError, ClosedResourceError, PlanError
-from ..graph import Graph
+from ..graph import Graph, Signature
 from ..plan import Plan, make_plan
 from ..plan.partition import Partition
 from ..runtime import Device, DeviceBuffer, Stream
@@ -44,7 +44,6 @@ from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_s
 from .devices import open_devices, sum_counters
 from .faults import FaultLog
 from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _aiter
-from .prepare import signature
 from .slots import FifoLock, SlotQueue
 from .stage_program import StageProgram, StageSlot
 
@@ -102,9 +101,9 @@ class StagePipeline(Pipeline):
         self._stage_workspaces: list[WorkspaceStrategy] = [
             make_workspace_strategy(d, workspace, timeline=t, **options) for d, t in zip(devices, self._timelines)]
         self._constants: list[dict[str, DeviceBuffer]] = [{} for _ in devices]
-        self._stage_programs: dict[tuple[Any, ...], StageProgram] = {}
+        self._stage_programs: dict[Signature, StageProgram] = {}
         self._slot_queues: dict[int, SlotQueue[StageSlot]] = {}
-        self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._plans: dict[Signature, Plan] = {}
         self._enqueue_lock = FifoLock()
         self._faults = FaultLog()
         self._runs = self._prepare_hits = self._lost_slots = self._finishing = 0
@@ -114,34 +113,34 @@ class StagePipeline(Pipeline):
         self._latest: StageProgram | None = None
 
     # -- planning and preparing --------------------------------------------------------------
-    def plan_for(self, **shapes: Any) -> Plan:
-        """The plan of the whole graph for these shapes, as one device would run it (see
-        :meth:`stages_for` for the cut)."""
+    def plan_for(self, **inputs: Any) -> Plan:
+        """The plan of the whole graph for these input shapes (as :meth:`Pipeline.plan_for` takes
+        them), as one device would run it (see :meth:`stages_for` for the cut)."""
         self._check_open()
-        key = signature({name: tuple(shape) for name, shape in shapes.items()})
+        key = self.graph.signature(**inputs)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = make_plan(self.graph.bind(**dict(key)), streams=self.max_streams)
+            plan = self._plans[key] = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
         return plan
 
-    def stages_for(self, **shapes: Any) -> tuple[Partition, tuple[Plan, ...]]:
-        """The cut for these shapes and each stage's plan (prepares them)."""
-        program = self._stage_program_for({name: tuple(shape) for name, shape in shapes.items()})
+    def stages_for(self, **inputs: Any) -> tuple[Partition, tuple[Plan, ...]]:
+        """The cut for these input shapes and each stage's plan (prepares them)."""
+        program = self._stage_program_for(self.graph.signature(**inputs))
         return program.partition, program.plans
 
-    def prepare(self, **shapes: Any) -> Plan:
-        """Cut, plan and prepare every stage for these shapes now; returns :meth:`plan_for`'s plan."""
-        self._stage_program_for({name: tuple(shape) for name, shape in shapes.items()})
-        return self.plan_for(**shapes)
+    def prepare(self, **inputs: Any) -> Plan:
+        """Cut, plan and prepare every stage for these input shapes now; returns :meth:`plan_for`'s
+        plan."""
+        self._stage_program_for(self.graph.signature(**inputs))
+        return self.plan_for(**inputs)
 
-    def _stage_program_for(self, shapes: Mapping[str, tuple[int, ...]]) -> StageProgram:
+    def _stage_program_for(self, key: Signature) -> StageProgram:
         self._check_open()
-        key = signature(shapes)
         program = self._stage_programs.get(key)
         if program is not None:
             self._prepare_hits += 1
             return program
-        program = StageProgram.build(self.graph, shapes, self.devices, self._stage_streams, self._constants,
+        program = StageProgram.build(self.graph, key, self.devices, self._stage_streams, self._constants,
                                      depth=self.depth, max_streams=self.max_streams,
                                      memory_fraction=self.memory_fraction)
         try:
@@ -157,8 +156,8 @@ class StagePipeline(Pipeline):
     # -- running -----------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the graph once through every stage; returns ``{output name: array}``."""
-        arrays, shapes = self._check_inputs(inputs)
-        return await self._complete(await self._begin(self._stage_program_for(shapes), arrays))
+        program, arrays = self._stage_accept(inputs)
+        return await self._complete(await self._begin(program, arrays))
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
@@ -171,8 +170,7 @@ class StagePipeline(Pipeline):
             async for batch in _aiter(batches):
                 if not isinstance(batch, Mapping):
                     raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
-                arrays, shapes = self._check_inputs(dict(batch))
-                program = self._stage_program_for(shapes)
+                program, arrays = self._stage_accept(dict(batch))
                 while pending and not self._slot_queues[id(program)].ready:
                     yield await self._complete(pending.popleft())
                 pending.append(await self._begin(program, arrays))
@@ -184,6 +182,14 @@ class StagePipeline(Pipeline):
             with anyio.CancelScope(shield=True):
                 while pending:
                     await self._give_back(pending.popleft())
+
+    def _stage_accept(self, inputs: Mapping[str, Any]) -> tuple[StageProgram, dict[str, np.ndarray]]:
+        """Check the inputs and find (or prepare) their stages; host values pick the program and
+        are not copied (as :meth:`Pipeline._accept`)."""
+        arrays = self._check_inputs(inputs)
+        key = self.graph.signature(**arrays)
+        host = key.host
+        return self._stage_program_for(key), {name: array for name, array in arrays.items() if name not in host}
 
     async def _begin(self, program: StageProgram, arrays: Mapping[str, np.ndarray]) -> _Ticket:
         """Take a slot on every stage (awaiting one: backpressure) and enqueue a run on it."""

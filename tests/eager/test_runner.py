@@ -34,6 +34,13 @@ def test_numpy_in_numpy_out_with_broadcast_and_attrs(device):
     assert z.dtype == np.float32 and z.shape == (2, 3)
 
 
+def test_rank_0_inputs_give_rank_0_results(device):
+    # np.ascontiguousarray made rank-0 inputs 1-D, so an Add of two scalars came back shaped (1,).
+    stream = device.create_stream()
+    (z,) = OpRunner("Add", stream).input(np.array(1, np.int32)).input(np.array(2, np.int32)).output().run()
+    assert z.shape == () and z == 3
+
+
 def test_run_again_reuses_the_executor(device):
     stream, cache = device.create_stream(), ExecutorCache(device)
     x = np.ones((4, 4), np.float32)
@@ -248,3 +255,9 @@ def test_sync_timeout_keeps_the_memory_until_a_later_run_completes(device):
     (y,) = runner.run()  # completes, and with it the parked run
     np.testing.assert_array_equal(y, -np.ones(256, np.float32))
     assert device.mem_info().used == used
+
+
+def test_a_zero_dimensional_input_stays_a_scalar(device):
+    stream = device.create_stream()
+    (y,) = OpRunner("Add", stream).input(np.float32(2.0)).input(np.array(3.0, np.float32)).output().run()
+    assert y.shape == () and y == 5.0

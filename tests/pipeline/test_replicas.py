@@ -171,17 +171,19 @@ async def test_aclose_waits_for_runs_in_flight_and_is_idempotent(devices):
     graph = mixed40()
     pipe = Pipeline(graph, device=devices[:2], depth=2)
     results: list[dict[str, np.ndarray]] = []
+    two_done = anyio.Event()
 
     async def run_one(seed: int) -> None:
         results.append(await pipe.run(x=batch(seed)))
+        if len(results) == 2:
+            two_done.set()
 
     devices[1].inject_fault("kernel", match="n10", hang=True)
     async with anyio.create_task_group() as group:
         for seed in range(3):
             group.start_soon(run_one, seed)
         with anyio.fail_after(30):
-            while len(results) < 2:  # the runs on sim:0 finish; the one on sim:1 is held
-                await anyio.sleep(0.01)
+            await two_done.wait()  # the runs on sim:0 finish; the one on sim:1 is held
         group.start_soon(pipe.aclose)  # waits for the run held on sim:1
         await anyio.sleep(0.05)
         assert len(results) == 2 and pipe.stats().in_flight == 1

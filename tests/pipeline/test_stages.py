@@ -174,7 +174,9 @@ async def test_aclose_waits_for_runs_in_flight_and_is_idempotent(devices):
     async with anyio.create_task_group() as group:
         group.start_soon(run_one, 0)
         with anyio.fail_after(30):
-            while pipe.stats().in_flight < 1:  # enqueued, then held on stage 0
+            while True:  # until it is enqueued (and then held on stage 0)
+                if pipe.stats().in_flight == 1:
+                    break
                 await anyio.sleep(0.01)
         group.start_soon(pipe.aclose)
         await anyio.sleep(0.05)

@@ -1,8 +1,9 @@
 """A local Ray cluster for the tests that need one: two CPUs and two simulated NPUs.
 
 Started once per test module that asks for it (it takes seconds) and shut down after that
-module's last test, so no Ray process outlives the tests that need one.  Workers inherit this process's environment, so they
-import this checkout of aclpipe and run the simulator with the sanitizer on.
+module's last test, so no Ray process outlives the tests that need one.  Workers inherit this
+process's environment, so they import this checkout of aclpipe and run the simulator with the
+sanitizer on.
 """
 
 from __future__ import annotations

@@ -130,6 +130,27 @@ PHASE_ONE: dict[str, str] = {
     "Permute": f"const aclTensor *self, const aclIntArray *dims, aclTensor *out, {_TAIL}",
     "Embedding": f"const aclTensor *weight, const aclTensor *indices, const aclTensor *out, {_TAIL}",
     "InplaceCopy": f"aclTensor *selfRef, const aclTensor *src, {_TAIL}",
+    # issue 14: ops-nn activation/, ops-math and ops-nn index/norm/pooling headers
+    "Elu": ("const aclTensor *self, const aclScalar *alpha, const aclScalar *scale, const aclScalar *inputScale, "
+            f"aclTensor *out, {_TAIL}"),
+    "Celu": f"const aclTensor *self, const aclScalar *alpha, aclTensor *out, {_TAIL}",
+    "Selu": _SELF_OUT,
+    "Mish": _SELF_OUT,
+    "Softplus": f"const aclTensor *self, const aclScalar *beta, const aclScalar *threshold, aclTensor *out, {_TAIL}",
+    "Triu": f"const aclTensor *self, int64_t diagonal, aclTensor *out, {_TAIL}",
+    "Tril": f"const aclTensor *self, int64_t diagonal, aclTensor *out, {_TAIL}",
+    "Cumsum": f"const aclTensor *self, int64_t dim, aclDataType dtype, aclTensor *out, {_TAIL}",
+    "CumsumV2": f"const aclTensor *self, int64_t dim, bool exclusive, bool reverse, aclTensor *out, {_TAIL}",
+    "OneHot": ("const aclTensor *self, int numClasses, const aclTensor *onValue, const aclTensor *offValue, "
+               f"int64_t axis, aclTensor *out, {_TAIL}"),
+    "Scatter": ("const aclTensor *self, int64_t dim, const aclTensor *index, const aclTensor *src, int64_t reduce, "
+                f"aclTensor *out, {_TAIL}"),
+    "GroupNorm": ("const aclTensor *self, const aclTensor *gammaOptional, const aclTensor *betaOptional, int64_t n, "
+                  "int64_t c, int64_t hxw, int64_t group, double eps, aclTensor *out, aclTensor *meanOut, "
+                  f"aclTensor *rstdOut, {_TAIL}"),
+    "MaxPool2dWithIndices": ("const aclTensor *self, const aclIntArray *kernelSize, const aclIntArray *stride, "
+                             "const aclIntArray *padding, const aclIntArray *dilation, bool ceilMode, aclTensor *out, "
+                             f"aclTensor *indices, {_TAIL}"),
 }
 
 
