@@ -275,4 +275,5 @@ def stage_graph(graph: BoundGraph, partition: Partition, index: int) -> BoundGra
         name=f"{graph.name}[stage {index}]", nodes=nodes, values=MappingProxyType(stage_values),
         inputs=tuple(inputs), outputs=MappingProxyType(outputs),
         constants=MappingProxyType({name: graph.constants[name] for name in constants}),
-        input_shapes=MappingProxyType({name: values[name].desc.shape for name in inputs}), dims=graph.dims)
+        input_shapes=MappingProxyType({name: values[name].desc.shape for name in inputs}), dims=graph.dims,
+        host_values=graph.host_values)
