@@ -7,11 +7,12 @@ completion host function, and awaits it.  ``async for out in pipe.stream(batches
 ``depth`` runs in flight so that batch i+1's H2D, batch i's compute and batch i-1's D2H
 overlap, and yields results in order.
 
-Errors.  Device faults are sticky on their stream and skip the rest of that stream's work
-until consumed (see the simulator's stream docs).  Every launch carries its run number, so
-when a run completes and finds a stream error, the pipeline records which run failed and
-up to which run the poisoned work reached; those runs raise :class:`ExecutionError` naming
-the failing node, earlier runs are unaffected, later runs run normally.
+Errors.  Device faults are sticky on their stream, which goes on with its later tasks
+(CANN's default, continue-on-failure).  Every launch carries its run number, so when a run
+completes and finds a stream error, the pipeline records which run failed and up to which
+run the work behind it reached; those runs raise :class:`ExecutionError` naming the failing
+node, earlier runs are unaffected, and the failed streams are renewed so that later runs do
+not run behind the failed task (see :mod:`.faults`).
 
 Cancellation.  A run cancelled before it enqueued anything gives its slot straight back.
 A run cancelled while enqueueing (waiting for a workspace) stops there; whatever it had
@@ -196,14 +197,26 @@ class Pipeline:
 
     def _program_for(self, key: Signature) -> Program:
         self._check_open()
-        program = self._programs.get(key)
+        program = self._programs.pop(key, None)
         if program is not None:
+            self._programs[key] = program  # most recently used last: idle programs go first (events)
             self._prepare_hits += 1
             return program
-        program = self._preparer.prepare(key, self._workspaces)
+        program = self._preparer.prepare(key, self._workspaces, self._evict_idle_program)
         self._programs[key] = program
         self._queues[id(program)] = SlotQueue(list(program.slots))
         return program
+
+    def _evict_idle_program(self) -> bool:
+        """Close the least recently used program whose slots are all free (the device has
+        passed its runs), freeing its events; False when every program is busy."""
+        for key, program in self._programs.items():
+            queue = self._queues[id(program)]
+            if len(queue.free) == len(program.slots) and not queue.waiters:
+                del self._programs[key], self._queues[id(program)]
+                program.close()
+                return True
+        return False
 
     # -- running ---------------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
@@ -320,7 +333,7 @@ class Pipeline:
             self._retire(ticket.run)
             raise ClosedResourceError("the pipeline was closed before this run's result was read")
         try:
-            self._faults.collect(self._streams, self._runs)
+            self._collect_faults()
             self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
             return ticket.program.read_outputs(ticket.slot)
         finally:
@@ -338,12 +351,21 @@ class Pipeline:
         if self._freed:
             self._retire(ticket.run)
             return
-        self._faults.collect(self._streams, self._runs)
+        self._collect_faults()
         self._retire(ticket.run)
         self._queues[id(ticket.program)].release(ticket.slot)
 
     def _retire(self, run: int) -> None:
         self._faults.retire(run, self._runs)
+
+    def _collect_faults(self) -> None:
+        """Charge stream errors to the runs they spoiled; later runs go to fresh device streams."""
+        failed = self._faults.collect(self._streams, self._runs)
+        if failed:
+            for stream in failed:
+                stream.renew()
+            for program in self._programs.values():
+                program.rebind()
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         self._check_open()

@@ -9,18 +9,24 @@ anything is enqueued; a half-built program is freed.
 A signature is the graph's :class:`~aclpipe.graph.Signature`: the input shapes and, for an
 imported ONNX model with host-value inputs (Reshape's shape, an If condition, ...), their
 contents, which that program is specialized for (:mod:`aclpipe.graph.signature`).
+
+Events are limited per device (``hicann/runtime`` ``07_event_management.md``: 65536 on Atlas
+A2, 1023 on Atlas inference cards).  A program that could never fit is refused with an
+error naming the limit; one that does not fit beside the programs already prepared asks the
+pipeline to evict idle ones (least recently used first) and is refused when none is left.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import error_from_code
 from ..graph.signature import Signature
 from ..plan import Plan, make_plan
-from .program import Program
+from .program import Program, events_per_slot
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -71,10 +77,15 @@ class Preparer:
             plan = self._plans[key] = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
         return plan
 
-    def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy) -> Program:
+    def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy,
+                make_room: Callable[[], bool] | None = None) -> Program:
         """A program ready to enqueue: planned, constants uploaded, phase one done for every
-        node of every slot, workspaces reserved, captured where the backend can."""
+        node of every slot, workspaces reserved, captured where the backend can.
+
+        ``make_room`` frees events by closing an idle program; it returns False when there is
+        none, and the program is then refused (``ACL_ERROR_RT_NO_EVENT_RESOURCE``)."""
         plan = self.plan_for(inputs)
+        self.reserve_events(plan, make_room)
         self.upload_constants(plan)
         program = Program(self.device, plan, self.constants, self.streams, self.depth)
         try:
@@ -84,6 +95,24 @@ class Preparer:
             program.close()
             raise
         return program
+
+    def reserve_events(self, plan: Plan, make_room: Callable[[], bool] | None = None) -> None:
+        """Make sure the device has the events a program of ``plan`` needs, or refuse it."""
+        device = self.device
+        limit = device.capabilities.max_events
+        per_slot = events_per_slot(plan, len(self.streams))
+        needed = per_slot * self.depth
+        if needed > limit:
+            raise error_from_code(
+                207007, f"a program of graph {self.graph.name!r} for these shapes needs {needed} events "
+                f"({per_slot} per slot x depth {self.depth}), more than the {limit} {device.name} supports per device "
+                "(07_event_management.md); lower depth, or streams (fewer cross-stream waits)")
+        while device.live_events + needed > limit:
+            if make_room is None or not make_room():
+                raise error_from_code(
+                    207007, f"a program of graph {self.graph.name!r} needs {needed} events but {device.live_events} of "
+                    f"the {limit} that {device.name} supports (07_event_management.md) are held by programs still in "
+                    "use or by other code; wait for runs to finish, close other pipelines, or lower depth")
 
     def upload_constants(self, plan: Plan) -> None:
         """Copy the plan's constants the device does not hold yet."""

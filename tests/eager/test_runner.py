@@ -123,7 +123,8 @@ def test_phase_one_error_names_the_op_and_summarizes_the_call(device):
     assert caught.value.code == 161002
 
 
-def test_device_fault_is_raised_with_the_call_and_the_stream_recovers(device):
+def test_device_fault_is_raised_with_the_call_and_a_continuing_stream_runs_the_next(device):
+    """06_stream_management.md: continue-on-failure, the default, runs the tasks after a failed one."""
     stream = device.create_stream()
     x = np.ones(4, np.float32)
     device.inject_fault("kernel", "Exp")
@@ -132,6 +133,21 @@ def test_device_fault_is_raised_with_the_call_and_the_stream_recovers(device):
     assert "Exp(self: float32[4]" in str(caught.value)
     (y,) = OpRunner("Exp", stream).input(x).output().run()
     np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
+
+
+def test_a_stream_stopped_on_failure_refuses_the_next_call_until_renewed(device):
+    stream = device.create_stream(failure_mode="stop")
+    x = np.ones(4, np.float32)
+    used = device.mem_info().used
+    device.inject_fault("kernel", "Exp")
+    with pytest.raises(DeviceFault):
+        OpRunner("Exp", stream).input(x).output().run()
+    with pytest.raises(DeviceFault, match="stopped after a failure"):
+        OpRunner("Exp", stream).input(x).output().run()
+    stream.renew()
+    (y,) = OpRunner("Exp", stream).input(x).output().run()
+    np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
+    assert device.mem_info().used == used
 
 
 def test_unknown_op_and_bad_arguments_fail_before_the_device(device):

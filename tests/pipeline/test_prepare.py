@@ -3,12 +3,15 @@ capture, as one step that frees whatever it built when it fails."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from pipeline_graphs import live_device_state, mlp
 
 import aclpipe
-from aclpipe.errors import DeviceOutOfMemory, GraphError
+from aclpipe.backends.sim.engines import ATLAS_310P
+from aclpipe.errors import BackendError, DeviceOutOfMemory, GraphError
 from aclpipe.pipeline import Preparer
 from aclpipe.runtime import StaticWorkspace, WorkspacePool
 from aclpipe.runtime.timeline import Timeline
@@ -98,3 +101,44 @@ def test_host_values_pick_the_plan_and_are_not_inputs_of_it(device):
     key = preparer.signature({"x": (6,), "shape": np.array([3, 2])})
     assert dict(key.host_values)["shape"].array.tolist() == [3, 2] and preparer.plan_for(key) is tall
     preparer.close()
+
+
+def test_a_program_that_can_never_fit_the_event_limit_is_refused_naming_it():
+    """07_event_management.md: 1023 events per device on Atlas inference cards."""
+    spec = dataclasses.replace(ATLAS_310P, max_events=10)
+    with aclpipe.open_device("sim", spec=spec) as device:
+        preparer, timeline = _preparer(device, mlp(), depth=3)  # 6 events a slot
+        workspaces = WorkspacePool(device, None, timeline=timeline)
+        with pytest.raises(BackendError, match="needs 18 events .* 10 sim:0 supports per device") as caught:
+            preparer.prepare({"x": (4, 32)}, workspaces)
+        assert caught.value.code == 207007 and "lower depth" in str(caught.value)
+        assert device.live_events == 0
+        workspaces.close()
+
+
+def test_programs_beyond_the_event_limit_ask_for_room_and_are_refused_without_it():
+    spec = dataclasses.replace(ATLAS_310P, max_events=16)
+    with aclpipe.open_device("sim", spec=spec) as device:
+        preparer, timeline = _preparer(device, mlp(), depth=2)  # 12 events a program, at most
+        workspaces = WorkspacePool(device, None, timeline=timeline)
+        first = preparer.prepare({"x": (4, 32)}, workspaces)
+        assert 0 < device.live_events <= 12
+        asked = []
+
+        def no_room() -> bool:
+            asked.append(True)
+            return False
+
+        with pytest.raises(BackendError, match="held by programs still in use") as caught:
+            preparer.prepare({"x": (8, 32)}, workspaces, no_room)
+        assert caught.value.code == 207007 and asked
+
+        def close_first() -> bool:
+            first.close()
+            return True
+
+        second = preparer.prepare({"x": (8, 32)}, workspaces, close_first)
+        assert first.slots == [] and len(second.slots) == 2
+        second.close()
+        workspaces.close()
+        preparer.close()

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from cffi import FFI
 
-__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_OPTIONAL", "RUNTIME_PEER", "RUNTIME_REQUIRED", "ffi"]
+__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_PEER",
+           "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
 
 RUNTIME_CDEF = """
 typedef int aclError;
@@ -73,6 +74,26 @@ aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBloc
 aclError aclrtProcessReport(int32_t timeout);
 aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream);
 aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args);
+
+aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag);
+aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream);
+aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
+aclError aclrtStreamAbort(aclrtStream stream);
+const char *aclrtGetSocName(void);
+
+typedef void *aclmdlRI;
+typedef void *aclrtTaskGrp;
+typedef int aclmdlRICaptureMode;        /* enum: GLOBAL = 0, THREAD_LOCAL, RELAXED */
+typedef int aclmdlRICaptureStatus;      /* enum: NONE = 0, ACTIVE, INVALIDATED */
+aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode);
+aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI);
+aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI);
+aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
+aclError aclmdlRIDestroy(aclmdlRI modelRI);
+aclError aclmdlRICaptureTaskGrpBegin(aclrtStream stream);
+aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp *handle);
+aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle);
+aclError aclmdlRICaptureTaskUpdateEnd(aclrtStream stream);
 """
 
 NNOPBASE_CDEF = """
@@ -166,6 +187,14 @@ def _opapi_cdef() -> str:
 #: branches), the event timeout is RT-only, and the reference does not show the stream timeout
 #: in the oldest headers; each has a fallback.
 RUNTIME_OPTIONAL = ("aclrtLaunchHostFunc", "aclrtSynchronizeEventWithTimeout", "aclrtSynchronizeStreamWithTimeout")
+#: The documented runtime rules (hicann/runtime docs/zh/api_ref 06, 07, 15): reusable events,
+#: failure modes, stream abort, the product's name; without them the capability is off.
+RUNTIME_RULES = ("aclrtCreateEventExWithFlag", "aclrtResetEvent", "aclrtSetStreamFailureMode", "aclrtStreamAbort",
+                 "aclrtGetSocName")
+#: Model runtime instances captured from streams (15_model_running_instance__management.md).
+RUNTIME_CAPTURE = ("aclmdlRICaptureBegin", "aclmdlRICaptureGetInfo", "aclmdlRICaptureEnd", "aclmdlRIExecuteAsync",
+                   "aclmdlRIDestroy", "aclmdlRICaptureTaskGrpBegin", "aclmdlRICaptureTaskGrpEnd",
+                   "aclmdlRICaptureTaskUpdateBegin", "aclmdlRICaptureTaskUpdateEnd")
 RUNTIME_REQUIRED = (
     "aclInit", "aclFinalize", "aclGetRecentErrMsg", "aclrtSetDevice", "aclrtResetDevice", "aclrtGetDeviceCount",
     "aclrtCreateContext", "aclrtDestroyContext", "aclrtSetCurrentContext", "aclrtCreateStreamWithConfig",
@@ -210,3 +239,5 @@ ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035
 ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036
 ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL = 107007
 ACL_ERROR_RT_EVENT_NOT_COMPLETE = 507006
+ACL_CONTINUE_ON_FAILURE = 0
+ACL_STOP_ON_FAILURE = 1

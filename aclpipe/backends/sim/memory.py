@@ -2,9 +2,11 @@
 
 Device memory lives in its own opaque address range: a device address is an integer that
 means nothing to the host, and host code reaches device bytes only through copies.  Each
-allocation is rounded like ``aclrtMalloc`` (up to 32 bytes plus 32 bytes of padding), is
-poisoned when fresh and again when freed, and addresses are never reused, so a stale
-address always fails loudly instead of aliasing a newer buffer.
+allocation is rounded like ``aclrtMalloc`` (``hicann/runtime``
+``docs/zh/api_ref/11-01_device_memory_malloc_and_free.md``: the size up to 32 bytes plus 32
+bytes, the start 64-byte aligned), is poisoned when fresh and again when freed, and
+addresses are never reused, so a stale address always fails loudly instead of aliasing a
+newer buffer.
 
 Pinned host buffers (``aclrtMallocHost``) are plain numpy memory at real host addresses,
 registered so that async copies can find them.
@@ -27,6 +29,7 @@ __all__ = ["ALIGNMENT", "DEVICE_BASE", "POISON_BYTE", "Allocation", "DeviceMemor
 
 DEVICE_BASE = 0x12C0_0000_0000  # an NPU-like range far from host heap and mmap addresses
 ALIGNMENT = 32
+START_ALIGNMENT = 64  # aclrtMalloc: "the start address is 64-byte aligned" (11-01)
 POISON_BYTE = 0xFF  # all-ones: NaN in every float dtype, -1 in every signed int
 _HOST_ALIGNMENT = 64
 
@@ -86,7 +89,7 @@ class DeviceMemory:
                 raise DeviceOutOfMemory(207001, "this simulated device used up its address window; open a new one")
             start = self._next
             # Leave a guard gap so that an overrun never lands in the next allocation.
-            self._next += rounded + 4096
+            self._next += -(-(rounded + 4096) // START_ALIGNMENT) * START_ALIGNMENT
             self.in_use += rounded
             self.peak = max(self.peak, self.in_use)
         data = np.full(rounded, POISON_BYTE, dtype=np.uint8)
