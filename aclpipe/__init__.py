@@ -1,7 +1,7 @@
 """aclpipe: run DAGs of Ascend NPU (aclnn) operators asynchronously from Python.
 
 The public surface is :data:`__all__`; the layers beneath it, each importing only the ones
-below (tests/test_public_api.py keeps it so): ``cli`` -> ``pipeline`` -> ``onnx`` ->
+below (tests/test_public_api.py keeps it so): ``ray`` (optional) -> ``cli`` -> ``pipeline`` -> ``onnx`` ->
 ``eager`` -> ``trace`` -> ``plan`` -> ``graph`` -> ``testing`` -> ``runtime`` ->
 ``backends`` -> ``ops``; ``errors``, ``dtypes`` and ``tensor`` serve them all.
 """
@@ -17,6 +17,7 @@ from .errors import (
     ClosedResourceError,
     DeviceFault,
     DeviceOutOfMemory,
+    DevicesUnavailableError,
     ExecutionError,
     GraphError,
     HazardError,
@@ -65,6 +66,7 @@ __all__ = [
     "DeviceBuffer",
     "DeviceFault",
     "DeviceOutOfMemory",
+    "DevicesUnavailableError",
     "Event",
     "ExecutionError",
     "ExecutorCache",

@@ -20,6 +20,7 @@ __all__ = [
     "ClosedResourceError",
     "DeviceFault",
     "DeviceOutOfMemory",
+    "DevicesUnavailableError",
     "ExecutionError",
     "GraphError",
     "HazardError",
@@ -131,14 +132,29 @@ class ExecutionError(AclpipeError):
         Where it failed.
     cause:
         The underlying error (usually a :class:`BackendError`), also set as ``__cause__``.
+    device:
+        The device it failed on, when the pipeline drives several (``"sim:1"``).
     """
 
     def __init__(self, message: str, *, node: str | None = None, op: str | None = None,
-                 stream: str | None = None, cause: BaseException | None = None):
+                 stream: str | None = None, cause: BaseException | None = None, device: str | None = None):
         self.node = node
         self.op = op
         self.stream = stream
         self.cause = cause
+        self.device = device
+        super().__init__(message)
+
+
+class DevicesUnavailableError(AclpipeError):
+    """Every device of a pipeline with several devices is out of rotation after a fault.
+
+    ``faults`` maps each device name to the error that took it out; put a device back with
+    ``pipe.restore(name)`` once the cause is fixed.
+    """
+
+    def __init__(self, message: str, *, faults: dict[str, BaseException] | None = None):
+        self.faults = dict(faults or {})
         super().__init__(message)
 
 

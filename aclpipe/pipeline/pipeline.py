@@ -24,13 +24,14 @@ to ``cancel_grace`` seconds, then reports the slot lost rather than risk a use-a
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import anyio
 import numpy as np
 
+from ..backends import is_device_list
 from ..dtypes import as_dtype
 from ..errors import AclpipeError, BackendError, ClosedResourceError, GraphError
 from ..graph import Graph, Signature
@@ -40,10 +41,14 @@ from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from .faults import FaultLog
 from .prepare import Preparer
-from .program import Program
+from .program import Program, Slot
 from .slots import FifoLock, SlotQueue, Ticket
 
-__all__ = ["Pipeline", "PipelineStats"]
+__all__ = ["SPLITS", "Pipeline", "PipelineStats"]
+
+#: How a pipeline given several devices uses them: ``"replicas"`` (default: the whole graph on
+#: each, runs go to the least loaded) or ``"stages"`` (the graph cut into one stage per device).
+SPLITS = ("replicas", "stages")
 
 #: Host functions that return pool blocks: one per this many releases per stream (and one at
 #: the end of each run), so streams do not stall after every node.
@@ -105,7 +110,9 @@ class Pipeline:
         A :class:`Graph` (or anything :func:`aclpipe.load_graph` returns).
     device:
         A :class:`Device`, a device name (``"sim"``, ``"ascend:0"``) or ``None`` for the default.
-        A device the pipeline opened is closed by :meth:`aclose`.
+        A device the pipeline opened is closed by :meth:`aclose`.  Several devices (a list, or
+        ``"sim:0,1"``, ``"ascend:0-7"``) make a pipeline of the same API over all of them:
+        see ``split``.
     streams:
         At most this many compute streams (plus one H2D and one D2H copy stream).
     depth:
@@ -117,10 +124,19 @@ class Pipeline:
         Size of the workspace pool (default: twice the largest workspaces of all streams).
     cancel_grace:
         Seconds a cancelled run waits, shielded, for the device to pass its enqueued work.
+    split:
+        With several devices: ``"replicas"`` (default; :class:`~aclpipe.pipeline.replicas.ReplicaPipeline`)
+        or ``"stages"`` (:class:`~aclpipe.pipeline.stages.StagePipeline`).
     """
 
-    def __init__(self, graph: Graph, device: Device | str | None = None, *, streams: int = 4, depth: int = 2,
-                 workspace: str = "pool", pool_bytes: int = 0, cancel_grace: float = 30.0):
+    def __new__(cls, graph: Graph, device: object = None, *args: Any, **options: Any) -> Self:
+        # Several devices: the same API, carried out by a subclass that drives one engine per device.
+        target = _several_devices_class(options.get("split")) if cls is Pipeline and is_device_list(device) else cls
+        return cast(Self, object.__new__(target))
+
+    def __init__(self, graph: Graph, device: Device | str | Sequence[Device | str] | None = None, *,
+                 streams: int = 4, depth: int = 2, workspace: str = "pool", pool_bytes: int = 0,
+                 cancel_grace: float = 30.0, split: str | None = None):
         if not isinstance(graph, Graph):
             raise TypeError(f"Pipeline needs a Graph, got {type(graph).__name__}; build one with "
                             "aclpipe.Graph or load one with aclpipe.load_graph / aclpipe.load_onnx")
@@ -131,6 +147,10 @@ class Pipeline:
             raise ValueError(f"workspace must be one of {STRATEGIES}, got {workspace!r}")
         if not graph.outputs:
             raise GraphError(f"graph {graph.name!r} has no outputs: mark results with g.output(name, value)")
+        if split is not None and split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS} (or None), got {split!r}")
+        if not (device is None or isinstance(device, (Device, str))):
+            raise TypeError(f"device must be a Device, a name or a list of them, got {type(device).__name__}")
         self.graph = graph
         self._owns_device = not isinstance(device, Device)
         self.device = device if isinstance(device, Device) else open_device(device)
@@ -145,7 +165,7 @@ class Pipeline:
         self._workspaces = self._make_workspaces(workspace, pool_bytes)
         self._preparer = Preparer(graph, self.device, self._streams, depth=depth, max_streams=streams)
         self._programs: dict[Signature, Program] = {}
-        self._queues: dict[int, SlotQueue] = {}
+        self._queues: dict[int, SlotQueue[Slot]] = {}
         self._enqueue_lock = FifoLock()
         self._faults = FaultLog()
         self._runs = 0
@@ -443,6 +463,17 @@ class Pipeline:
     def __repr__(self) -> str:
         return (f"<Pipeline {self.graph.name!r} on {self.device.name} streams={self.max_streams} "
                 f"depth={self.depth} workspace={self.workspace}>")
+
+
+def _several_devices_class(split: object) -> type[Pipeline]:
+    # Imported here: both modules build on this one.
+    if split == "stages":
+        from .stages import StagePipeline
+
+        return StagePipeline
+    from .replicas import ReplicaPipeline
+
+    return ReplicaPipeline
 
 
 async def _aiter(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:

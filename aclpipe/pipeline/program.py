@@ -359,6 +359,33 @@ class Program:
             desc = self.plan.values[name].desc
             slot.staging_in[name].numpy(desc.dtype, desc.shape)[...] = array
 
+    # -- stage boundaries (pipeline/stages.py) ---------------------------------------------------
+    def push_output(self, slot: Slot, output: str, address: int, sent: Event) -> None:
+        """Send ``output`` to another device instead of the host: the slot's copy of it becomes a
+        device-to-device copy to ``address`` (a peer's memory, over the link this device enabled),
+        followed by a record of ``sent``.  Call before :meth:`capture`."""
+        step = self._copy_step(slot, "D2H", "output", output)
+        assert step.copy is not None and step.record is None  # nothing on this device waits for a D2H
+        _, source, nbytes, _ = step.copy
+        step.copy = (address, source, nbytes, MemcpyKind.DEVICE_TO_DEVICE)
+        step.record = sent.handle
+
+    def pull_input(self, slot: Slot, name: str, received: Event) -> None:
+        """Take input ``name`` from another device instead of the host: the slot's copy of it
+        becomes a wait for ``received`` (recorded after the sender's copy into this slot)."""
+        step = self._copy_step(slot, "H2D", "input", name)
+        assert step.copy is not None
+        target, source, _, kind = step.copy
+        step.copy = (target, source, 0, kind)  # no bytes from the host
+        step.waits = (received.handle, *step.waits)
+
+    @staticmethod
+    def _copy_step(slot: Slot, op: str, attr: str, name: str) -> Step:
+        for step in slot.steps:
+            if step.node.op == op and step.node.attrs[attr] == name:
+                return step
+        raise KeyError(f"the program has no {op} copy of {name!r}")
+
     def close(self) -> None:
         """Free everything; the caller has synchronized the streams."""
         backend = self.device.backend

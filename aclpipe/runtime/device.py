@@ -18,7 +18,7 @@ from typing import Any, Self
 import numpy as np
 
 from ..backends import get_backend_class, parse_device
-from ..backends.protocol import Backend, Capabilities, FailureMode, fault_injection
+from ..backends.protocol import Backend, Capabilities, FailureMode, PeerAccess, fault_injection, peer_access
 from ..dtypes import as_dtype
 from ..errors import BackendError, ClosedResourceError, error_from_code
 from .buffer import DeviceBuffer, HostBuffer
@@ -222,6 +222,36 @@ class Device:
             result.reshape(-1).view(np.uint8)[...] = staging.numpy()
             staging.close()
         return result
+
+    # -- several devices ------------------------------------------------------------------------
+    def _peer(self, peer: Device, what: str) -> PeerAccess:
+        self._check()
+        if not isinstance(peer, Device):
+            raise TypeError(f"{what} takes a Device, got {type(peer).__name__}")
+        peer._check()
+        if peer.backend.name != self.backend.name:
+            raise ValueError(f"{what}: {self.name} and {peer.name} are devices of different backends")
+        access = peer_access(self.backend)
+        if access is None:
+            raise NotImplementedError(f"{self.name} cannot reach other devices' memory (no peer access)")
+        return access
+
+    def can_access_peer(self, peer: Device) -> bool:
+        """Whether this device can copy to and from ``peer``'s memory (``aclrtDeviceCanAccessPeer``);
+        False for a backend without peer access."""
+        if peer_access(self.backend) is None:
+            return False
+        return self._peer(peer, "can_access_peer").device_can_access_peer(peer.backend.index)
+
+    def enable_peer_access(self, peer: Device) -> None:
+        """Let this device's streams copy to and from ``peer``'s memory (one way:
+        ``aclrtDeviceEnablePeerAccess``).  ``stream.memcpy(peer_buffer, buffer)`` on a stream of
+        this device then pushes over the peer link."""
+        self._peer(peer, "enable_peer_access").device_enable_peer_access(peer.backend.index, 0)
+
+    def disable_peer_access(self, peer: Device) -> None:
+        """Undo :meth:`enable_peer_access` (``aclrtDeviceDisablePeerAccess``)."""
+        self._peer(peer, "disable_peer_access").device_disable_peer_access(peer.backend.index)
 
     # -- simulator extras --------------------------------------------------------------------
     def inject_fault(self, kind: str, match: str | None = None, **options: Any) -> Any:
