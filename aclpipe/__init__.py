@@ -1,7 +1,7 @@
 """aclpipe: run DAGs of Ascend NPU (aclnn) operators asynchronously from Python.
 
 The public surface is :data:`__all__`; the layers beneath it, each importing only the ones
-below (tests/test_public_api.py keeps it so): ``cli`` -> ``pipeline`` -> ``onnx`` ->
+below (tests/test_public_api.py keeps it so): ``ray`` (optional) -> ``cli`` -> ``pipeline`` -> ``onnx`` ->
 ``eager`` -> ``trace`` -> ``plan`` -> ``graph`` -> ``testing`` -> ``runtime`` ->
 ``backends`` -> ``ops``; ``errors``, ``dtypes`` and ``tensor`` serve them all.
 """
@@ -17,6 +17,7 @@ from .errors import (
     ClosedResourceError,
     DeviceFault,
     DeviceOutOfMemory,
+    DevicesUnavailableError,
     EventLoopError,
     ExecutionError,
     GraphError,
@@ -25,9 +26,9 @@ from .errors import (
     PlanError,
     UnsupportedOpError,
 )
-from .graph import BoundGraph, Graph, load_graph
+from .graph import BoundGraph, Graph, LoadLimits, load_graph
 from .pipeline import Pipeline, PipelineStats, load_model, run
-from .plan import Plan, PlannedNode, ValuePlacement, make_plan
+from .plan import ArenaRule, Plan, PlannedNode, ValuePlacement, make_plan
 from .runtime import (
     CachedWorkspace,
     Device,
@@ -55,6 +56,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AclpipeError",
+    "ArenaRule",
     "BackendError",
     "BoundGraph",
     "CacheStats",
@@ -65,6 +67,7 @@ __all__ = [
     "DeviceBuffer",
     "DeviceFault",
     "DeviceOutOfMemory",
+    "DevicesUnavailableError",
     "Event",
     "EventLoopError",
     "ExecutionError",
@@ -75,6 +78,7 @@ __all__ = [
     "HazardError",
     "HostBuffer",
     "InvalidArgumentError",
+    "LoadLimits",
     "MemInfo",
     "MemoryPool",
     "OnnxGraph",

@@ -62,6 +62,7 @@ class Format(enum.IntEnum):
     NCHW = 0
     NHWC = 1
     ND = 2
+    NCDHW = 30
     NC = 35
     NCL = 47
 

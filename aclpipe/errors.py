@@ -20,6 +20,7 @@ __all__ = [
     "ClosedResourceError",
     "DeviceFault",
     "DeviceOutOfMemory",
+    "DevicesUnavailableError",
     "EventLoopError",
     "ExecutionError",
     "GraphError",
@@ -132,14 +133,29 @@ class ExecutionError(AclpipeError):
         Where it failed.
     cause:
         The underlying error (usually a :class:`BackendError`), also set as ``__cause__``.
+    device:
+        The device it failed on, when the pipeline drives several (``"sim:1"``).
     """
 
     def __init__(self, message: str, *, node: str | None = None, op: str | None = None,
-                 stream: str | None = None, cause: BaseException | None = None):
+                 stream: str | None = None, cause: BaseException | None = None, device: str | None = None):
         self.node = node
         self.op = op
         self.stream = stream
         self.cause = cause
+        self.device = device
+        super().__init__(message)
+
+
+class DevicesUnavailableError(AclpipeError):
+    """Every device of a pipeline with several devices is out of rotation after a fault.
+
+    ``faults`` maps each device name to the error that took it out; put a device back with
+    ``pipe.restore(name)`` once the cause is fixed.
+    """
+
+    def __init__(self, message: str, *, faults: dict[str, BaseException] | None = None):
+        self.faults = dict(faults or {})
         super().__init__(message)
 
 
@@ -217,11 +233,32 @@ def _table() -> dict[int, CodeEntry]:
         (107017, "ACL_ERROR_RT_INVALID_HANDLE", "invalid handle", InvalidArgumentError),
         (107019, "ACL_ERROR_RT_WAIT_TIMEOUT", "wait timed out", DeviceFault),
         (107020, "ACL_ERROR_RT_TASK_TIMEOUT", "task timed out", DeviceFault),
-        (107023, "ACL_ERROR_RT_STREAM_ABORT", "stream aborted", DeviceFault),
+        (107022, "ACL_ERROR_RT_DEVICE_TASK_ABORT", "a device task abort conflicts with this call", DeviceFault),
+        (107023, "ACL_ERROR_RT_STREAM_ABORT", "the stream's tasks are being aborted", DeviceFault),
+        # graph capture (aclmdlRI, docs/zh/api_ref/25-01_aclError.md)
+        (107024, "ACL_ERROR_RT_CAPTURE_DEPENDENCY", "a captured event wait has no captured record", BackendError),
+        (107025, "ACL_ERROR_RT_STREAM_UNJOINED", "a stream pulled into the capture did not rejoin the origin",
+         BackendError),
+        (107026, "ACL_ERROR_RT_MODEL_CAPTURED", "the model is being captured", BackendError),
+        (107027, "ACL_ERROR_RT_STREAM_CAPTURED", "the stream is being captured", BackendError),
+        (107028, "ACL_ERROR_RT_EVENT_CAPTURED", "the event was recorded inside a capture", BackendError),
+        (107029, "ACL_ERROR_RT_STREAM_NOT_CAPTURED", "the stream is not being captured", BackendError),
+        (107030, "ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT", "the capture mode forbids this call", BackendError),
+        (107032, "ACL_ERROR_STREAM_CAPTURE_CONFLICT", "the event belongs to another capture", BackendError),
+        (107033, "ACL_ERROR_STREAM_TASK_GROUP_STATUS", "task group begin/end or update calls out of order",
+         BackendError),
+        (107034, "ACL_ERROR_STREAM_TASK_GROUP_INTR", "a task group recording was interrupted", BackendError),
+        (107036, "ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED", "capture end without a capture begun on this stream",
+         BackendError),
+        (107037, "ACL_ERROR_RT_MODEL_RUNNING", "the model is still executing", BackendError),
+        (107038, "ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD", "capture end on another thread than its begin",
+         BackendError),
+        (107041, "ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC", "a synchronizing call inside a capture", BackendError),
         (207000, "ACL_ERROR_RT_FEATURE_NOT_SUPPORT", "feature not supported", BackendError),
         (207001, "ACL_ERROR_RT_MEMORY_ALLOCATION", "device memory allocation failed", DeviceOutOfMemory),
         (207002, "ACL_ERROR_RT_MEMORY_FREE", "device memory free failed", InvalidArgumentError),
         (207004, "ACL_ERROR_RT_NO_DEVICE", "no device", BackendError),
+        (207005, "ACL_ERROR_RT_RESOURCE_ALLOC_FAIL", "resource allocation failed", BackendError),
         (207007, "ACL_ERROR_RT_NO_EVENT_RESOURCE", "no event resource", BackendError),
         (207008, "ACL_ERROR_RT_NO_STREAM_RESOURCE", "no stream resource", BackendError),
         (207012, "ACL_ERROR_RT_OVER_LIMIT", "over limit", BackendError),
@@ -231,13 +268,19 @@ def _table() -> dict[int, CodeEntry]:
         (507002, "ACL_ERROR_RT_STREAM_TASK_FULL", "stream task queue full", DeviceFault),
         (507004, "ACL_ERROR_RT_STREAM_NOT_COMPLETE", "stream not complete", DeviceFault),
         (507006, "ACL_ERROR_RT_EVENT_NOT_COMPLETE", "event not complete", DeviceFault),
+        (507009, "ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT", "task type not supported here", BackendError),
+        (507011, "ACL_ERROR_RT_MODEL_EXECUTE", "model execution failed", DeviceFault),
         (507012, "ACL_ERROR_RT_REPORT_TIMEOUT", "report timeout", DeviceFault),
         (507014, "ACL_ERROR_RT_AICORE_TIMEOUT", "AI core timeout", DeviceFault),
+        (507013, "ACL_ERROR_RT_SYS_DMA", "system DMA engine error", DeviceFault),
         (507015, "ACL_ERROR_RT_AICORE_EXCEPTION", "AI core exception", DeviceFault),
+        (507042, "ACL_ERROR_RT_AICORE_TRAP_READ_OVERFLOW", "AI core read out of bounds", DeviceFault),
+        (507043, "ACL_ERROR_RT_AICORE_TRAP_WRITE_OVERFLOW", "AI core write out of bounds", DeviceFault),
         (507046, "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT", "stream synchronize timed out", DeviceFault),
         (507047, "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT", "event synchronize timed out", DeviceFault),
-        (507053, "ACL_ERROR_RT_DEVICE_MEM_ERROR", "device memory error", DeviceFault),
+        (507053, "ACL_ERROR_RT_DEVICE_MEM_ERROR", "uncorrectable device memory error (UCE)", DeviceFault),
         (507899, "ACL_ERROR_RT_DRV_INTERNAL_ERROR", "driver internal error", DeviceFault),
+        (507903, "ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED", "the capture was invalidated", BackendError),
         # aclnn (op_errno.h)
         (161001, "ACLNN_ERR_PARAM_NULLPTR", "a required argument is NULL", InvalidArgumentError),
         (161002, "ACLNN_ERR_PARAM_INVALID", "an argument is invalid", InvalidArgumentError),

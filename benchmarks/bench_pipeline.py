@@ -14,6 +14,9 @@
                 latency, speedup, and events/waits against one per cross-stream edge.
 ``completion``  device done (end of a run's last D2H copy, device clock) to the awaiting task
                 resuming with its result: median and p99, under asyncio and trio.
+``workspaces``  a 200-node graph in which 100 nodes need a workspace (Softmax on 8 x 16),
+                4 streams, depth 2, under each workspace strategy: host cost per node
+                (submit -> enqueued and whole run), waits per run, and the pool against static.
 
 Run: ``python benchmarks/bench_pipeline.py [host|overlap|memory|streams|completion ...]``
 (default: all).  Timing figures depend on the machine's load: run on a quiet machine.
@@ -371,9 +374,65 @@ def bench_completion(args: argparse.Namespace) -> None:
           "thread-to-loop wake on this machine")
 
 
+# -- 6. workspace strategies in the pipeline --------------------------------------------------------
+def workspace_graph(nodes: int = 200, branches: int = 4) -> Graph:
+    """``branches`` chains alternating Softmax (which needs a workspace) and Relu on 8 x 16 floats."""
+    g = Graph(f"softmax{nodes}")
+    x = g.input("x", shape=(8, 16))
+    for branch in range(branches):
+        h = x
+        for k in range(nodes // branches):
+            h = g.softmax(h, dim=-1) if k % 2 == 0 else g.relu(h)
+        g.output(f"y{branch}", h)
+    return g
+
+
+async def _workspace_cost(device: aclpipe.Device, graph: Graph, strategy: str, runs: int) -> dict[str, float]:
+    x = np.linspace(-1, 1, 128, dtype=np.float32).reshape(8, 16)
+    async with Pipeline(graph, device, streams=4, depth=2, workspace=strategy) as pipe:
+        for _ in range(10):
+            await pipe.run(x=x)
+        waits_before = pipe.stats().workspace["waits"]
+        enqueue, whole = [], []
+        for _ in range(runs):
+            started = time.perf_counter()
+            accepted = pipe._accept({"x": x})
+            ticket = await pipe._start(*accepted)
+            enqueue.append(time.perf_counter() - started)
+            await pipe._finish(ticket)
+            whole.append(time.perf_counter() - started)
+        stats = pipe.stats().workspace
+        captured = next(iter(pipe._res.cache)).program.slots[0].graph is not None
+    return {"enqueue": statistics.median(enqueue), "run": statistics.median(whole),
+            "waits": (stats["waits"] - waits_before) / runs, "peak": stats["peak"], "captured": float(captured)}
+
+
+def bench_workspaces(args: argparse.Namespace) -> None:
+    graph = workspace_graph()
+    nodes = len(graph.nodes)
+    runs = max(args.runs // 3, 20)
+    print(f"\n== workspace strategies: {nodes}-node graph, 100 Softmax nodes with a workspace, 4 streams, depth 2, "
+          f"median of {runs} runs")
+    print(f"{'strategy':<10} {'captured':>9} {'enqueue us/node':>16} {'run us/node':>12} {'waits/run':>10} "
+          f"{'peak KiB':>9} {'enqueue / static':>17}")
+    results = {}
+    for strategy in ("static", "pool", "cached", "per-call"):
+        device = _open()
+        results[strategy] = anyio.run(_workspace_cost, device, graph, strategy, runs)
+        device.close()
+    base = results["static"]["enqueue"]
+    for strategy, result in results.items():
+        print(f"{strategy:<10} {'yes' if result['captured'] else 'no':>9} {result['enqueue'] / nodes * 1e6:16.2f} "
+              f"{result['run'] / nodes * 1e6:12.2f} {result['waits']:10.2f} {result['peak'] / 1024:9.1f} "
+              f"{result['enqueue'] / base:16.2f}x")
+    ratio, waits = results["pool"]["enqueue"] / base, results["pool"]["waits"]
+    print(f"goal: pool <= 2x static per node, no waits: {'met' if ratio <= 2 and not waits else 'missed'} "
+          f"({ratio:.2f}x, {waits:.2f} waits/run)")
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], None]] = {
     "host": bench_host, "overlap": bench_overlap, "memory": bench_memory, "streams": bench_streams,
-    "completion": bench_completion,
+    "completion": bench_completion, "workspaces": bench_workspaces,
 }
 
 

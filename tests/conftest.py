@@ -1,4 +1,6 @@
-"""Suite-wide settings: the simulator's sanitizer is on for every test (ARCHITECTURE.md 3.1)."""
+"""Suite-wide settings: the simulator's sanitizer is on for every test (ARCHITECTURE.md 3.1).
+
+It is on by default anyway; the variable keeps it on whatever the caller's environment says."""
 
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ def run_example(name: str, *args: str, timeout: float = 120) -> str:
 
 
 def test_every_example_is_tested():
-    tested = {"quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py", "onnx_compare.py"}
+    tested = {"quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py", "onnx_compare.py",
+              "ray_serve.py"}
     assert {path.name for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -65,3 +66,16 @@ def test_onnx_model_runs_or_skips_clearly(model):
         return
     difference = float(re.search(r"max \|difference\| from .*?: (\S+)", out).group(1))
     assert difference < 1e-4
+
+
+@pytest.mark.slow
+def test_ray_serve_selftest_answers_through_two_replicas():
+    pytest.importorskip("ray.serve", reason="needs the ray extra")
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = run_example("ray_serve.py", "--selftest", "16", "--port", str(port), timeout=300)
+    assert "16 requests answered by 2 replicas" in out
+    assert "all 16 answers match the local pipeline" in out

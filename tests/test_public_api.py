@@ -15,7 +15,8 @@ import aclpipe
 
 PACKAGE = Path(aclpipe.__file__).resolve().parent
 #: Layers from the top down (ARCHITECTURE.md 2): a module may import only its own layer and those below.
-LAYERS = ("cli", "pipeline", "onnx", "eager", "trace", "plan", "graph", "testing", "runtime", "backends", "ops")
+LAYERS = ("ray", "cli", "pipeline", "onnx", "eager", "trace", "plan", "graph", "testing", "runtime", "backends",
+          "ops")
 #: Modules shared by every layer.
 BASE = ("errors", "dtypes", "tensor")
 

@@ -7,14 +7,23 @@ executors) are opaque objects owned by the backend; addresses are plain integers
 
 Every method raises :class:`aclpipe.errors.BackendError` (built from the ACL code) on
 failure.  Stream errors are sticky: they surface at the next ``stream_sync`` or
-``stream_query`` (or ``stream_take_error``) and are consumed by it.
+``stream_query`` (or ``stream_take_error``) and are consumed by it.  What a stream does after
+a failed task is its :class:`FailureMode` (``aclrtSetStreamFailureMode``): by default it goes
+on with later tasks, which compute on whatever the failed one left behind.
+
+Events come in the two kinds of the CANN docs (``hicann/runtime``
+``docs/zh/api_ref/07_event_management.md``): *reusable* ones
+(``aclrtCreateEventExWithFlag``) may be recorded again and again, a wait using the latest
+record; *single-use* ones (``aclrtCreateEventWithFlag``) follow record, wait,
+``event_reset``.  Waiting on an event that was never recorded is an error.
 
 Optional parts are sub-protocols behind :class:`Capabilities` flags, never found by probing
 for attributes: :class:`GraphCapture` (``capabilities.graph_capture``), :class:`Tracing`
 (``capabilities.tracing``), :class:`FaultInjection` (``capabilities.fault_injection``) and
-:class:`Latching` (``capabilities.latch``).  :func:`graph_capture`, :func:`tracing`,
-:func:`fault_injection` and :func:`latching` hand out the typed view of a backend, or
-``None`` when its capabilities say it lacks the part.
+:class:`Latching` (``capabilities.latch``) and :class:`PeerAccess` (``capabilities.peer_access``).
+:func:`graph_capture`, :func:`tracing`, :func:`fault_injection`, :func:`latching` and
+:func:`peer_access` hand out the typed view of a backend, or ``None`` when its capabilities
+say it lacks the part.
 """
 
 from __future__ import annotations
@@ -33,18 +42,23 @@ from ..tensor import TensorDesc
 __all__ = [
     "Backend",
     "Capabilities",
+    "CaptureMode",
+    "CaptureStatus",
     "Executor",
+    "FailureMode",
     "FaultInjection",
     "GraphCapture",
     "Latching",
     "MemcpyKind",
     "MemoryRules",
+    "PeerAccess",
     "TraceRecord",
     "Tracing",
     "align_up",
     "fault_injection",
     "graph_capture",
     "latching",
+    "peer_access",
     "sync_streams",
     "tracing",
 ]
@@ -57,6 +71,33 @@ class MemcpyKind(enum.IntEnum):
     HOST_TO_DEVICE = 1
     DEVICE_TO_HOST = 2
     DEVICE_TO_DEVICE = 3
+
+
+class FailureMode(enum.IntEnum):
+    """``aclrtSetStreamFailureMode`` (``06_stream_management.md``).
+
+    ``CONTINUE`` (``ACL_CONTINUE_ON_FAILURE``, the default): after a failed task the stream
+    runs its later tasks.  ``STOP`` (``ACL_STOP_ON_FAILURE``): it stops, and refuses new tasks;
+    setting it on one stream makes every stream of the context stop on failure."""
+
+    CONTINUE = 0
+    STOP = 1
+
+
+class CaptureStatus(enum.IntEnum):
+    """``aclmdlRICaptureStatus``."""
+
+    NONE = 0
+    ACTIVE = 1
+    INVALIDATED = 2
+
+
+class CaptureMode(enum.IntEnum):
+    """``aclmdlRICaptureMode``: which threads may make unsafe calls while a capture is active."""
+
+    GLOBAL = 0
+    THREAD_LOCAL = 1
+    RELAXED = 2
 
 
 def align_up(nbytes: int, alignment: int) -> int:
@@ -110,6 +151,12 @@ class Capabilities:
     tracing: bool = False  # the backend is a Tracing
     latch: bool = False  # the backend is a Latching
     memory: MemoryRules = field(default_factory=MemoryRules)
+    max_events: int = 65536  # events one device supports (07_event_management.md)
+    reusable_events: bool = True  # event_create(reusable=True) exists (aclrtCreateEventExWithFlag)
+    stop_on_failure: bool = False  # stream_set_failure_mode exists (aclrtSetStreamFailureMode)
+    stream_abort: bool = False  # stream_abort exists (aclrtStreamAbort)
+    host_thread_per_stream: bool = False  # each stream runs its host functions on a thread of its own
+    peer_access: bool = False  # the backend is a PeerAccess
 
 
 @runtime_checkable
@@ -183,15 +230,26 @@ class Backend(Protocol):
     # streams --------------------------------------------------------------------------------
     def stream_create(self, priority: int = 0) -> Any: ...
     def stream_destroy(self, stream: Any) -> None: ...
+    def stream_set_failure_mode(self, stream: Any, mode: int) -> None:
+        """``aclrtSetStreamFailureMode``: once per stream (``capabilities.stop_on_failure``)."""
+        ...
+    def stream_abort(self, stream: Any) -> None:
+        """``aclrtStreamAbort``: discard the stream's submitted tasks (``capabilities.stream_abort``)."""
+        ...
     def stream_sync(self, stream: Any, timeout_ms: int = -1) -> None: ...
     def stream_query(self, stream: Any) -> bool: ...
     def stream_wait_event(self, stream: Any, event: Any) -> None: ...
     def stream_take_error(self, stream: Any) -> BackendError | None: ...
 
     # events ---------------------------------------------------------------------------------
-    def event_create(self, timing: bool = False) -> Any: ...
+    def event_create(self, timing: bool = False, reusable: bool = True) -> Any:
+        """A reusable (``aclrtCreateEventExWithFlag``) or single-use (``aclrtCreateEventWithFlag``) event."""
+        ...
     def event_destroy(self, event: Any) -> None: ...
     def event_record(self, event: Any, stream: Any) -> None: ...
+    def event_reset(self, event: Any, stream: Any) -> None:
+        """``aclrtResetEvent``: a single-use event back to its initial state, in ``stream``'s order."""
+        ...
     def event_query(self, event: Any) -> bool: ...
     def event_sync(self, event: Any, timeout_ms: int = -1) -> None: ...
     def event_elapsed(self, start: Any, end: Any) -> float: ...
@@ -215,17 +273,42 @@ class Backend(Protocol):
 
 
 class GraphCapture(Backend, Protocol):
-    """Optional: record device work once and replay it (``capabilities.graph_capture``)."""
+    """Optional: capture device work into a model runtime instance and replay it
+    (``capabilities.graph_capture``), as ``aclmdlRI*`` do (``15_model_running_instance__management.md``).
 
-    def graph_capture_begin(self) -> None:
-        """Record, instead of enqueueing, every copy, kernel, record and wait until
-        :meth:`graph_capture_end`."""
+    Capture begins on one *origin* stream; other streams join by waiting on events recorded
+    inside the capture and must rejoin the origin (a record the origin waits on) before it
+    ends.  Synchronizing a capturing stream (or the device, or an event recorded inside)
+    invalidates the capture.  A model replays with one call on one stream."""
+
+    def capture_begin(self, stream: Any, mode: int = CaptureMode.GLOBAL) -> None:
+        """``aclmdlRICaptureBegin``: later tasks submitted to ``stream`` are stored, not run."""
         ...
-    def graph_capture_end(self) -> Any:
-        """Stop recording; returns the graph handle."""
+    def capture_get_info(self, stream: Any) -> tuple[CaptureStatus, Any | None]:
+        """``aclmdlRICaptureGetInfo``: the stream's capture status and model."""
         ...
-    def graph_launch(self, graph: Any, context: Mapping[str, Any] | None = None) -> None:
-        """Replay a captured graph."""
+    def capture_end(self, stream: Any) -> Any:
+        """``aclmdlRICaptureEnd`` on the origin stream: returns the model."""
+        ...
+    def capture_task_group_begin(self, stream: Any) -> None:
+        """``aclmdlRICaptureTaskGrpBegin``: single-op tasks captured from here may be updated."""
+        ...
+    def capture_task_group_end(self, stream: Any) -> Any:
+        """``aclmdlRICaptureTaskGrpEnd``: returns the task group."""
+        ...
+    def capture_task_update_begin(self, stream: Any, group: Any) -> None:
+        """``aclmdlRICaptureTaskUpdateBegin`` on a stream not capturing: tasks submitted to it
+        until the update ends replace the group's."""
+        ...
+    def capture_task_update_end(self, stream: Any) -> None:
+        """``aclmdlRICaptureTaskUpdateEnd``: the update takes effect in ``stream``'s order."""
+        ...
+    def model_execute(self, model: Any, stream: Any, context: Mapping[str, Any] | None = None) -> None:
+        """``aclmdlRIExecuteAsync``: replay ``model`` on ``stream`` (after its earlier work;
+        its later work waits for the whole model)."""
+        ...
+    def model_destroy(self, model: Any) -> None:
+        """``aclmdlRIDestroy`` (refused while a replay may still run)."""
         ...
 
 
@@ -256,6 +339,27 @@ class Latching(Backend, Protocol):
     (``capabilities.latch``)."""
 
     def latch(self, stream: Any) -> threading.Event: ...
+
+
+class PeerAccess(Backend, Protocol):
+    """Optional: copies between this device's memory and a peer's (``capabilities.peer_access``).
+
+    ``aclrtDeviceCanAccessPeer`` / ``aclrtDeviceEnablePeerAccess`` / ``aclrtDeviceDisablePeerAccess``
+    with this device current (``docs/zh/api_ref/04_device_management.md`` of ``hicann/runtime``):
+    enabling is one way, ``flags`` is reserved (0).  Once this device enabled ``peer``,
+    ``memcpy_async(..., DEVICE_TO_DEVICE, stream)`` on a stream of this device may read or write
+    ``peer``'s memory; without it the copy is refused.  A stream may wait on another device's
+    event (the pipeline's stages do so at every boundary).
+    """
+
+    def device_can_access_peer(self, peer: int) -> bool: ...
+    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None: ...
+    def device_disable_peer_access(self, peer: int) -> None: ...
+
+
+def peer_access(backend: Backend) -> PeerAccess | None:
+    """``backend`` as a :class:`PeerAccess`, or None when it cannot reach other devices' memory."""
+    return cast(PeerAccess, backend) if backend.capabilities.peer_access else None
 
 
 def graph_capture(backend: Backend) -> GraphCapture | None:

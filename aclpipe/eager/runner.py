@@ -156,7 +156,7 @@ class OpRunner:
             array = np.asarray(value)
             if dtype is not None:
                 array = array.astype(as_dtype(dtype).numpy)
-            array = np.ascontiguousarray(array)
+            array = np.require(array, requirements="C")  # not ascontiguousarray: it makes a 0-d array 1-d
             desc = TensorDesc(array.shape, as_dtype(array.dtype), format=_format(format))
             self._inputs.append(_Arg(array=array, desc=desc))
         return self

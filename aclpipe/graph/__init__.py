@@ -6,15 +6,20 @@ from __future__ import annotations
 from .bound import BoundGraph, BoundNode, BoundValue
 from .files import load_graph, save_graph
 from .graph import Graph, InputSpec, Node, Value
+from .limits import LoadLimits
+from .signature import HostValue, Signature
 
 __all__ = [
-           "BoundGraph",
-           "BoundNode",
-           "BoundValue",
-           "Graph",
-           "InputSpec",
-           "Node",
-           "Value",
-           "load_graph",
-           "save_graph",
+    "BoundGraph",
+    "BoundNode",
+    "BoundValue",
+    "Graph",
+    "HostValue",
+    "InputSpec",
+    "LoadLimits",
+    "Node",
+    "Signature",
+    "Value",
+    "load_graph",
+    "save_graph",
 ]

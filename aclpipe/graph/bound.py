@@ -74,7 +74,9 @@ class BoundGraph:
     """A validated graph with concrete shapes: nodes in a topological order.
 
     ``outputs`` maps output names to value names; ``constants`` holds the weights;
-    ``input_shapes`` the bound shapes and ``dims`` the size of every named dimension.
+    ``input_shapes`` the bound shapes and ``dims`` the size of every named dimension;
+    ``host_values`` the contents of the host-value inputs the graph was specialized for (not
+    inputs of this graph: see :mod:`aclpipe.graph.signature`).
     """
 
     name: str
@@ -85,6 +87,7 @@ class BoundGraph:
     constants: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False)
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     dims: Mapping[str, int] = field(default_factory=dict)
+    host_values: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -252,4 +255,5 @@ def bind_graph(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> BoundGrap
         constants=MappingProxyType(dict(graph.constants)),
         input_shapes=MappingProxyType(dict(shapes)),
         dims=MappingProxyType(_dims(graph, shapes)),
+        host_values=graph.host_values,
     )

@@ -18,6 +18,7 @@ only when the caller names them.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,15 +60,25 @@ _PROBES = ((10007, 10009, 10037, 10039, 10061, 10067, 10069, 10079),
            (10091, 10093, 10099, 10103, 10111, 10133, 10139, 10141))
 
 
+@functools.lru_cache(maxsize=1024)
 def snake_case(op_name: str) -> str:
     """``"LayerNorm"`` -> ``"layer_norm"``, ``"BatchMatMul"`` -> ``"batch_mat_mul"``."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", op_name)
     return spaced.lower()
 
 
+_builder_names: tuple[int, dict[str, str]] = (-1, {})
+
+
 def builder_names() -> dict[str, str]:
     """Builder method name -> op name for every op in the catalog now."""
-    return {snake_case(name): name for name in op_names()}
+    global _builder_names
+    names = op_names()
+    # The catalog only grows (a name registers once), so its size says whether the table is current;
+    # rebuilding it on every ``g.relu`` lookup cost more than adding the node.
+    if _builder_names[0] != len(names):
+        _builder_names = (len(names), {snake_case(name): name for name in names})
+    return _builder_names[1]
 
 
 def resolve_op(op_name: str, node: str | None = None) -> OpSpec:
@@ -164,6 +175,26 @@ def infer_outputs(spec: OpSpec, node: str, inputs: Sequence[ValueInfo | None],
 
 def _concrete(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
               attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+    """The op's output descriptors, remembered per op, input descriptors and attributes (a
+    graph repeats its layers; refusals are not remembered, their messages name the node)."""
+    key = (spec.name, tuple(descs), tuple(sorted(attrs.items())))
+    try:
+        found = _INFERRED.get(key)
+    except TypeError:  # an unhashable attribute value
+        return _concrete_once(spec, node, descs, attrs)
+    if found is None:
+        found = tuple(_concrete_once(spec, node, descs, attrs))
+        if len(_INFERRED) >= _PROBED_LIMIT:
+            _INFERRED.pop(next(iter(_INFERRED)))
+        _INFERRED[key] = found
+    return list(found)
+
+
+_INFERRED: dict[Any, tuple[TensorDesc | None, ...]] = {}
+
+
+def _concrete_once(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
+                   attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
     try:
         if spec.is_view:
             source = descs[0] if descs else None
@@ -179,6 +210,29 @@ def _concrete(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
 
 def _probe(spec: OpSpec, inputs: Sequence[ValueInfo | None], attrs: Mapping[str, Any]
            ) -> list[ValueInfo | None] | None:
+    """:func:`_probe_once`, remembered per op, input dtypes and shapes, and attributes: graphs
+    repeat the same layer many times, and each probe runs ``infer`` twice."""
+    key = (spec.name, tuple(None if info is None else (info.dtype, info.shape) for info in inputs),
+           tuple(sorted(attrs.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return _probe_once(spec, inputs, attrs)
+    if key not in _PROBED:
+        if len(_PROBED) >= _PROBED_LIMIT:
+            _PROBED.pop(next(iter(_PROBED)))
+        result = _probe_once(spec, inputs, attrs)
+        _PROBED[key] = None if result is None else tuple(result)
+    found = _PROBED[key]
+    return None if found is None else list(found)
+
+
+_PROBED: dict[Any, tuple[ValueInfo | None, ...] | None] = {}
+_PROBED_LIMIT = 4096
+
+
+def _probe_once(spec: OpSpec, inputs: Sequence[ValueInfo | None], attrs: Mapping[str, Any]
+                ) -> list[ValueInfo | None] | None:
     symbols = sorted({dim for info in inputs if info and info.shape for dim in info.shape
                       if isinstance(dim, str)})
     if any(info is not None and (info.shape is None or info.dtype is None or None in info.shape)

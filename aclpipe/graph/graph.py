@@ -39,6 +39,7 @@ from .builder import (
     resolve_op,
     snake_case,
 )
+from .signature import Signature
 
 if TYPE_CHECKING:
     from .bound import BoundGraph
@@ -110,6 +111,9 @@ class Graph:
         self._outputs: dict[str, str] = {}
         self._op_counts: dict[str, int] = {}
         self._bound: dict[tuple[Any, ...], BoundGraph] = {}
+        #: Contents of the host-value inputs this graph was specialized for (an imported ONNX
+        #: model's specializations; see :mod:`aclpipe.graph.signature`); they are constants here.
+        self.host_values: Mapping[str, np.ndarray] = MappingProxyType({})
 
     # -- read access ---------------------------------------------------------------------
     @property
@@ -133,6 +137,12 @@ class Graph:
     def outputs(self) -> Mapping[str, str]:
         """Output name -> value name."""
         return MappingProxyType(self._outputs)
+
+    @property
+    def host_inputs(self) -> frozenset[str]:
+        """Inputs whose contents, not only their shapes, decide the graph (host values, see
+        :mod:`aclpipe.graph.signature`): none for a graph built node by node."""
+        return frozenset()
 
     def value(self, name: str) -> Value:
         """The value called ``name`` (an input, a constant or a node output)."""
@@ -246,6 +256,14 @@ class Graph:
         self._bound.clear()
 
     # -- binding and files ---------------------------------------------------------------
+    def signature(self, **inputs: Any) -> Signature:
+        """What a program prepared for these inputs (shapes, or arrays) is specific to: their
+        shapes, and the contents of :attr:`host_inputs`.  Raises :class:`GraphError` for shapes
+        that do not fit the declared inputs."""
+        from .bound import normalize_shapes
+
+        return Signature.of(normalize_shapes(self, inputs))
+
     def bind(self, **input_shapes: Any) -> BoundGraph:
         """Specialize the graph to concrete input shapes (tuples, or arrays whose shape is used).
 

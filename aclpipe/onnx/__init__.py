@@ -4,24 +4,34 @@
 emit catalog ops through a small :class:`~aclpipe.onnx.context.BuildContext` interface that
 both :class:`~aclpipe.onnx.eager.EagerContext` (runs each op at once) and a graph-building
 context implement.  Importing this package registers every converter; it needs the ``onnx``
-package (``pip install aclpipe[onnx]``).
+package (``pip install aclpipe[onnx]``).  :class:`OnnxLimits` bounds what loading an untrusted
+model may cost; :class:`HostValueNeeded` is how a specialization asks for host values.
 """
 
 from __future__ import annotations
 
 from . import (  # noqa: F401  (registers the converters)
     convert_activations,
+    convert_control,
+    convert_dynamic,
     convert_image,
+    convert_indexing,
     convert_logic,
     convert_math,
     convert_nn,
+    convert_norm,
+    convert_quant,
+    convert_recurrent,
     convert_reduce,
     convert_rounding,
     convert_select,
+    convert_smooth,
     convert_tensor,
 )
 from .context import BuildContext, OnnxNode, UnsupportedFeature
+from .convert_dynamic import DataDependentShapeError
 from .eager import EagerContext
+from .graph_context import HostValueNeeded
 from .mapping import (
     MIN_OPSET,
     UnsupportedNode,
@@ -33,11 +43,15 @@ from .mapping import (
     supported_ops,
     unsupported_nodes,
 )
+from .validate import OnnxLimits
 
 __all__ = [
     "MIN_OPSET",
     "BuildContext",
+    "DataDependentShapeError",
     "EagerContext",
+    "HostValueNeeded",
+    "OnnxLimits",
     "OnnxNode",
     "UnsupportedFeature",
     "UnsupportedNode",

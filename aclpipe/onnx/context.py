@@ -16,7 +16,7 @@ shape, Slice's starts, Split's sizes, Reduce axes, ...) are read with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ import onnx
 
 from ..dtypes import DType
 from ..errors import UnsupportedOpError
+from .validate import tensor_array
 
 __all__ = ["DTYPE_TO_ONNX", "ONNX_TO_DTYPE", "BuildContext", "OnnxNode", "UnsupportedFeature", "onnx_dtype"]
 
@@ -80,6 +81,9 @@ class OnnxNode:
         How many outputs the node lists (an empty name, an unused optional output, counts).
     wanted:
         Which outputs have a name (optional outputs with an empty name are not wanted).
+    scope:
+        The values visible where the node is (its graph's and the enclosing graphs'), by
+        name: what the node's subgraphs (If branches, Loop and Scan bodies) may read.
     """
 
     op_type: str
@@ -90,12 +94,14 @@ class OnnxNode:
     attrs: dict[str, Any] = field(default_factory=dict)
     num_outputs: int = 1
     wanted: tuple[bool, ...] = (True,)
+    scope: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_proto(cls, proto: onnx.NodeProto, version: int, since_version: int) -> OnnxNode:
+    def from_proto(cls, proto: onnx.NodeProto, version: int, since_version: int,
+                   scope: Mapping[str, Any] | None = None) -> OnnxNode:
         attrs = {attribute.name: _attribute_value(attribute) for attribute in proto.attribute}
         return cls(proto.op_type, proto.name, proto.domain, version, since_version, attrs, len(proto.output),
-                   tuple(bool(output) for output in proto.output))
+                   tuple(bool(output) for output in proto.output), scope if scope is not None else {})
 
     def attr(self, name: str, default: Any = None) -> Any:
         """The attribute ``name`` or ``default`` when the node does not set it."""
@@ -115,7 +121,7 @@ def _attribute_value(attribute: onnx.AttributeProto) -> Any:
     if isinstance(value, bytes):
         return value.decode()
     if isinstance(value, onnx.TensorProto):
-        return onnx.numpy_helper.to_array(value)
+        return tensor_array(value, f"attribute {attribute.name!r}")
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [item.decode() for item in value]
     return value
@@ -149,6 +155,13 @@ class BuildContext(Protocol):
     def static_value(self, value: Any, what: str) -> np.ndarray:
         """The contents of ``value`` at build time, for inputs that decide structure; raises
         :class:`UnsupportedFeature` naming ``what`` when the context cannot know them."""
+        ...
+
+    def subgraph(self, graph: onnx.GraphProto, feeds: Mapping[str, Any], scope: Mapping[str, Any],
+                 label: str) -> list[Any]:
+        """Convert ``graph`` (an If branch, a Loop or Scan body) in place: its inputs are bound to
+        ``feeds``, other names it reads come from ``scope`` (``node.scope``); returns the values of
+        its outputs.  ``label`` names the part in node names (``then``, ``iteration 3``)."""
         ...
 
 

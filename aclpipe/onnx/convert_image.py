@@ -145,8 +145,8 @@ def convert_conv_transpose(ctx: BuildContext, node: OnnxNode, inputs: list[Any])
     x, weight, bias = (inputs + [None])[:3]
     shape, wshape = ctx.shape(x), ctx.shape(weight)
     rank = len(shape) - 2
-    if rank not in (1, 2):
-        raise node.unsupported(f"{rank}-D transposed convolution (1-D and 2-D are supported)")
+    if rank not in (1, 2, 3):
+        raise node.unsupported(f"{rank}-D transposed convolution (1-D to 3-D are supported)")
     kernel = tuple(int(k) for k in node.attr("kernel_shape", wshape[2:]))
     if kernel != tuple(wshape[2:]):
         raise ValueError(f"{node.describe()}: kernel_shape {list(kernel)} does not match W {list(wshape)}")

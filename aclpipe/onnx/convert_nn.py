@@ -1,4 +1,4 @@
-"""Converters for ONNX convolution and pooling (1-D and 2-D; 3-D is not in the catalog).
+"""Converters for ONNX convolution and pooling (1-D, 2-D and 3-D).
 
 ONNX pads may be asymmetric (``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]``) and
 ``auto_pad`` computes them; aclnn pads symmetrically, and pooling allows at most half the
@@ -12,6 +12,13 @@ dropping a last window that would start in the end padding) of
 padding; those positions never count (the divisor of an average covers the input, plus the
 pads with ``count_include_pad=1``), which the explicit path gets as
 ``AvgPool(x) / AvgPool(mask)`` with the mask 1 where elements count.
+
+3-D pooling uses the catalog's ``MaxPool3d``/``AvgPool3d``.  ``MaxPool``'s ``Indices`` output
+comes from ``MaxPool2dWithIndices`` (1-D and 2-D, when the catalog's own padding gives ONNX's
+windows): its per-plane index plus ``(n * C + c) * H * W`` is ONNX's flat index, and
+``storage_order=1`` (column-major) pools the transposed plane.  ``AveragePool`` with
+``dilations`` (which aclnn's pooling lacks) is a depthwise ``Convolution`` with a kernel of
+ones and those dilations, divided by the same convolution of the counting mask.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from .context import BuildContext, OnnxNode
 from .convert_math import cast_to
 from .mapping import converts
 
-__all__ = ["Geometry", "geometry", "pad_axis"]
+__all__ = ["Geometry", "conv_attrs", "geometry", "pad_axis"]
 
 
 @dataclass(frozen=True)
@@ -118,10 +125,9 @@ def _pad_spatial(ctx: BuildContext, x: Any, geo: Geometry, fill: float, beyond: 
 
 def _spatial_rank(node: OnnxNode, shape: tuple[int, ...], what: str) -> int:
     rank = len(shape) - 2
-    if rank == 3:
-        raise node.unsupported(f"3-D {what} (the catalog has 1-D and 2-D {what} only)")
-    if rank not in (1, 2):
-        raise ValueError(f"{node.describe()}: X must be [N, C, L] or [N, C, H, W], got {list(shape)}")
+    if rank not in (1, 2, 3):
+        raise ValueError(f"{node.describe()}: X must be [N, C, L], [N, C, H, W] or [N, C, D, H, W] for {what}, "
+                         f"got {list(shape)}")
     return rank
 
 
@@ -129,19 +135,29 @@ def _spatial_rank(node: OnnxNode, shape: tuple[int, ...], what: str) -> int:
 @converts("Conv", 11, 22)
 def convert_conv(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[Any]:
     x, weight, bias = (inputs + [None])[:3]
+    x, attrs = conv_attrs(ctx, node, x, weight)
+    return [ctx.op("Convolution", x, weight, bias, transposed=False, outputPadding=[0] * len(attrs["stride"]),
+                   **attrs)]
+
+
+def conv_attrs(ctx: BuildContext, node: OnnxNode, x: Any, weight: Any, pad_value: Any = None
+               ) -> tuple[Any, dict[str, Any]]:
+    """``x`` (explicitly padded with ``pad_value``, default 0, when ONNX's pads are asymmetric)
+    and the catalog convolution's ``stride``/``padding``/``dilation``/``groups``."""
     shape, wshape = ctx.shape(x), ctx.shape(weight)
     rank = _spatial_rank(node, shape, "convolution")
     kernel = tuple(int(k) for k in node.attr("kernel_shape", wshape[2:]))
     if kernel != tuple(wshape[2:]):
         raise ValueError(f"{node.describe()}: kernel_shape {list(kernel)} does not match W {list(wshape)}")
     geo = geometry(node, tuple(shape[2:]), kernel)
-    if not geo.symmetric:
-        x, padding = _pad_spatial(ctx, x, geo, 0.0), [0] * rank
+    if not geo.symmetric:  # integer convolutions pad their shifted input with 0: the zero point
+        fill = 0.0 if pad_value is None else float(np.asarray(ctx.static_value(pad_value, "the zero point"))
+                                                    .reshape(-1)[0])
+        x, padding = _pad_spatial(ctx, x, geo, fill), [0] * rank
     else:
         padding = list(geo.begin)
-    return [ctx.op("Convolution", x, weight, bias, stride=list(geo.strides), padding=padding,
-                   dilation=list(geo.dilations), transposed=False, outputPadding=[0] * rank,
-                   groups=int(node.attr("group", 1)))]
+    return x, {"stride": list(geo.strides), "padding": padding, "dilation": list(geo.dilations),
+               "groups": int(node.attr("group", 1))}
 
 
 # -- pooling ---------------------------------------------------------------------------------
@@ -182,10 +198,32 @@ def _pool_input(node: OnnxNode, ctx: BuildContext, x: Any, what: str) -> tuple[A
     return x, rank, kernel
 
 
+def _pool(ctx: BuildContext, kind: str, x: Any, rank: int, geo: Geometry, padding: list[int], ceil: bool,
+          include_pad: bool = True, indices: bool = False) -> Any:
+    """One catalog pooling op over ``x`` (1-D as 2-D); ``padding`` per spatial dim."""
+    if rank == 3:
+        window: dict[str, Any] = {"kernelSize": list(geo.kernel), "stride": list(geo.strides), "padding": padding,
+                                  "ceilMode": ceil}
+        if kind == "max":
+            return ctx.op("MaxPool3d", x, dilation=list(geo.dilations), **window)
+        return ctx.op("AvgPool3d", x, countIncludePad=include_pad, **window)
+    kernel2, strides2, dilations2 = _window_2d(geo, rank)
+    padding2 = [0] * (2 - rank) + padding
+    if kind == "max":
+        op = "MaxPool2dWithIndices" if indices else "MaxPool2d"
+        return ctx.op(op, _as_2d(ctx, x, rank), outputs=2 if indices else 1, kernelSize=kernel2, stride=strides2,
+                      padding=padding2, dilation=dilations2, ceilMode=ceil)
+    return ctx.op("AvgPool2d", _as_2d(ctx, x, rank), kernelSize=kernel2, strides=strides2, paddings=padding2,
+                  ceilMode=ceil, countIncludePad=include_pad)
+
+
+def _fits_catalog(geo: Geometry) -> bool:
+    """Whether the catalog's symmetric padding (at most half the kernel) gives ONNX's windows."""
+    return geo.begin == geo.end and all(p <= k // 2 for p, k in zip(geo.begin, geo.kernel))
+
+
 @converts("MaxPool", 11, 12, 22)
 def convert_max_pool(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[Any]:
-    if node.num_outputs > 1 and node.wanted[1]:
-        raise node.unsupported("the Indices output (aclpipe's MaxPool2d returns values only)")
     x, rank, kernel = _pool_input(node, ctx, inputs[0], "pooling")
     n, c, *spatial = ctx.shape(x)
     dtype = ctx.dtype(x)
@@ -193,16 +231,34 @@ def convert_max_pool(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> li
         x = ctx.op("Cast", x, dtype=DType.float32)  # exact for 8-bit integers; the kernel takes floats
     elif not dtype.is_floating:
         raise node.unsupported(f"max pooling of {dtype.name} (floats and 8-bit integers are supported)")
-    geo = geometry(node, tuple(spatial), kernel, ceil=bool(node.attr("ceil_mode", 0)))
-    fast = geo.begin == geo.end and all(p <= k // 2 for p, k in zip(geo.begin, kernel))
-    if fast:
-        padding, ceil_mode = [0] * (2 - rank) + list(geo.begin), bool(node.attr("ceil_mode", 0))
+    ceil = bool(node.attr("ceil_mode", 0))
+    geo = geometry(node, tuple(spatial), kernel, ceil=ceil)
+    if node.num_outputs > 1 and node.wanted[1]:
+        return _max_pool_with_indices(ctx, node, x, rank, geo, ceil, dtype)
+    if _fits_catalog(geo):
+        y = _pool(ctx, "max", x, rank, geo, list(geo.begin), ceil)
     else:
-        x, padding, ceil_mode = _pad_spatial(ctx, x, geo, -np.inf), [0, 0], False
-    kernel2, strides2, dilations2 = _window_2d(geo, rank)
-    y = ctx.op("MaxPool2d", _as_2d(ctx, x, rank), kernelSize=kernel2, stride=strides2, padding=padding,
-               dilation=dilations2, ceilMode=ceil_mode)
+        y = _pool(ctx, "max", _pad_spatial(ctx, x, geo, -np.inf), rank, geo, [0] * rank, False)
     return [cast_to(ctx, _finish(ctx, y, geo, rank, n, c), dtype)]
+
+
+def _max_pool_with_indices(ctx: BuildContext, node: OnnxNode, x: Any, rank: int, geo: Geometry, ceil: bool,
+                           dtype: DType) -> list[Any]:
+    if rank == 3 or not _fits_catalog(geo):
+        raise node.unsupported("the Indices output of 3-D max pooling or of pads the catalog cannot express "
+                               "(asymmetric, or more than half the kernel)")
+    n, c, *spatial = ctx.shape(x)
+    column_major = rank == 2 and int(node.attr("storage_order", 0)) == 1
+    if column_major:  # pool the transposed plane: its row-major index is the column-major one
+        x = ctx.op("Permute", x, dims=[0, 1, 3, 2])
+        geo = Geometry(*(tuple(reversed(field)) for field in (geo.kernel, geo.strides, geo.dilations, geo.begin,
+                                                              geo.end, geo.out, geo.extra)))
+    values, plane = _pool(ctx, "max", x, rank, geo, list(geo.begin), ceil, indices=True)
+    values, plane = (_finish(ctx, v, geo, rank, n, c) for v in (values, plane))
+    if column_major:
+        values, plane = (ctx.op("Permute", v, dims=[0, 1, 3, 2]) for v in (values, plane))
+    planes = np.arange(n * c, dtype=np.int64).reshape([n, c] + [1] * rank) * int(np.prod(spatial))
+    return [cast_to(ctx, values, dtype), ctx.op("Add", plane, ctx.constant(planes))]
 
 
 @converts("AveragePool", 11, 19, 22)
@@ -211,27 +267,27 @@ def convert_average_pool(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -
     n, c, *spatial = ctx.shape(x)
     ceil = bool(node.attr("ceil_mode", 0))
     geo = geometry(node, tuple(spatial), kernel, ceil=ceil)
-    if any(d != 1 for d in geo.dilations):
-        raise node.unsupported("AveragePool with dilations (aclnnAvgPool2d has no dilation)")
     include_pad = bool(node.attr("count_include_pad", 0))
-    kernel2, strides2, _ = _window_2d(geo, rank)
-    fast = geo.begin == geo.end and all(p <= k // 2 for p, k in zip(geo.begin, kernel))
-    if fast:
-        y = ctx.op("AvgPool2d", _as_2d(ctx, x, rank), kernelSize=kernel2, strides=strides2,
-                   paddings=[0] * (2 - rank) + list(geo.begin), ceilMode=ceil, countIncludePad=include_pad)
-        return [_finish(ctx, y, geo, rank, n, c)]
+    dilated = any(d != 1 for d in geo.dilations)
+    if _fits_catalog(geo) and not dilated:
+        return [_finish(ctx, _pool(ctx, "avg", x, rank, geo, list(geo.begin), ceil, include_pad), geo, rank, n, c)]
 
-    def pooled(value: Any, fill: float = 0.0) -> Any:
-        padded = _as_2d(ctx, _pad_spatial(ctx, value, geo, fill, beyond=0.0), rank)
-        return ctx.op("AvgPool2d", padded, kernelSize=kernel2, strides=strides2, paddings=[0, 0],
-                      ceilMode=False, countIncludePad=True)
+    def summed(value: Any, fill: float = 0.0) -> Any:
+        padded = _pad_spatial(ctx, value, geo, fill, beyond=0.0)
+        if not dilated:
+            return _pool(ctx, "avg", padded, rank, geo, [0] * rank, False)
+        # aclnn's pooling has no dilation: a depthwise convolution with ones sums each window.
+        channels = ctx.shape(value)[1]
+        ones = ctx.constant(np.ones((channels, 1, *geo.kernel), dtype=ctx.dtype(value).numpy))
+        return ctx.op("Convolution", padded, ones, None, stride=list(geo.strides), padding=[0] * rank,
+                      dilation=list(geo.dilations), transposed=False, outputPadding=[0] * rank, groups=channels)
 
-    y = pooled(x)
-    if not include_pad or any(geo.extra):
+    y = summed(x)
+    if dilated or not include_pad or any(geo.extra):
         # The divisor counts the input (and the pads, with count_include_pad) but never the
-        # positions past the pads that ceil mode reaches: divide by the mean of that mask.
+        # positions past the pads that ceil mode reaches: divide by the same pooling of that mask.
         ones = ctx.constant(np.ones((1, 1, *spatial), dtype=ctx.dtype(x).numpy))
-        y = ctx.op("Div", y, pooled(ones, fill=1.0 if include_pad else 0.0))
+        y = ctx.op("Div", y, summed(ones, fill=1.0 if include_pad else 0.0))
     return [_finish(ctx, y, geo, rank, n, c)]
 
 

@@ -326,6 +326,13 @@ def convert_size(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
 @converts("ConstantOfShape", 9, 20, *_NEWER)
 def convert_constant_of_shape(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[Any]:
     shape = static_ints(ctx, inputs[0], "ConstantOfShape's input")
+    if any(dim < 0 for dim in shape):
+        raise ValueError(f"{node.describe()}: shape {shape} has a negative dim")
     value = node.attr("value")
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-    return [_constant(ctx, node, np.full(shape, fill[0], dtype=fill.dtype))]
+    if fill.size != 1:
+        raise ValueError(f"{node.describe()}: value must hold one element, it holds {fill.size}")
+    # Broadcast on the context rather than with np.full: the context sizes the result before it
+    # allocates anything (folding small ones, computing large ones on the device).
+    scalar = _constant(ctx, node, fill.reshape(()))
+    return [scalar if not shape else ctx.op("Expand", scalar, size=list(shape))]

@@ -49,6 +49,7 @@ class EagerContext:
         self.stream = stream if stream is not None else device.create_stream()
         self.workspace = workspace
         self.ops_run = 0
+        self.opsets: dict[str, int] = {}  # the model's, while run_model walks it (subgraphs use them)
 
     # -- the BuildContext interface ----------------------------------------------------------
     def op(self, name: str, *inputs: Any, outputs: int = 1, **attrs: Any) -> Any:
@@ -75,14 +76,19 @@ class EagerContext:
     def static_value(self, value: Any, what: str) -> np.ndarray:
         return np.asarray(value)  # everything is known when evaluating eagerly
 
+    def subgraph(self, graph: onnx.GraphProto, feeds: Mapping[str, Any], scope: Mapping[str, Any],
+                 label: str) -> list[Any]:
+        values = emit_graph(self, graph, feeds, self.opsets, scope)
+        return [values[output.name] for output in graph.output]
+
     # -- whole models ------------------------------------------------------------------------
     def run_model(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Evaluate ``model`` on ``feeds`` (graph input name -> array); returns the graph outputs
         in order.  Raises :class:`~aclpipe.errors.UnsupportedOpError` listing every unsupported
         op type before running anything."""
         check_model(model)
-        values = emit_graph(self, model.graph, {name: self.constant(v) for name, v in feeds.items()},
-                            model_opsets(model))
+        self.opsets = model_opsets(model)
+        values = emit_graph(self, model.graph, {name: self.constant(v) for name, v in feeds.items()}, self.opsets)
         return [np.asarray(values[output.name]) for output in model.graph.output]
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ would give, with a host workspace of the size the op asks for.  View ops (``Resh
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from ..dtypes import DType, as_dtype
 from ..ops import get_op
 from ..tensor import TensorDesc
 
-__all__ = ["Folded", "content_digest", "evaluate_on_host"]
+__all__ = ["Folded", "content_digest", "evaluate_on_host", "result_bytes"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +68,25 @@ def content_digest(array: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def result_bytes(op: str, arrays: Sequence[np.ndarray | None], attrs: Mapping[str, Any], outputs: int = 1) -> int:
+    """How many bytes :func:`evaluate_on_host` would produce, from the op's shape inference
+    alone (nothing is allocated: callers check a size limit first)."""
+    spec = get_op(op)
+    descs = _descs(arrays)
+    if spec.is_view:
+        if descs[0] is None:
+            raise ValueError(f"{op} is a view and needs its first input")
+        results = [spec.view(descs[0], attrs)]
+    else:
+        results = [desc for desc in list(spec.infer(descs, attrs))[:outputs] if desc is not None]
+    return sum(math.prod(desc.shape) * desc.dtype.itemsize for desc in results)
+
+
+def _descs(arrays: Sequence[np.ndarray | None]) -> list[TensorDesc | None]:
+    return [None if array is None else TensorDesc.contiguous(tuple(array.shape), as_dtype(array.dtype))
+            for array in arrays]
+
+
 def evaluate_on_host(op: str, arrays: Sequence[np.ndarray | None], attrs: Mapping[str, Any],
                      outputs: int = 1) -> list[np.ndarray]:
     """Run catalog op ``op`` on host arrays; returns its first ``outputs`` results.
@@ -75,11 +95,11 @@ def evaluate_on_host(op: str, arrays: Sequence[np.ndarray | None], attrs: Mappin
     for inputs it refuses.
     """
     spec = get_op(op)
-    descs = [None if array is None else TensorDesc.contiguous(tuple(array.shape), as_dtype(array.dtype))
-             for array in arrays]
+    descs = _descs(arrays)
     if spec.is_view:
         source = arrays[0]
-        assert source is not None and descs[0] is not None
+        if source is None or descs[0] is None:
+            raise ValueError(f"{op} is a view and needs its first input")
         return [_apply_view(source, spec.view(descs[0], attrs))]
     out_descs = list(spec.infer(descs, attrs))[:outputs]
     plan = spec.prepare(descs, out_descs, attrs)

@@ -26,7 +26,9 @@ order through a context.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import functools
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +37,7 @@ import onnx.defs
 
 from ..errors import UnsupportedOpError
 from .context import BuildContext, OnnxNode
+from .validate import tensor_array
 
 __all__ = [
     "MIN_OPSET",
@@ -73,6 +76,7 @@ def supported_ops() -> dict[str, tuple[int, ...]]:
     return {op_type: tuple(sorted(versions)) for op_type, versions in sorted(_TABLE.items())}
 
 
+@functools.lru_cache(maxsize=4096)
 def since_version(op_type: str, opset: int, domain: str = "") -> int | None:
     """The schema version of ``op_type`` in effect at ``opset`` (None: no such op there)."""
     try:
@@ -171,10 +175,12 @@ def check_model(model: onnx.ModelProto) -> None:
         raise UnsupportedOpError(f"the ONNX model uses {len(problems)} unsupported op type(s):\n{lines}")
 
 
-def convert_node(ctx: BuildContext, proto: onnx.NodeProto, inputs: list[Any], opset: int) -> list[Any]:
-    """Convert one node; returns one value per listed output."""
+def convert_node(ctx: BuildContext, proto: onnx.NodeProto, inputs: list[Any], opset: int,
+                 scope: Mapping[str, Any] | None = None) -> list[Any]:
+    """Convert one node; returns one value per listed output.  ``scope`` holds the values the
+    node's subgraphs (If branches, Loop bodies) may read by name."""
     convert, version = lookup(proto.op_type, opset, proto.domain)
-    node = OnnxNode.from_proto(proto, opset, version)
+    node = OnnxNode.from_proto(proto, opset, version, scope)
     outputs = list(convert(ctx, node, inputs))
     if len(outputs) < node.num_outputs:
         outputs.extend([None] * (node.num_outputs - len(outputs)))
@@ -185,13 +191,15 @@ def convert_node(ctx: BuildContext, proto: onnx.NodeProto, inputs: list[Any], op
 
 
 def emit_graph(ctx: BuildContext, graph: onnx.GraphProto, feeds: Mapping[str, Any],
-               opsets: Mapping[str, int]) -> dict[str, Any]:
+               opsets: Mapping[str, int], scope: Mapping[str, Any] | None = None) -> MutableMapping[str, Any]:
     """Walk ``graph`` through ``ctx``: initializers become constants, ``feeds`` give the graph
-    inputs by name; returns every value by name (the graph outputs among them)."""
-    values: dict[str, Any] = {}
+    inputs by name, other names are read from ``scope`` (the enclosing graphs' values, for a
+    subgraph); returns every value by name (the graph outputs among them)."""
+    local: dict[str, Any] = {}
     for initializer in graph.initializer:
-        values[initializer.name] = ctx.constant(onnx.numpy_helper.to_array(initializer))
-    values.update(feeds)
+        local[initializer.name] = ctx.constant(tensor_array(initializer, f"initializer {initializer.name!r}"))
+    local.update(feeds)
+    values: MutableMapping[str, Any] = local if scope is None else ChainMap(local, scope)  # type: ignore[arg-type]
     for proto in graph.node:
         inputs = []
         for name in proto.input:
@@ -200,7 +208,7 @@ def emit_graph(ctx: BuildContext, graph: onnx.GraphProto, feeds: Mapping[str, An
                                          "earlier node, input or initializer produces")
             inputs.append(values[name] if name else None)
         domain = "" if proto.domain == "ai.onnx" else proto.domain
-        outputs = convert_node(ctx, proto, inputs, opsets.get(domain, 0))
+        outputs = convert_node(ctx, proto, inputs, opsets.get(domain, 0), values)
         for name, value in zip(proto.output, outputs):
             if name:
                 values[name] = value

@@ -14,6 +14,7 @@ from .registry import get_op, op_names, register
 __all__ = ["OpPlan", "OpSpec", "get_op", "op_error", "op_names", "register"]
 
 _FAMILIES = ("elementwise", "activation", "norm", "reduce", "matmul", "conv", "pool", "shape", "index", "views",
-             "compare", "piecewise", "select", "pad", "resize", "conv_transpose", "lrn", "rounding")
+             "compare", "piecewise", "select", "pad", "resize", "conv_transpose", "lrn", "rounding",
+             "smooth", "scatter", "cumulative", "triangle", "einsum", "group_norm", "pool_nd", "recurrent", "quant")
 for _family in _FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")

@@ -1,4 +1,4 @@
-"""Convolution (aclnnConvolution), 1-D over NCL and 2-D over NCHW, as im2col + matmul.
+"""Convolution (aclnnConvolution), 1-D over NCL, 2-D over NCHW and 3-D over NCDHW, as im2col + matmul.
 
 Phase one sizes the workspace to hold the im2col buffer in float32 (the compute dtype for
 every supported input dtype): ``N * C_in * prod(kernel) * prod(out_spatial) * 4`` bytes.
@@ -33,7 +33,7 @@ from .registry import register
 
 __all__ = ["Convolution", "Window", "int_list", "spatial_format", "window_output_size"]
 
-_SPATIAL_FORMAT = {1: Format.NCL, 2: Format.NCHW}
+_SPATIAL_FORMAT = {1: Format.NCL, 2: Format.NCHW, 3: Format.NCDHW}
 
 
 def int_list(op: str, name: str, value: Any, count: int, minimum: int) -> tuple[int, ...]:
@@ -123,7 +123,7 @@ class _ConvCall:
 
 
 class Convolution(OpSpec):
-    """``torch.nn.functional.conv1d`` / ``conv2d`` with ``groups``; ``bias`` is optional and may
+    """``torch.nn.functional.conv1d`` / ``conv2d`` / ``conv3d`` with ``groups``; ``bias`` is optional and may
     have any float dtype."""
 
     name = "Convolution"
@@ -138,7 +138,7 @@ class Convolution(OpSpec):
             raise op_error(op, "inputs", "input, weight and an optional bias", f"{len(inputs)} tensors")
         x, weight = need(op, "input", inputs[0]), need(op, "weight", inputs[1])
         bias = inputs[2] if len(inputs) == 3 else None
-        dims = spatial_format(op, "input", x, (1, 2))
+        dims = spatial_format(op, "input", x, (1, 2, 3))
         for name, tensor in (("input", x), ("weight", weight), ("bias", bias)):
             if tensor is not None:
                 need_dtype(op, name, tensor, FLOATS)

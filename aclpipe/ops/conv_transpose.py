@@ -1,10 +1,10 @@
-"""``ConvTranspose``: transposed convolution (``torch.nn.functional.conv_transpose1d/2d``).
+"""``ConvTranspose``: transposed convolution (``torch.nn.functional.conv_transpose1d/2d/3d``).
 
 aclnnConvolution with ``transposed=True`` in CANN; aclpipe's ``Convolution`` refuses that
 flag, so the transposed form is its own catalog entry with the same attribute names:
 ``stride``, ``padding``, ``dilation``, ``outputPadding``, ``groups``, ``cubeMathType``.
 
-Shapes: input ``[N, C_in, *in]`` (NCL or NCHW), weight ``[C_in, C_out / groups, *kernel]``,
+Shapes: input ``[N, C_in, *in]`` (NCL, NCHW or NCDHW), weight ``[C_in, C_out / groups, *kernel]``,
 optional bias ``[C_out]``; output ``[N, C_out, *out]`` with
 ``out = (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + outputPadding + 1``.
 ``outputPadding`` must be smaller than ``stride`` or ``dilation`` (PyTorch's rule).
@@ -70,7 +70,7 @@ class ConvTranspose(OpSpec):
         x, weight = need(op, "input", inputs[0] if inputs else None), need(op, "weight", inputs[1] if
                                                                              len(inputs) > 1 else None)
         bias = inputs[2] if len(inputs) > 2 else None
-        dims = spatial_format(op, "input", x, (1, 2))
+        dims = spatial_format(op, "input", x, (1, 2, 3))
         for name, tensor in (("input", x), ("weight", weight), ("bias", bias)):
             if tensor is not None:
                 need_dtype(op, name, tensor, FLOATS)

@@ -11,6 +11,9 @@
 - :mod:`.affinity`: one thread and event loop at a time; others get :class:`~aclpipe.EventLoopError`.
 - :mod:`.oneshot`: :func:`run`, the blocking one-shot for scripts (``aclpipe.run(graph, x=batch)``).
 - :mod:`.stats`: :class:`PipelineStats`.
+- :mod:`.replicas`: one graph on several devices, runs to the least loaded (``device=[...]``).
+- :mod:`.devices`: what pipelines over several devices share (opening them, adding up counters).
+- :mod:`.stages`, :mod:`.stage_program`: one graph cut across devices (``split="stages"``).
 """
 
 from .affinity import LoopAffinity
@@ -19,12 +22,15 @@ from .cache import CacheEntry, LruDict, ProgramCache
 from .faults import Fault, FaultLog
 from .oneshot import load_model, run
 from .pipeline import Pipeline
-from .prepare import Preparer, signature
+from .prepare import Preparer
 from .program import Program, Slot, Step
+from .replicas import DeviceStats, ReplicaPipeline, ReplicaStats
 from .resources import Resources
 from .slots import FifoLock, SlotQueue, Ticket
+from .stages import StagePipeline, StageStats
 from .stats import PipelineStats
 
-__all__ = ["CacheEntry", "Fault", "FaultLog", "FifoLock", "LoopAffinity", "LruDict", "Pipeline", "PipelineStats",
-           "Preparer", "Program", "ProgramCache", "Resources", "ShapeBuckets", "Slot", "SlotQueue", "Step",
-           "Ticket", "empty_result", "load_model", "run", "signature"]
+__all__ = ["CacheEntry", "DeviceStats", "Fault", "FaultLog", "FifoLock", "LoopAffinity", "LruDict", "Pipeline",
+           "PipelineStats", "Preparer", "Program", "ProgramCache", "ReplicaPipeline", "ReplicaStats", "Resources",
+           "ShapeBuckets", "Slot", "SlotQueue", "StagePipeline", "StageStats", "Step", "Ticket", "empty_result",
+           "load_model", "run"]

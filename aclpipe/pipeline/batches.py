@@ -12,17 +12,17 @@ batch dim; the latter is checked, the former is the caller's promise.
 
 Inputs.  :func:`check_inputs` checks one run's inputs against the graph (names, dtypes).
 
-Empty batches.  A batch with a zero-size dim runs nothing: when every output of the graph
-bound to those shapes is empty too, the result is empty arrays of the bound shapes and
-dtypes; when an output would still hold values (a reduction over the empty dim), it is a
-:class:`GraphError` naming that output, since there is nothing on the device to compute it
-from and aclpipe does not guess.
+Empty batches.  A batch with a zero-size dim whose outputs are all empty too (the usual case:
+an empty batch) runs nothing: the result is empty arrays of the bound shapes and dtypes, and
+no program is prepared for it.  When an output would still hold values (a reduction over
+the empty dim), the batch runs on the device like any other: zero-size tensors there take no
+bytes, and the reduction gives its identity (0 for a sum).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,10 +70,15 @@ class ShapeBuckets:
         index = bisect.bisect_left(self.sizes, rows)
         return self.sizes[index] if index < len(self.sizes) else None
 
-    def pad(self, arrays: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int | None]:
+    def pad(self, arrays: Mapping[str, np.ndarray], skip: Collection[str] = ()
+            ) -> tuple[dict[str, np.ndarray], int | None]:
         """The arrays padded to their bucket, and the real row count to slice back to (None
-        when nothing was padded)."""
-        rows = {name: int(arrays[name].shape[0]) for name in self.inputs}
+        when nothing was padded).  Inputs in ``skip`` (host values: their contents are part
+        of the program) are never padded."""
+        names = [name for name in self.inputs if name not in skip]
+        if not names:
+            return dict(arrays), None
+        rows = {name: int(arrays[name].shape[0]) for name in names}
         if len(set(rows.values())) > 1:
             raise ValueError(f"with buckets, inputs {list(self.inputs)} share the batch (their first dim), "
                              f"so they must have as many rows; got {rows}")
@@ -82,7 +87,7 @@ class ShapeBuckets:
         if size is None or size == count or count == 0:
             return dict(arrays), None
         padded = dict(arrays)
-        for name in self.inputs:
+        for name in names:
             array = arrays[name]
             # Repeat the last real row: padding then holds values the real rows already have.
             filler = np.repeat(array[-1:], size - count, axis=0)
@@ -108,10 +113,9 @@ class ShapeBuckets:
         return f"<ShapeBuckets {list(self.sizes)} over {list(self.inputs)}>"
 
 
-def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
-                                                                   dict[str, tuple[int, ...]]]:
-    """The inputs of one run as arrays, and their shapes; a ValueError or TypeError naming what the
-    graph takes when one is missing, unknown or of another dtype."""
+def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The inputs of one run as arrays; a ValueError or TypeError naming what the graph takes
+    when one is missing, unknown or of another dtype."""
     expected = graph.inputs
     missing = [name for name in expected if name not in inputs]
     unknown = [name for name in inputs if name not in expected]
@@ -125,24 +129,25 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> tuple[dict[str, np.
             raise TypeError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
                             f"{array.dtype}; convert with array.astype('{want.name}')")
         arrays[name] = array
-    return arrays, {name: tuple(array.shape) for name, array in arrays.items()}
+    return arrays
 
 
-def has_empty_input(arrays: Mapping[str, np.ndarray]) -> bool:
-    """Whether any input has a zero-size dim."""
-    return any(array.size == 0 for array in arrays.values())
+def has_empty_input(graph: Graph, arrays: Mapping[str, np.ndarray]) -> bool:
+    """Whether any input copied to the device (not a host value) has a zero-size dim."""
+    host = graph.host_inputs
+    return any(array.size == 0 for name, array in arrays.items() if name not in host)
 
 
-def empty_result(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The result of a batch with a zero-size dim: empty arrays, or a GraphError when an output
-    would not be empty."""
-    bound = graph.bind(**shapes)
+def empty_result(graph: Graph, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The result of a batch with a zero-size dim when every output is empty too (empty arrays of
+    the bound shapes and dtypes, computed without the device); None when an output would hold
+    values, which the device then computes like any other batch."""
+    key = graph.signature(**arrays)
+    bound = graph.bind(**key.bind_arguments())
     result: dict[str, np.ndarray] = {}
     for output, value in bound.outputs.items():
         desc = bound.values[value].desc
         if int(np.prod(desc.shape, dtype=np.int64)) != 0:
-            raise GraphError(f"graph {graph.name!r} with inputs {dict(shapes)}: output {output!r} would have "
-                             f"shape {tuple(desc.shape)}, not empty, but a batch with a zero-size dim runs "
-                             "nothing on the device; skip empty batches, or compute such outputs on the host")
+            return None
         result[output] = np.empty(desc.shape, dtype=desc.dtype.numpy)
     return result

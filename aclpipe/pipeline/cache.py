@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from .slots import SlotQueue
 
 if TYPE_CHECKING:
-    from .program import Program
+    from .program import Program, Slot
 
 __all__ = ["CacheEntry", "LruDict", "ProgramCache", "check_capacity"]
 
@@ -69,7 +69,7 @@ class CacheEntry:
 
     key: Hashable
     program: Program
-    queue: SlotQueue
+    queue: SlotQueue[Slot]
     pins: int = 0  # runs between taking this program and finishing (or abandoning) it
     checked: set[int] = field(default_factory=set)  # bucket sizes whose outputs were checked
 
@@ -134,6 +134,17 @@ class ProgramCache:
                 evicted.append(entry.program)
         self.evicted += len(evicted)
         return evicted
+
+    def evict_one(self) -> Program | None:
+        """Take the least recently used idle program out, whatever the capacity (the device's
+        event limit asks for room); None when every program is busy."""
+        for entry in self._entries.values():
+            if entry.idle:
+                del self._entries[entry.key]
+                del self._by_program[id(entry.program)]
+                self.evicted += 1
+                return entry.program
+        return None
 
     def close_queues(self, reason: str) -> None:
         """Wake every run waiting for a slot with :class:`ClosedResourceError` (``reason``)."""

@@ -1,10 +1,18 @@
 """Fault windows: which runs a device error may have spoiled, and what each of them raises.
 
-Device faults are sticky on their stream: the rest of the stream's work (up to the moment
-the error is consumed) is skipped.  Every launch carries its run number, so when a run
-completes and finds a stream error, the log records the run whose node failed and the
-newest run enqueued at that moment: every run in that window may have lost work and raises
-:class:`ExecutionError` naming the failing node; runs outside it are unaffected.
+The pipeline's streams keep CANN's default failure mode, ACL_CONTINUE_ON_FAILURE
+(``hicann/runtime`` ``docs/zh/api_ref/06_stream_management.md``): after a failed task a
+stream goes on with its later tasks, which compute on whatever the failed task left behind,
+and the error stays sticky until consumed.  Every launch carries its run number, so when a
+run completes and finds a stream error, the log records the run whose node failed and the
+newest run enqueued at that moment: every run in that window ran behind the failed task on
+a shared stream and raises :class:`ExecutionError` naming the failing node; earlier runs are
+unaffected.  The pipeline then renews the failed streams (:meth:`Stream.renew`), so that no
+run enqueued later runs behind the failed task either.
+
+Why not ACL_STOP_ON_FAILURE: CANN applies it to every stream of the context (streams the
+pipeline does not own included), and a stopped stream never records the events other streams
+wait on, which then hang until ``aclrtStreamAbort``, which Atlas inference cards lack.
 """
 
 from __future__ import annotations
@@ -49,20 +57,25 @@ class FaultLog:
         """``run`` got its number: faults collected from now on must cover it."""
         self.live.add(run)
 
-    def collect(self, streams: Iterable[Stream], newest_run: int) -> None:
-        """Take every stream's sticky error and note which runs it may have spoiled.
+    def collect(self, streams: Iterable[Stream], newest_run: int) -> list[Stream]:
+        """Take every stream's sticky error, note which runs it may have spoiled, and return
+        the streams that had one.
 
-        A stream skips the rest of its failed generation until the error is taken, so every run
-        enqueued up to now, from the failing one on, may have lost work.  An error that names no
-        run (a host function's) is charged to every run still live: any of them may have had
-        work skipped behind it.
+        Every run enqueued up to now, from the failing one on, ran behind the failed task on a
+        shared stream (or waited on one that did).  An error that names no run (a host
+        function's, or a backend's that carries no context) is charged to every run still live.
         """
+        failed = []
         for stream in streams:
             error = stream.take_error()
-            if error is not None:
+            while error is not None:
                 named = _context(error).get("run")
                 first = int(named) if named is not None else min(self.live, default=newest_run + 1)
                 self.faults.append(Fault(error, first, newest_run))
+                if stream not in failed:
+                    failed.append(stream)
+                error = stream.take_error()
+        return failed
 
     def retire(self, run: int, newest_run: int) -> None:
         """``run`` has finished or was abandoned: drop faults no live or future run can match."""

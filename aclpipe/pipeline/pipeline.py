@@ -7,11 +7,12 @@ completion host function, and awaits it.  ``async for out in pipe.stream(batches
 ``depth`` runs in flight so that batch i+1's H2D, batch i's compute and batch i-1's D2H
 overlap, and yields results in order.  ``pipe.run_sync(x=batch)`` is the blocking one-shot.
 
-Errors.  Device faults are sticky on their stream and skip the rest of that stream's work
-until consumed (see the simulator's stream docs).  Every launch carries its run number, so
-when a run completes and finds a stream error, the pipeline records which run failed and
-up to which run the poisoned work reached; those runs raise :class:`ExecutionError` naming
-the failing node, earlier runs are unaffected, later runs run normally.
+Errors.  Device faults are sticky on their stream, which goes on with its later tasks
+(CANN's default, continue-on-failure).  Every launch carries its run number, so when a run
+completes and finds a stream error, the pipeline records which run failed and up to which
+run the work behind it reached; those runs raise :class:`ExecutionError` naming the failing
+node, earlier runs are unaffected, and the failed streams are renewed so that later runs do
+not run behind the failed task (see :mod:`.faults`).
 
 Cancellation.  A run cancelled before it enqueued anything gives its slot straight back.
 A run cancelled while enqueueing (waiting for a workspace) stops there; whatever it had
@@ -33,13 +34,14 @@ from __future__ import annotations
 import collections
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import anyio
 import numpy as np
 
+from ..backends import is_device_list
 from ..errors import AclpipeError, BackendError, ClosedResourceError, GraphError
-from ..graph import Graph
+from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device, Stream, open_device
 from ..runtime.timeline import Timeline
@@ -48,12 +50,16 @@ from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
 from .cache import CacheEntry, ProgramCache, check_capacity
 from .faults import FaultLog
-from .prepare import Preparer, signature
+from .prepare import Preparer
 from .resources import Resources
 from .slots import FifoLock, Ticket
 from .stats import PipelineStats
 
-__all__ = ["Pipeline", "PipelineStats"]
+__all__ = ["SPLITS", "Pipeline", "PipelineStats"]
+
+#: How a pipeline given several devices uses them: ``"replicas"`` (default: the whole graph on
+#: each, runs go to the least loaded) or ``"stages"`` (the graph cut into one stage per device).
+SPLITS = ("replicas", "stages")
 
 #: Host functions that return pool blocks: one per this many releases per stream (and one at
 #: the end of each run), so streams do not stall after every node.
@@ -73,7 +79,9 @@ class Pipeline:
         A :class:`Graph` (or anything :func:`aclpipe.load_graph` returns).
     device:
         A :class:`Device`, a device name (``"sim"``, ``"ascend:0"``) or ``None`` for the default.
-        A device the pipeline opened is closed by :meth:`aclose`.
+        A device the pipeline opened is closed by :meth:`aclose`.  Several devices (a list, or
+        ``"sim:0,1"``, ``"ascend:0-7"``) make a pipeline of the same API over all of them:
+        see ``split``.
     streams:
         At most this many compute streams (plus one H2D and one D2H copy stream).
     depth:
@@ -91,6 +99,9 @@ class Pipeline:
     buckets:
         Batch sizes to pad batches up to (see :mod:`aclpipe.pipeline.batches`), so that a
         server meets a few input signatures instead of one per batch size.
+    split:
+        With several devices: ``"replicas"`` (default; :class:`~aclpipe.pipeline.replicas.ReplicaPipeline`)
+        or ``"stages"`` (:class:`~aclpipe.pipeline.stages.StagePipeline`).
 
     Notes
     -----
@@ -99,9 +110,15 @@ class Pipeline:
     :mod:`aclpipe.pipeline.affinity`).
     """
 
-    def __init__(self, graph: Graph, device: Device | str | None = None, *, streams: int = 4, depth: int = 2,
-                 workspace: str = "pool", pool_bytes: int = 0, cancel_grace: float = 30.0,
-                 max_programs: int = 16, buckets: Sequence[int] | None = None):
+    def __new__(cls, graph: Graph, device: object = None, *args: Any, **options: Any) -> Self:
+        # Several devices: the same API, carried out by a subclass that drives one engine per device.
+        target = _several_devices_class(options.get("split")) if cls is Pipeline and is_device_list(device) else cls
+        return cast(Self, object.__new__(target))
+
+    def __init__(self, graph: Graph, device: Device | str | Sequence[Device | str] | None = None, *,
+                 streams: int = 4, depth: int = 2, workspace: str = "pool", pool_bytes: int = 0,
+                 cancel_grace: float = 30.0, max_programs: int = 16, buckets: Sequence[int] | None = None,
+                 split: str | None = None):
         if not isinstance(graph, Graph):
             raise TypeError(f"Pipeline needs a Graph, got {type(graph).__name__}; build one with "
                             "aclpipe.Graph or load one with aclpipe.load_graph / aclpipe.load_onnx")
@@ -112,6 +129,10 @@ class Pipeline:
             raise ValueError(f"workspace must be one of {STRATEGIES}, got {workspace!r}")
         if not graph.outputs:
             raise GraphError(f"graph {graph.name!r} has no outputs: mark results with g.output(name, value)")
+        if split is not None and split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS} (or None), got {split!r}")
+        if not (device is None or isinstance(device, (Device, str))):
+            raise TypeError(f"device must be a Device, a name or a list of them, got {type(device).__name__}")
         self.buckets = ShapeBuckets(graph, buckets) if buckets is not None else None
         cache = ProgramCache(check_capacity(max_programs))
         self.graph = graph
@@ -155,28 +176,38 @@ class Pipeline:
         return Resources(self.device, owns_device, streams, timeline, workspaces, preparer, cache)
 
     # -- planning and preparing ----------------------------------------------------------------
-    def plan_for(self, **shapes: Any) -> Plan:
-        """The plan for these input shapes (``x=(32, 784)``); prepares nothing.  Plans are
-        cached per input signature, so the first run with these shapes does not plan again."""
+    def plan_for(self, **inputs: Any) -> Plan:
+        """The plan for these input shapes (``x=(32, 784)``; an imported model's host-value
+        inputs take their contents: ``shape=np.array([4, -1])``); prepares nothing.  Plans are
+        cached per input signature, so the first run with these inputs does not plan again."""
         with self._affinity.use("plan_for"):
-            return self._res.preparer.plan_for(shapes)
+            return self._res.preparer.plan_for(inputs)
 
-    def prepare(self, **shapes: Any) -> Plan:
-        """Plan, allocate and run phase one for these input shapes now (otherwise done at the
-        first run with them).  Returns the plan."""
+    def prepare(self, **inputs: Any) -> Plan:
+        """Plan, allocate and run phase one for these inputs now (as :meth:`plan_for` takes
+        them; otherwise done at the first run with them).  Returns the plan."""
         with self._affinity.use("prepare"):
-            entry = self._entry_for({name: tuple(shape) for name, shape in shapes.items()})
+            entry = self._entry_for(self._res.preparer.signature(inputs))
             self._trim()
             return entry.program.plan
 
-    def _entry_for(self, shapes: Mapping[str, tuple[int, ...]]) -> CacheEntry:
+    def _entry_for(self, key: Signature) -> CacheEntry:
         self._check_open()
-        cache, key = self._res.cache, signature(shapes)
+        cache = self._res.cache
         entry = cache.get(key)
         if entry is not None:
             self._prepare_hits += 1
             return entry
-        return cache.add(key, self._res.preparer.prepare(shapes, self._res.workspaces))
+        return cache.add(key, self._res.preparer.prepare(key, self._res.workspaces, self._evict_idle_program))
+
+    def _evict_idle_program(self) -> bool:
+        """Close the least recently used program with nothing in flight, freeing its events (the
+        preparer asks when the device's event limit is near); False when every program is busy."""
+        program = self._res.cache.evict_one()
+        if program is None:
+            return False
+        program.close()
+        return True
 
     def _trim(self) -> None:
         """Free the least recently used idle programs beyond ``max_programs``."""
@@ -188,9 +219,10 @@ class Pipeline:
         """Run the graph once; returns ``{output name: array}``."""
         self._affinity.enter("run")  # not a with-block: this is the hot path
         try:
-            arrays, shapes = self._check_inputs(inputs)
-            if has_empty_input(arrays):
-                return empty_result(self.graph, shapes)
+            arrays = self._check_inputs(inputs)
+            empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+            if empty is not None:
+                return empty
             accepted = self._accept(arrays)
             return await self._finish(await self._start(*accepted))
         finally:
@@ -225,11 +257,12 @@ class Pipeline:
             async for batch in _aiter(batches):
                 if not isinstance(batch, Mapping):
                     raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
-                arrays, shapes = self._check_inputs(dict(batch))
-                if has_empty_input(arrays):  # nothing to enqueue: in order after the runs ahead of it
+                arrays = self._check_inputs(dict(batch))
+                empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+                if empty is not None:  # nothing to enqueue: in order after the runs ahead of it
                     while pending:
                         yield await self._finish(pending.popleft())
-                    yield empty_result(self.graph, shapes)
+                    yield empty
                     continue
                 accepted = self._accept(arrays)
                 # Never wait for a slot while holding runs this generator could finish itself: two
@@ -255,24 +288,26 @@ class Pipeline:
                 self._affinity.leave()
 
     def _accept(self, arrays: dict[str, np.ndarray]) -> _Accepted:
-        """Pad to a bucket and find (or prepare) the program; nothing is enqueued.  The entry is
+        """Pad to a bucket and find (or prepare) the program; nothing is enqueued.  Host values
+        (see :mod:`aclpipe.graph.signature`) pick the program and are not copied.  The entry is
         pinned (never evicted) until the run finishes or is abandoned."""
         rows = None
         if self.buckets is not None:
-            arrays, rows = self.buckets.pad(arrays)
-        entry = self._entry_for({name: tuple(array.shape) for name, array in arrays.items()})
+            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs)
+        key = self._res.preparer.signature(arrays)
+        entry = self._entry_for(key)
         self._res.cache.pin(entry)
         try:
             size = self.buckets.bucket(rows) if self.buckets is not None and rows is not None else None
-            if size is not None:
-                if size not in entry.checked:
-                    ShapeBuckets.check_outputs(entry.program.plan, size)
-                    entry.checked.add(size)
+            if size is not None and size not in entry.checked:
+                ShapeBuckets.check_outputs(entry.program.plan, size)
+                entry.checked.add(size)
             self._trim()
         except BaseException:
             self._unpin(entry)
             raise
-        return entry, arrays, rows
+        host = key.host
+        return entry, {name: array for name, array in arrays.items() if name not in host}, rows
 
     async def _start(self, entry: CacheEntry, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> Ticket:
         """Take a slot (awaiting one: backpressure) and enqueue a run on it."""
@@ -325,7 +360,7 @@ class Pipeline:
                                                              self._d2h_lane)
         except BaseException:
             # No completion to wait for: the slot can never safely come back.
-            self._done(ticket)
+            self._release_ticket(ticket)
             self._lost_slots += 1
             if self.device.closed:
                 self._device_lost()
@@ -351,7 +386,7 @@ class Pipeline:
             await res.timeline.wait(self._d2h_lane, ticket.value)
         except ClosedResourceError as error:  # the device was closed with the run in flight
             self._device_lost()
-            self._done(ticket)
+            self._release_ticket(ticket)
             raise ClosedResourceError(f"run {ticket.run} was abandoned: {error}") from error
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -361,11 +396,11 @@ class Pipeline:
             with res.lock:
                 if res.released or res.parked:  # aclose gave everything up before this result was read
                     raise ClosedResourceError(f"the pipeline was closed before run {ticket.run}'s result was read")
-                self._faults.collect(res.streams, self._runs)
+                self._collect_faults()
                 self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
                 outputs = ticket.program.read_outputs(ticket.slot)
         finally:
-            self._done(ticket, slot_back=True)
+            self._release_ticket(ticket, slot_back=True)
         return ShapeBuckets.slice(outputs, ticket.rows) if ticket.rows is not None else outputs
 
     async def _abandon(self, ticket: Ticket) -> None:
@@ -375,17 +410,17 @@ class Pipeline:
                 await self._res.timeline.wait(self._d2h_lane, ticket.value)
         except ClosedResourceError:  # the device was closed: nothing will pass it any more
             self._device_lost()
-            self._done(ticket)
+            self._release_ticket(ticket)
             return
         if scope.cancelled_caught:
-            self._done(ticket)
+            self._release_ticket(ticket)
             self._lost_slots += 1  # never reused: the device may still touch it
             return
         if not (self._res.released or self._res.parked):
-            self._faults.collect(self._res.streams, self._runs)
-        self._done(ticket, slot_back=True)
+            self._collect_faults()
+        self._release_ticket(ticket, slot_back=True)
 
-    def _done(self, ticket: Ticket, slot_back: bool = False) -> None:
+    def _release_ticket(self, ticket: Ticket, slot_back: bool = False) -> None:
         """The run is over for the pipeline: retire its fault window, unpin its program and, when
         the device passed it, give its slot back."""
         self._faults.retire(ticket.run, self._runs)
@@ -404,9 +439,18 @@ class Pipeline:
         """The device was closed under the pipeline: every run waiting for a slot fails too."""
         self._res.cache.close_queues(f"device {self.device.name} was closed")
 
-    def _check_inputs(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         self._check_open()
         return check_inputs(self.graph, inputs)
+
+    def _collect_faults(self) -> None:
+        """Charge stream errors to the runs they spoiled; later runs go to fresh device streams."""
+        failed = self._faults.collect(self._res.streams, self._runs)
+        if failed:
+            for stream in failed:
+                stream.renew()
+            for entry in self._res.cache:
+                entry.program.rebind()
 
     # -- reporting and closing ------------------------------------------------------------------
     def stats(self) -> PipelineStats:
@@ -512,6 +556,17 @@ class Pipeline:
     def __repr__(self) -> str:
         return (f"<Pipeline {self.graph.name!r} on {self.device.name} streams={self.max_streams} "
                 f"depth={self.depth} workspace={self.workspace}{' closed' if self._closed else ''}>")
+
+
+def _several_devices_class(split: object) -> type[Pipeline]:
+    # Imported here: both modules build on this one.
+    if split == "stages":
+        from .stages import StagePipeline
+
+        return StagePipeline
+    from .replicas import ReplicaPipeline
+
+    return ReplicaPipeline
 
 
 async def _aiter(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:

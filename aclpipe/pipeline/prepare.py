@@ -5,34 +5,36 @@ constants it needs (once per pipeline), build the :class:`Program` (per slot: ar
 staging, events, phase one for every node), ``reserve`` its workspaces, and ``capture`` it
 as a device graph when the backend can replay one.  Errors name the node and stop before
 anything is enqueued; a half-built program is freed.
+
+A signature is the graph's :class:`~aclpipe.graph.Signature`: the input shapes and, for an
+imported ONNX model with host-value inputs (Reshape's shape, an If condition, ...), their
+contents, which that program is specialized for (:mod:`aclpipe.graph.signature`).
+
+Events are limited per device (``hicann/runtime`` ``07_event_management.md``: 65536 on Atlas
+A2, 1023 on Atlas inference cards).  A program that could never fit is refused with an
+error naming the limit; one that does not fit beside the programs already prepared asks the
+pipeline to evict idle ones (least recently used first) and is refused when none is left.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..graph.bound import normalize_shapes
+from ..errors import error_from_code
+from ..graph.signature import Signature
 from ..plan import Plan, make_plan
 from .cache import LruDict
-from .program import Program
+from .program import Program, events_per_slot
 
 if TYPE_CHECKING:
     from ..graph import Graph
     from ..runtime import Device, DeviceBuffer, Stream
     from ..runtime.workspaces import WorkspaceStrategy
 
-__all__ = ["Preparer", "signature"]
-
-#: An input signature: ``((input name, shape), ...)`` sorted by name.
-Signature = tuple[tuple[str, tuple[int, ...]], ...]
-
-
-def signature(shapes: Mapping[str, Sequence[int]]) -> Signature:
-    """The hashable key of one set of input shapes (already checked)."""
-    return tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in shapes.items()))
+__all__ = ["Preparer"]
 
 
 class Preparer:
@@ -64,21 +66,31 @@ class Preparer:
         self.constants: dict[str, DeviceBuffer] = {}
         self._plans: LruDict[Signature, Plan] = LruDict(plans)
 
-    def plan_for(self, shapes: Mapping[str, Any]) -> Plan:
-        """The plan for these input shapes (tuples, or arrays whose shape is used), bound and
-        planned once per input signature.  Raises :class:`GraphError` for shapes the graph
-        does not take."""
-        key = signature(normalize_shapes(self.graph, shapes))
+    def signature(self, inputs: Mapping[str, Any]) -> Signature:
+        """The signature of these inputs: shapes (tuples, or arrays whose shape is used) and the
+        contents of the graph's host-value inputs (arrays).  Raises :class:`GraphError` for
+        inputs the graph does not take."""
+        return self.graph.signature(**inputs)
+
+    def plan_for(self, inputs: Mapping[str, Any] | Signature) -> Plan:
+        """The plan for these inputs (see :meth:`signature`), bound and planned once per
+        signature."""
+        key = inputs if isinstance(inputs, Signature) else self.signature(inputs)
         plan = self._plans.get(key)
         if plan is None:
-            plan = make_plan(self.graph.bind(**dict(key)), streams=self.max_streams)
+            plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
             self._plans[key] = plan
         return plan
 
-    def prepare(self, shapes: Mapping[str, Any], workspaces: WorkspaceStrategy) -> Program:
+    def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy,
+                make_room: Callable[[], bool] | None = None) -> Program:
         """A program ready to enqueue: planned, constants uploaded, phase one done for every
-        node of every slot, workspaces reserved, captured where the backend can."""
-        plan = self.plan_for(shapes)
+        node of every slot, workspaces reserved, captured where the backend can.
+
+        ``make_room`` frees events by closing an idle program; it returns False when there is
+        none, and the program is then refused (``ACL_ERROR_RT_NO_EVENT_RESOURCE``)."""
+        plan = self.plan_for(inputs)
+        self.reserve_events(plan, make_room)
         self.upload_constants(plan)
         program = Program(self.device, plan, self.constants, self.streams, self.depth)
         try:
@@ -88,6 +100,24 @@ class Preparer:
             program.close()
             raise
         return program
+
+    def reserve_events(self, plan: Plan, make_room: Callable[[], bool] | None = None) -> None:
+        """Make sure the device has the events a program of ``plan`` needs, or refuse it."""
+        device = self.device
+        limit = device.capabilities.max_events
+        per_slot = events_per_slot(plan, len(self.streams))
+        needed = per_slot * self.depth
+        if needed > limit:
+            raise error_from_code(
+                207007, f"a program of graph {self.graph.name!r} for these shapes needs {needed} events "
+                f"({per_slot} per slot x depth {self.depth}), more than the {limit} {device.name} supports per device "
+                "(07_event_management.md); lower depth, or streams (fewer cross-stream waits)")
+        while device.live_events + needed > limit:
+            if make_room is None or not make_room():
+                raise error_from_code(
+                    207007, f"a program of graph {self.graph.name!r} needs {needed} events but {device.live_events} of "
+                    f"the {limit} that {device.name} supports (07_event_management.md) are held by programs still in "
+                    "use or by other code; wait for runs to finish, close other pipelines, or lower depth")
 
     def upload_constants(self, plan: Plan) -> None:
         """Copy the plan's constants the device does not hold yet."""

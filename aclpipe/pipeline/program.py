@@ -5,6 +5,14 @@ allocates the activation arena and pinned staging buffers, creates the events th
 records, and runs phase one for every node against that slot's addresses, making each
 executor repeatable.  Enqueueing a run then only walks precomputed steps: waits, launches,
 records and copies, with no planning, allocation or executor building on the way.
+
+Events are reusable (``aclrtCreateEventExWithFlag``): every run records them again, which
+only that kind promises to support (``hicann/runtime`` ``07_event_management.md``).
+
+Capture follows the ``aclmdlRI`` model (``15_model_running_instance__management.md``): each
+slot's run is captured from the D2H stream (the origin), which first records a *fork* event
+that every other stream the run uses waits on (so they join the capture), and last waits on
+every stream's tail (so they rejoin it).  A run is then one ``model_execute`` on the D2H stream.
 """
 
 from __future__ import annotations
@@ -26,7 +34,24 @@ if TYPE_CHECKING:
     from ..runtime.timeline import Timeline
     from ..runtime.workspaces import WorkspaceStrategy
 
-__all__ = ["Program", "Slot", "Step"]
+__all__ = ["Program", "Slot", "Step", "events_per_slot"]
+
+
+def events_per_slot(plan: Plan, streams: int) -> int:
+    """Events one slot of ``plan`` holds on ``streams`` pipeline streams (compute, H2D, D2H), at
+    most: one per recording node, a tail per stream the run uses other than D2H, the run's
+    ``done`` and a capture's fork.  CANN limits events per device (07_event_management.md)."""
+    copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
+    lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
+    return sum(1 for node in plan.nodes if node.record) + len(lanes) + 2
+
+
+def _abandon_capture(backend: Any, origin: Any) -> None:
+    """End a capture that failed part way; its model, if any, is destroyed."""
+    try:
+        backend.model_destroy(backend.capture_end(origin))
+    except BackendError:
+        pass  # an invalidated or unjoined capture has no model to free; the first error wins
 
 
 @dataclass(eq=False)
@@ -55,13 +80,19 @@ class Slot:
     staging_out: dict[str, HostBuffer]
     steps: list[Step] = field(default_factory=list)
     events: dict[int, Event] = field(default_factory=dict)  # node index -> event it records
-    tails: list[tuple[Any, Event]] = field(default_factory=list)  # (stream handle, event) per used stream
+    tails: list[tuple[int, Event]] = field(default_factory=list)  # (lane, event) per used stream
     #: Recorded on the D2H stream after the run's last work, behind the tails: on backends whose
     #: events carry their producer's error, an error on it is this run's, whoever consumed the
     #: streams' sticky errors.
     done: Event | None = None
     executors: list[Any] = field(default_factory=list)
-    graph: Any | None = None  # the captured run, when the backend can replay graphs
+    graph: Any | None = None  # the captured run (an aclmdlRI model), when the backend can capture
+    fork: Event | None = None  # recorded first by a captured run; every stream it uses waits on it
+
+    @property
+    def event_count(self) -> int:
+        """Events this slot holds (CANN limits them per device)."""
+        return len(self.events) + len(self.tails) + (self.done is not None) + (self.fork is not None)
 
 
 class Program:
@@ -93,7 +124,10 @@ class Program:
     # -- building --------------------------------------------------------------------------------
     def _build_slot(self, index: int) -> Slot:
         plan, device = self.plan, self.device
-        arena = device.alloc(plan.arena_size, label=f"arena slot {index}") if plan.arena_size else None
+        # Zero-size activations (a batch of 0 rows) still need an address inside a live
+        # allocation: their arena then holds the smallest block the device gives.
+        needs_arena = plan.arena_size or any(v.arena_offset is not None for v in plan.values.values())
+        arena = device.alloc(max(plan.arena_size, 1), label=f"arena slot {index}") if needs_arena else None
         slot = self._building = Slot(index, arena, {}, {})
         for name in plan.inputs:
             desc = plan.values[name].desc
@@ -106,7 +140,7 @@ class Program:
         for node in plan.nodes:
             slot.steps.append(self._build_step(slot, node, handles, events))
         used = sorted({self.lane_of[node.stream] for node in plan.nodes} - {len(handles) - 1})
-        slot.tails = [(handles[lane], device.create_event()) for lane in used]
+        slot.tails = [(lane, device.create_event()) for lane in used]
         if device.capabilities.event_errors:
             slot.done = device.create_event()
         self._building = None
@@ -167,28 +201,54 @@ class Program:
             stream = self.streams[step.lane]
             self.workspace_sizes[stream] = max(self.workspace_sizes.get(stream, 0), step.workspace_size)
 
+    @property
+    def event_count(self) -> int:
+        """Events this program holds, over all its slots."""
+        return sum(slot.event_count for slot in self.slots)
+
+    def rebind(self) -> None:
+        """Point every step at the streams' current device streams (after :meth:`Stream.renew`)."""
+        handles = [stream.handle for stream in self.streams]
+        for slot in self.slots:
+            for step in slot.steps:
+                step.stream = handles[step.lane]
+
     # -- running ---------------------------------------------------------------------------------
     def capture(self, workspaces: WorkspaceStrategy, d2h_lane: int) -> bool:
-        """Capture every slot's run as a device graph when nothing in it varies between runs
+        """Capture every slot's run as a model when nothing in it varies between runs
         (repeatable executors, workspaces at fixed addresses); afterwards a run is one
-        ``graph_launch``.  Returns whether the program was captured."""
+        ``model_execute`` on the D2H stream.  Returns whether the program was captured."""
         backend = graph_capture(self.device.backend)
         if backend is None:
             return False
         if self.fallback_nodes or (self.workspace_sizes and not workspaces.fixed_addresses):
             return False
+        origin = self.streams[d2h_lane].handle
         for slot in self.slots:
-            backend.graph_capture_begin()
+            slot.fork = self.device.create_event()
+            backend.capture_begin(origin)
             try:
-                for step in slot.steps:
-                    workspace = self._take_fixed(workspaces, step)
-                    self._enqueue_step(step, step.executor, workspace.address, None)
-                    if step.workspace_size:
-                        workspaces.release_after(workspace, self.streams[step.lane], publish=False)
-                self._enqueue_tails(slot, d2h_lane)
-            finally:
-                slot.graph = backend.graph_capture_end()
+                self._capture_run(slot, workspaces, d2h_lane)
+            except BaseException:
+                _abandon_capture(backend, origin)
+                raise
+            slot.graph = backend.capture_end(origin)
         return True
+
+    def _capture_run(self, slot: Slot, workspaces: WorkspaceStrategy, d2h_lane: int) -> None:
+        backend, origin = self.device.backend, self.streams[d2h_lane].handle
+        assert slot.fork is not None
+        # The other streams join the capture through the fork, and rejoin the origin through
+        # their tails (an unjoined stream would fail aclmdlRICaptureEnd).
+        backend.event_record(slot.fork.handle, origin)
+        for lane, _ in slot.tails:
+            backend.stream_wait_event(self.streams[lane].handle, slot.fork.handle)
+        for step in slot.steps:
+            workspace = self._take_fixed(workspaces, step)
+            self._enqueue_step(step, step.executor, workspace.address, None)
+            if step.workspace_size:
+                workspaces.release_after(workspace, self.streams[step.lane], publish=False)
+        self._enqueue_tails(slot, d2h_lane)
 
     def _take_fixed(self, workspaces: WorkspaceStrategy, step: Step) -> Workspace:
         if not step.workspace_size:
@@ -204,11 +264,20 @@ class Program:
         It may stop part way by raising (a host-side failure such as a workspace allocation);
         either way the caller must then call :meth:`enqueue_completion`, because whatever was
         enqueued is on the device and the slot may come back only once the device passed it.
+
+        A device whose streams stop on failure is refused: a stopped stream drops the records
+        the other streams wait on, so a run would never complete (see :mod:`.faults`).
         """
+        if self.device.failure_mode == "stop":
+            raise error_from_code(
+                207000, f"{self.device.name} stops its streams on failure (a stream was created with "
+                "failure_mode='stop', which CANN applies to every stream of the device): a failed run would leave "
+                "the pipeline's other streams waiting for ever; run pipelines on a device whose streams continue "
+                "on failure")
         if slot.graph is not None:
             backend = graph_capture(self.device.backend)
-            assert backend is not None  # only a capturing backend made the graph
-            backend.graph_launch(slot.graph, {"run": run})
+            assert backend is not None  # only a capturing backend made the model
+            backend.model_execute(slot.graph, self.streams[-1].handle, {"run": run})
             return
         for step in slot.steps:
             await self._launch(step, run, workspaces)
@@ -218,19 +287,20 @@ class Program:
         """Enqueue the end of a run (after :meth:`enqueue`, whether it finished or raised): every
         used stream's tail joins the D2H stream, then one completion host function.  Returns the
         D2H lane value that marks the run complete."""
-        backend = self.device.backend
-        if slot.graph is None:  # a captured graph holds its tails
+        backend, d2h = self.device.backend, self.streams[d2h_lane].handle
+        if slot.graph is None:  # a captured model holds its tails
             workspaces.publish()
             self._enqueue_tails(slot, d2h_lane)
-        return timeline.enqueue_advance(backend, self.streams[d2h_lane].handle, d2h_lane)
+        if slot.done is not None:
+            # Outside any model: records inside one synchronize only the model.
+            backend.event_record(slot.done.handle, d2h)
+        return timeline.enqueue_advance(backend, d2h, d2h_lane)
 
     def _enqueue_tails(self, slot: Slot, d2h_lane: int) -> None:
         backend, d2h = self.device.backend, self.streams[d2h_lane].handle
-        for stream, event in slot.tails:
-            backend.event_record(event.handle, stream)
+        for lane, event in slot.tails:
+            backend.event_record(event.handle, self.streams[lane].handle)
             backend.stream_wait_event(d2h, event.handle)
-        if slot.done is not None:
-            backend.event_record(slot.done.handle, d2h)
 
     def run_error(self, slot: Slot) -> BackendError | None:
         """The error the slot's last run ended with, as its ``done`` event reports it (None when
@@ -292,11 +362,42 @@ class Program:
             desc = self.plan.values[name].desc
             slot.staging_in[name].numpy(desc.dtype, desc.shape)[...] = array
 
+    # -- stage boundaries (pipeline/stages.py) ---------------------------------------------------
+    def push_output(self, slot: Slot, output: str, address: int, sent: Event) -> None:
+        """Send ``output`` to another device instead of the host: the slot's copy of it becomes a
+        device-to-device copy to ``address`` (a peer's memory, over the link this device enabled),
+        followed by a record of ``sent``.  Call before :meth:`capture`."""
+        step = self._copy_step(slot, "D2H", "output", output)
+        assert step.copy is not None and step.record is None  # nothing on this device waits for a D2H
+        _, source, nbytes, _ = step.copy
+        step.copy = (address, source, nbytes, MemcpyKind.DEVICE_TO_DEVICE)
+        step.record = sent.handle
+
+    def pull_input(self, slot: Slot, name: str, received: Event) -> None:
+        """Take input ``name`` from another device instead of the host: the slot's copy of it
+        becomes a wait for ``received`` (recorded after the sender's copy into this slot)."""
+        step = self._copy_step(slot, "H2D", "input", name)
+        assert step.copy is not None
+        target, source, _, kind = step.copy
+        step.copy = (target, source, 0, kind)  # no bytes from the host
+        step.waits = (received.handle, *step.waits)
+
+    @staticmethod
+    def _copy_step(slot: Slot, op: str, attr: str, name: str) -> Step:
+        for step in slot.steps:
+            if step.node.op == op and step.node.attrs[attr] == name:
+                return step
+        raise KeyError(f"the program has no {op} copy of {name!r}")
+
     def close(self) -> None:
         """Free everything; the caller has synchronized the streams."""
         backend = self.device.backend
+        capture = graph_capture(backend)
         slots = list(self.slots) + ([self._building] if self._building is not None else [])
         for slot in slots:
+            if slot.graph is not None and capture is not None:
+                capture.model_destroy(slot.graph)
+                slot.graph = None
             for executor in slot.executors:
                 backend.op_destroy(executor)
             slot.executors.clear()
@@ -306,7 +407,8 @@ class Program:
                 slot.arena.close()
             for event in [*slot.events.values(), *(event for _, event in slot.tails)]:
                 event.close()
-            if slot.done is not None:
-                slot.done.close()
+            for extra in (slot.done, slot.fork):
+                if extra is not None:
+                    extra.close()
         self.slots.clear()
         self._building = None

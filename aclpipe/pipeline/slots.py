@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from .program import Program, Slot
 
 __all__ = ["FifoLock", "SlotQueue", "Ticket"]
+
+#: What a queue hands out: a program's slot (or, for stages, a slot on every stage's device).
+SlotT = TypeVar("SlotT")
 
 
 @dataclass
@@ -37,21 +40,21 @@ class Ticket:
     rows: int | None = None
 
 
-class SlotQueue:
+class SlotQueue(Generic[SlotT]):
     """Slots of one program, handed to waiters first come first served."""
 
-    def __init__(self, slots: list[Slot]):
+    def __init__(self, slots: list[SlotT]):
         self.free = collections.deque(slots)
-        self.waiters: collections.deque[tuple[anyio.Event, list[Slot]]] = collections.deque()
+        self.waiters: collections.deque[tuple[anyio.Event, list[SlotT]]] = collections.deque()
         self.closed: str | None = None  # why, once closed
 
-    async def acquire(self) -> Slot:
+    async def acquire(self) -> SlotT:
         if self.closed:
             raise ClosedResourceError(self.closed)
         if self.free and not self.waiters:
             return self.free.popleft()
         event = anyio.Event()
-        box: list[Slot] = []  # the slot handed over, if any
+        box: list[SlotT] = []  # the slot handed over, if any
         self.waiters.append((event, box))
         try:
             await event.wait()
@@ -79,7 +82,7 @@ class SlotQueue:
         """Whether :meth:`acquire` would return at once."""
         return bool(self.free) and not self.waiters
 
-    def release(self, slot: Slot) -> None:
+    def release(self, slot: SlotT) -> None:
         if self.waiters:
             event, box = self.waiters.popleft()
             box.append(slot)

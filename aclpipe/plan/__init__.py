@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from .arena import A2_RULE, ASCEND_950_RULE, ArenaRule
 from .events import EventPlacement, place_events
 from .memory import ALIGNMENT, Buffer, MemoryPlan, plan_memory
 from .order import Dag, critical_path, estimate_cost, topological_order
@@ -13,7 +14,10 @@ from .plan import Plan, PlannedNode, ValuePlacement, make_plan
 from .streams import assign_streams, chains, transitive_reduction
 
 __all__ = [
+    "A2_RULE",
     "ALIGNMENT",
+    "ASCEND_950_RULE",
+    "ArenaRule",
     "Buffer",
     "Dag",
     "EventPlacement",

@@ -7,24 +7,24 @@ Constants live in their own allocations and are not planned here.
 
 Two buffers may share bytes only if every node touching the first *happens-before* the writer
 of the second under the plan (same-stream order plus event waits, read off the vector clocks
-of :class:`~aclpipe.plan.events.EventPlacement`): ordering is proven, never assumed
-(ONNX Runtime's rule for cross-stream reuse).  A node's inputs and outputs never share.
+of :class:`~aclpipe.plan.events.EventPlacement`; see :mod:`.conflicts`).  A node's inputs and
+outputs never share.
 
-Placement is greedy: buffers are taken in some order and each goes to the lowest (first fit)
-or tightest (best fit) gap that clears every conflicting buffer already placed.  Four orders
-(largest first, first written first, longest lived first, largest size x lifetime first) times
-the two fits are tried (TFLite's and MXNet's planners use the first two orders; none wins on
-every graph); then a two-ended placement (bottom if free, else flush with the top, else the
-lowest gap) is tried within the live-set bound plus 0, 1, 2, 5, 10 and 20 %.  The smallest
-arena wins.
-Offsets are multiples of :data:`ALIGNMENT` (512 bytes: aclnn needs 32-byte aligned addresses,
-and 512 is what CANN's and torch_npu's allocators hand out, so a slot's arena may sit at any
-allocation).  The offsets are the same for every in-flight slot: each slot has its own arena.
+Each buffer takes its footprint under an :class:`~aclpipe.plan.arena.ArenaRule` (by default
+CANN's rule for carving up one allocation on the A2 series: ``ALIGN_UP(len, 32) + 32`` bytes,
+starting 64-byte aligned; see :mod:`.arena`).  The offsets are the same for every in-flight
+slot: each slot has its own arena.
+
+Placement: the launch-order sweep of :mod:`.sweep` (best fit) runs on every graph, in time
+that grows with the number of buffers (a binary search and a few recent holes each), never
+with the number of conflicting pairs.  When the conflicting pairs number at most :data:`PAIR_BUDGET`, the greedy
+orders and the two-ended placement of :mod:`.placement` run over explicit conflict lists as
+well.  The smallest arena wins (the greedy result on a tie).
 
 The *live-set lower bound*: run the plan's nodes one at a time in launch order; a buffer is
 live from its writer's step through its last toucher's step (inclusive), or through the last
 step when a device-to-host copy reads it (no stream waits for those copies, so no later write
-is ordered after them); the bound is the largest sum of aligned sizes live at one step.
+is ordered after them); the bound is the largest sum of footprints live at one step.
 Buffers live at the same step cannot share: for one to precede the other, its last toucher
 would have to happen-before the other's writer, which launches no later than that step, while
 happens-before implies launch order (and nothing is ordered after a device-to-host copy).  So
@@ -36,16 +36,31 @@ they would.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
-import numpy as np
-
+from .arena import A2_RULE, ArenaRule, aligned
+from .conflicts import Lifetimes, conflict_lists, overlap_pairs
 from .events import EventPlacement
+from .placement import best_greedy
+from .sweep import place_sweep
 
-__all__ = ["ALIGNMENT", "Buffer", "MemoryPlan", "aligned", "live_set_lower_bound", "plan_memory"]
+__all__ = [
+    "A2_RULE",
+    "ALIGNMENT",
+    "PAIR_BUDGET",
+    "ArenaRule",
+    "Buffer",
+    "MemoryPlan",
+    "aligned",
+    "live_set_lower_bound",
+    "plan_memory",
+]
 
-ALIGNMENT = 512
+#: Offset alignment of the default rule (bytes).
+ALIGNMENT = A2_RULE.offset_alignment
+#: Conflicting pairs up to which the greedy placements over conflict lists run too.
+PAIR_BUDGET = 30_000
 
 
 @dataclass(frozen=True)
@@ -71,20 +86,19 @@ class Buffer:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Arena offsets and the numbers to judge them by (all in bytes)."""
+    """Arena offsets and the numbers to judge them by (all in bytes).
+
+    ``sizes`` are footprints under ``rule``; ``alignment`` is ``rule.offset_alignment``.
+    """
 
     offsets: Mapping[str, int]
-    sizes: Mapping[str, int]  # aligned sizes
+    sizes: Mapping[str, int]
     arena_size: int
     lower_bound: int
     naive_bytes: int  # one buffer per value
     alignment: int
     strategy: str
-
-
-def aligned(nbytes: int, alignment: int = ALIGNMENT) -> int:
-    """``nbytes`` rounded up to a multiple of ``alignment``."""
-    return -(-nbytes // alignment) * alignment
+    rule: ArenaRule = field(default=A2_RULE)
 
 
 def live_set_lower_bound(buffers: Sequence[Buffer], sizes: Sequence[int]) -> int:
@@ -103,122 +117,50 @@ def live_set_lower_bound(buffers: Sequence[Buffer], sizes: Sequence[int]) -> int
     return peak
 
 
-def _conflicts(buffers: Sequence[Buffer], events: EventPlacement) -> np.ndarray:
-    """``[i, j]`` is True when buffers ``i`` and ``j`` may not share bytes."""
-    width = max(len(c) for c in events.clocks) if events.clocks else 0
-    done = np.zeros((len(buffers), width), dtype=np.int64)  # per stream: how far it must have run
-    start = np.zeros((len(buffers), width), dtype=np.int64)  # what the writer knows when it starts
-    for index, buffer in enumerate(buffers):
-        for node in buffer.accessors:
-            stream = events.streams[node]
-            done[index, stream] = max(done[index, stream], events.positions[node] + 1)
-        start[index] = events.clocks[buffer.writer]
-    # precedes[i, j]: every toucher of i is complete before j's writer starts.
-    precedes = np.all(start[None, :, :] >= done[:, None, :], axis=2)
-    return np.asarray(~(precedes | precedes.T), dtype=bool)
+def _rule(alignment: int | None, rule: ArenaRule | None) -> ArenaRule:
+    if alignment is None:
+        return rule if rule is not None else A2_RULE
+    if rule is not None:
+        raise ValueError("give either alignment (the old whole-piece rounding) or rule, not both")
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, got {alignment!r}")
+    return ArenaRule(size_alignment=alignment, padding=0, offset_alignment=alignment)
 
 
-def _busy(index: int, offsets: np.ndarray, placed: np.ndarray, sizes: np.ndarray, conflicts: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Intervals of the conflicting buffers already placed, by start, and the gap floors: gap
-    ``k`` runs from ``floors[k]`` (the highest end before interval ``k``) to ``lows[k]``."""
-    busy = np.flatnonzero(placed & conflicts[index] & (sizes > 0))
-    by_low = busy[np.argsort(offsets[busy], kind="stable")]
-    lows = offsets[by_low]
-    highs = lows + sizes[by_low]
-    floors = np.concatenate(([0], np.maximum.accumulate(highs)[:-1])) if highs.size else highs
-    return lows, highs, floors
+def plan_memory(buffers: Sequence[Buffer], events: EventPlacement, alignment: int | None = None, *,
+                rule: ArenaRule | None = None, pair_budget: int | None = None) -> MemoryPlan:
+    """Offsets for ``buffers`` in one arena, sharing bytes only where ``events`` prove it safe.
 
-
-def _place(order: Sequence[int], sizes: np.ndarray, conflicts: np.ndarray, best_fit: bool) -> np.ndarray:
-    """Offsets placing buffers in ``order``, each at the lowest gap (first fit) or the tightest
-    gap (best fit) left by the conflicting buffers already placed, else on top of them."""
-    offsets = np.zeros(len(sizes), dtype=np.int64)
-    placed = np.zeros(len(sizes), dtype=bool)
-    for index in order:
-        lows, highs, floors = _busy(index, offsets, placed, sizes, conflicts)
-        if sizes[index] and lows.size:
-            room = lows - floors
-            fits = np.flatnonzero(room >= sizes[index])
-            if fits.size == 0:
-                offsets[index] = highs.max()
-            elif best_fit:
-                offsets[index] = floors[fits[np.argmin(room[fits])]]
-            else:
-                offsets[index] = floors[fits[0]]
-        placed[index] = True
-    return offsets
-
-
-def _place_two_ended(order: Sequence[int], sizes: np.ndarray, conflicts: np.ndarray, limit: int
-                     ) -> np.ndarray | None:
-    """Offsets within ``limit`` bytes or None: each buffer goes to the bottom if free, else
-    flush with the top if free, else to the lowest gap.  Alternating ends is what packs a
-    chain (each value overlapping only its neighbours) into exactly the live-set bound."""
-    offsets = np.zeros(len(sizes), dtype=np.int64)
-    placed = np.zeros(len(sizes), dtype=bool)
-    for index in order:
-        size = int(sizes[index])
-        lows, highs, floors = _busy(index, offsets, placed, sizes, conflicts)
-        if size and lows.size:
-            fits = np.flatnonzero(lows - floors >= size)
-            if lows[0] >= size:
-                offsets[index] = 0
-            elif highs.max() <= limit - size:
-                offsets[index] = limit - size
-            elif fits.size:
-                offsets[index] = floors[fits[0]]
-            else:
-                offsets[index] = highs.max()
-            if offsets[index] + size > limit:
-                return None
-        elif size > limit:
-            return None
-        placed[index] = True
-    return offsets
-
-
-def _orders(buffers: Sequence[Buffer], sizes: Sequence[int]) -> dict[str, list[int]]:
-    """Placement orders worth trying: each wins on some graph shapes."""
-    indices = range(len(buffers))
-    first = [b.writer for b in buffers]
-    length = [b.accessors[-1] - b.writer + 1 for b in buffers]
-    return {
-        "largest-first": sorted(indices, key=lambda i: (-sizes[i], first[i], i)),
-        "first-written-first": sorted(indices, key=lambda i: (first[i], -sizes[i], i)),
-        "longest-lived-first": sorted(indices, key=lambda i: (-length[i], -sizes[i], first[i], i)),
-        "largest-area-first": sorted(indices, key=lambda i: (-sizes[i] * length[i], first[i], i)),
-    }
-
-
-def plan_memory(buffers: Sequence[Buffer], events: EventPlacement, alignment: int = ALIGNMENT) -> MemoryPlan:
-    """Offsets for ``buffers`` in one arena, sharing bytes only where ``events`` prove it safe."""
-    if alignment < 1 or alignment & (alignment - 1):
-        raise ValueError(f"alignment must be a power of two, got {alignment}")
-    sizes = [aligned(b.nbytes, alignment) for b in buffers]
-    conflicts = _conflicts(buffers, events) if buffers else np.zeros((0, 0), dtype=bool)
-    size_array = np.asarray(sizes, dtype=np.int64)
-    best: tuple[int, str, list[int]] | None = None
-    for name, order in _orders(buffers, sizes).items():
-        for best_fit in (False, True):
-            placed = _place(order, size_array, conflicts, best_fit)
-            arena = int((placed + size_array).max(initial=0))
-            if best is None or arena < best[0]:
-                best = (arena, f"{name}, {'best' if best_fit else 'first'} fit", [int(o) for o in placed])
-    assert best is not None
+    Parameters
+    ----------
+    buffers, events:
+        What to place and the plan's ordering.
+    alignment:
+        The older form of ``rule``: every piece rounded up to, and aligned at, this power of
+        two, without padding.
+    rule:
+        Piece sizes and alignment; default :data:`~aclpipe.plan.arena.A2_RULE`.
+    pair_budget:
+        Conflicting pairs up to which the greedy placements over conflict lists run as well
+        (default :data:`PAIR_BUDGET`; 0: the launch-order sweep alone).
+    """
+    budget = PAIR_BUDGET if pair_budget is None else pair_budget
+    arena_rule = _rule(alignment, rule)
+    sizes = [arena_rule.footprint(b.nbytes) for b in buffers]
     lower_bound = live_set_lower_bound(buffers, sizes)
-    for slack in (1.0, 1.01, 1.02, 1.05, 1.1, 1.2):
-        limit = aligned(int(lower_bound * slack), alignment)
-        if limit >= best[0]:
-            break
-        for name, order in _orders(buffers, sizes).items():
-            found = _place_two_ended(order, size_array, conflicts, limit)
-            if found is not None:
-                best = (int((found + size_array).max(initial=0)), f"two-ended, {name}, within {slack:.2f}x the bound",
-                        [int(o) for o in found])
-                break
-        if best[0] <= limit:
-            break
+    lifetimes = Lifetimes.of(buffers, events)
+    best: tuple[int, str, list[int]] | None = None
+    conflicts = None
+    if budget > 0 and overlap_pairs(lifetimes, sizes) <= budget:
+        conflicts = conflict_lists(buffers, events, sizes, lifetimes, budget)
+    if conflicts is not None:
+        best = best_greedy(lifetimes.writer, lifetimes.last, sizes, conflicts, lower_bound,
+                           arena_rule.offset_alignment)
+    placed = place_sweep(lifetimes, sizes, [b.held for b in buffers], events.streams, events.clocks)
+    arena = max((o + s for o, s in zip(placed, sizes)), default=0)
+    if best is None or arena < best[0]:
+        best = (arena, "launch-order sweep, best fit", placed)
+    assert best is not None
     arena, strategy, offsets = best
     names = [b.name for b in buffers]
     return MemoryPlan(
@@ -227,6 +169,7 @@ def plan_memory(buffers: Sequence[Buffer], events: EventPlacement, alignment: in
         arena_size=arena,
         lower_bound=lower_bound,
         naive_bytes=sum(sizes),
-        alignment=alignment,
+        alignment=arena_rule.offset_alignment,
         strategy=strategy,
+        rule=arena_rule,
     )

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..tensor import TensorDesc
+from .arena import A2_RULE, ArenaRule
 from .events import place_events
-from .memory import ALIGNMENT, Buffer, plan_memory
+from .memory import Buffer, plan_memory
 from .order import Dag, estimate_cost, topological_order
 from .render import plan_dot, plan_summary
 from .streams import assign_streams
@@ -88,7 +89,12 @@ class ValuePlacement:
 
 @dataclass(frozen=True)
 class Plan:
-    """A bound graph planned for ``num_streams`` compute streams plus two copy streams."""
+    """A bound graph planned for ``num_streams`` compute streams plus two copy streams.
+
+    ``arena_rule`` sizes and aligns every arena piece (``alignment`` is its offset
+    alignment); ``lower_bound`` uses the same footprints, so ``arena_size / lower_bound``
+    compares like with like.  ``memory_strategy`` names the placement that won.
+    """
 
     name: str
     nodes: tuple[PlannedNode, ...]
@@ -107,6 +113,11 @@ class Plan:
     num_events: int
     num_waits: int
     cross_stream_edges: int
+    arena_rule: ArenaRule = A2_RULE
+    memory_strategy: str = ""
+    #: Contents of the host-value inputs the graph was specialized for (see
+    #: :mod:`aclpipe.graph.signature`); they are constants of the plan, not inputs.
+    host_values: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def stream_count(self) -> int:
@@ -154,25 +165,46 @@ def _dependencies(graph: BoundGraph, rows: Sequence[_Row]) -> list[set[int]]:
     return preds
 
 
-def _cost(graph: BoundGraph, row: _Row, costs: Mapping[str, float] | None) -> float:
+def _cost(graph: BoundGraph, row: _Row, costs: Mapping[str, float] | None,
+          seen: dict[tuple[Any, ...], float] | None = None) -> float:
+    """The node's cost: given in ``costs``, else estimated (once per op and descriptors in ``seen``)."""
     if costs is not None and row[0] in costs:
         return float(costs[row[0]])
-    descs = [graph.values[v].desc if v is not None else None for v in row[2]]
-    outs = [graph.values[v].desc if v is not None else None for v in row[3]]
-    return estimate_cost(row[1], descs, outs)
+    descs = tuple(graph.values[v].desc if v is not None else None for v in row[2])
+    outs = tuple(graph.values[v].desc if v is not None else None for v in row[3])
+    if seen is None:
+        return estimate_cost(row[1], descs, outs)
+    key = (row[1], descs, outs)
+    if key not in seen:
+        seen[key] = estimate_cost(row[1], descs, outs)
+    return seen[key]
 
 
 def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | None = None,
-              alignment: int = ALIGNMENT) -> Plan:
+              alignment: int | None = None, *, rule: ArenaRule | None = None) -> Plan:
     """Plan ``graph`` for at most ``streams`` compute streams.
 
-    ``costs`` overrides the estimated cost (µs) of nodes by name (``"h2d:x"``/``"d2h:y"`` for
-    the copies).
+    Parameters
+    ----------
+    graph:
+        The bound graph.
+    streams:
+        At most this many compute streams (plus one H2D and one D2H copy stream).
+    costs:
+        Overrides the estimated cost (µs) of nodes by name (``"h2d:x"``/``"d2h:y"`` for the
+        copies).
+    alignment:
+        Older form of ``rule``: pieces rounded up to and aligned at this power of two, unpadded.
+    rule:
+        How arena pieces are sized and aligned; default
+        :data:`~aclpipe.plan.arena.A2_RULE` (``ALIGN_UP(len, 32) + 32`` bytes, 64-byte aligned).
     """
     if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
         raise ValueError(f"streams must be an int >= 1, got {streams!r}")
     rows = _draft(graph)
-    dag = Dag(tuple(tuple(p) for p in _dependencies(graph, rows)), tuple(_cost(graph, r, costs) for r in rows))
+    estimated: dict[tuple[Any, ...], float] = {}  # graphs repeat their layers
+    dag = Dag(tuple(tuple(p) for p in _dependencies(graph, rows)),
+              tuple(_cost(graph, row, costs, estimated) for row in rows))
     order = topological_order(dag)
     rows = [rows[i] for i in order]
     dag = dag.renumbered(order)
@@ -190,7 +222,7 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
                               MappingProxyType(row[4]), events.waits[i], events.records[i], dag.costs[i])
                   for i, row in enumerate(rows))
     buffers = _buffers(graph, nodes)
-    memory = plan_memory(buffers, events, alignment)
+    memory = plan_memory(buffers, events, alignment, rule=rule)
     return Plan(
         name=graph.name, nodes=nodes, values=MappingProxyType(_placements(graph, nodes, memory.offsets, memory.sizes)),
         inputs=tuple(graph.inputs), outputs=MappingProxyType(dict(graph.outputs)),
@@ -198,7 +230,8 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
         num_streams=num_streams, h2d_stream=num_streams, d2h_stream=num_streams + 1,
         arena_size=memory.arena_size, lower_bound=memory.lower_bound, naive_bytes=memory.naive_bytes,
         alignment=memory.alignment, num_events=events.num_events, num_waits=events.num_waits,
-        cross_stream_edges=events.cross_stream_edges,
+        cross_stream_edges=events.cross_stream_edges, arena_rule=memory.rule, memory_strategy=memory.strategy,
+        host_values=graph.host_values,
     )
 
 

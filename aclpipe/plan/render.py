@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from .plan import Plan, PlannedNode
 
@@ -40,6 +42,10 @@ def _node_line(plan: Plan, node: PlannedNode) -> str:
     return text
 
 
+def _host_value(array: np.ndarray) -> str:
+    return str(array.item()) if array.ndim == 0 else np.array2string(array, separator=", ", threshold=16)
+
+
 def plan_summary(plan: Plan) -> str:
     """A few lines: streams, events and waits, arena against its lower bound."""
     ratio = plan.arena_size / plan.lower_bound if plan.lower_bound else 1.0
@@ -50,8 +56,12 @@ def plan_summary(plan: Plan) -> str:
         f"(one wait per cross-stream edge would be {plan.cross_stream_edges})",
         f"memory: arena {format_bytes(plan.arena_size)} per slot, live-set lower bound "
         f"{format_bytes(plan.lower_bound)} ({ratio:.2f}x), one buffer per value {format_bytes(plan.naive_bytes)}, "
-        f"offsets aligned to {plan.alignment} B",
+        f"pieces of ALIGN_UP(len, {plan.arena_rule.size_alignment}) + {plan.arena_rule.padding} B at offsets "
+        f"aligned to {plan.alignment} B",
     ]
+    if plan.host_values:
+        values = ", ".join(f"{name}={_host_value(array)}" for name, array in plan.host_values.items())
+        lines.append(f"host values (specialized for these contents; not copied to the device): {values}")
     for stream in range(plan.stream_count):
         nodes = plan.nodes_on(stream)
         waits = sum(len(n.waits) for n in nodes)

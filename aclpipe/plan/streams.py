@@ -21,30 +21,62 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .order import Dag, _any_order, bottom_levels, top_levels
+from .reach import Reachability
 
 __all__ = ["assign_streams", "chains", "transitive_reduction"]
 
+#: Up to this many predecessors a node asks the index about each pair; above, it searches.
+_PAIRWISE_FAN_IN = 16
+
 
 def transitive_reduction(dag: Dag) -> Dag:
-    """The DAG without edges implied by longer paths (ancestor sets as integer bitsets)."""
-    ancestors = [0] * len(dag)
-    kept: list[tuple[int, ...]] = [()] * len(dag)
-    for node in _any_order(dag):
-        preds = dag.preds[node]
-        covered = 0
-        for pred in preds:
-            covered |= ancestors[pred]
-        kept[node] = tuple(p for p in preds if not covered >> p & 1)
-        mask = covered
-        for pred in preds:
-            mask |= 1 << pred
-        ancestors[node] = mask
+    """The DAG without edges implied by longer paths.
+
+    An edge ``p -> n`` is implied when ``p`` reaches another predecessor of ``n``.  Each such
+    question goes to a :class:`~aclpipe.plan.reach.Reachability` index (``O(n + e)``), so no
+    closure is built; a node with many predecessors searches their ancestors once instead
+    of asking about every pair.
+    """
+    index = Reachability(dag.succs, _any_order(dag))
+    kept: list[tuple[int, ...]] = []
+    for preds in dag.preds:
+        if len(preds) < 2:
+            kept.append(preds)
+            continue
+        ranked = sorted(preds, key=index.rank.__getitem__)
+        if len(ranked) <= _PAIRWISE_FAN_IN:
+            implied = {p for i, p in enumerate(ranked[:-1]) if any(index.reaches(p, q) for q in ranked[i + 1:])}
+        else:
+            implied = _ancestors_among(dag, ranked, index.rank)
+        kept.append(tuple(p for p in preds if p not in implied))
     return Dag(tuple(kept), dag.costs)
 
 
+def _ancestors_among(dag: Dag, preds: Sequence[int], rank: Sequence[int]) -> set[int]:
+    """The members of ``preds`` that are ancestors of other members (one backward search,
+    entering only nodes no earlier in the order than the first of ``preds``)."""
+    members = set(preds)
+    floor = rank[preds[0]]
+    seen: set[int] = set()
+    stack = [pred for node in preds for pred in dag.preds[node]]
+    while stack:
+        node = stack.pop()
+        if node in seen or rank[node] < floor:
+            continue
+        seen.add(node)
+        stack.extend(dag.preds[node])
+    return members & seen
+
+
 def _augment(root: int, succs: Sequence[Sequence[int]], match_left: dict[int, int],
-             match_right: dict[int, int]) -> bool:
-    """One Kuhn augmenting-path search from producer ``root`` (iterative: graphs may be deep)."""
+             match_right: dict[int, int], dead: set[int]) -> bool:
+    """One Kuhn augmenting-path search from producer ``root`` (iterative: graphs may be deep).
+
+    ``dead`` holds consumers from which an earlier search, under the same matching, found no
+    augmenting path: entering them again cannot succeed, so they are skipped (Kuhn's
+    algorithm stays exact; failed searches no longer repeat each other's work).  A failed
+    search adds what it visited; the caller empties ``dead`` after a success.
+    """
     visited: set[int] = set()
     parent: dict[int, int] = {}
     cursor = {root: 0}
@@ -56,7 +88,7 @@ def _augment(root: int, succs: Sequence[Sequence[int]], match_left: dict[int, in
             continue
         right = succs[left][cursor[left]]
         cursor[left] += 1
-        if right in visited:
+        if right in visited or right in dead:
             continue
         visited.add(right)
         parent[right] = left
@@ -73,6 +105,7 @@ def _augment(root: int, succs: Sequence[Sequence[int]], match_left: dict[int, in
         if owner not in cursor:
             cursor[owner] = 0
             stack.append(owner)
+    dead |= visited
     return False
 
 
@@ -84,9 +117,10 @@ def chains(dag: Dag) -> list[list[int]]:
     succs = [sorted(s, key=lambda n: (-levels[n], n)) for s in reduced.succs]
     match_left: dict[int, int] = {}
     match_right: dict[int, int] = {}
+    dead: set[int] = set()
     for node in range(len(dag)):
-        if succs[node]:
-            _augment(node, succs, match_left, match_right)
+        if succs[node] and _augment(node, succs, match_left, match_right, dead):
+            dead.clear()
     result = []
     for head in range(len(dag)):
         if head in match_right:

@@ -12,15 +12,16 @@ import atexit
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
 
 from ..backends import get_backend_class, parse_device
-from ..backends.protocol import Backend, Capabilities, fault_injection
+from ..backends.protocol import Backend, Capabilities, FailureMode, PeerAccess, fault_injection, peer_access
 from ..dtypes import as_dtype
-from ..errors import AclpipeError, ClosedResourceError
+from ..errors import AclpipeError, BackendError, ClosedResourceError, error_from_code
 from . import lanes
 from .buffer import DeviceBuffer, HostBuffer
 from .event import Event, _ms
@@ -77,6 +78,9 @@ class Device:
         self.name = name
         self._transfer: Stream | None = None
         self._transfer_lock = threading.Lock()
+        self._events_lock = threading.Lock()
+        self._live_events = 0
+        self._stop_on_failure = False
         self._finalizer = weakref.finalize(self, _close_backend, backend, name)
         global _EXIT_HOOKED
         if not _EXIT_HOOKED:
@@ -116,14 +120,75 @@ class Device:
     def describe(self) -> str:
         return f"{self.name}: {self.backend.describe()}"
 
-    # -- factories ----------------------------------------------------------------------------
-    def create_stream(self, priority: int = 0) -> Stream:
-        self._check()
-        return Stream(self, self.backend.stream_create(priority), priority)
+    @property
+    def failure_mode(self) -> str:
+        """``"stop"`` once any stream of this device was created with ``failure_mode="stop"``
+        (CANN applies ACL_STOP_ON_FAILURE to every stream of the context), else ``"continue"``."""
+        return "stop" if self._stop_on_failure else "continue"
 
-    def create_event(self, timing: bool = False) -> Event:
+    @property
+    def live_events(self) -> int:
+        """Events created through this device and not yet closed (``capabilities.max_events``
+        bounds them: 65536 on Atlas A2, 1023 on Atlas inference cards)."""
+        return self._live_events
+
+    # -- factories ----------------------------------------------------------------------------
+    def create_stream(self, priority: int = 0, *, failure_mode: str = "continue") -> Stream:
+        """A new stream.
+
+        Parameters
+        ----------
+        priority:
+            0 (highest) to 7.
+        failure_mode:
+            ``"continue"`` (CANN's default, ACL_CONTINUE_ON_FAILURE): after a failed task the
+            stream runs its later tasks, on whatever the failed one left behind.  ``"stop"``
+            (ACL_STOP_ON_FAILURE): the stream stops at a failed task, drops what is queued and
+            refuses new work (make a new stream, or :meth:`Stream.renew` it).  CANN applies
+            ``"stop"`` to every stream of the context, so once one stream asks for it every
+            stream of this device stops on failure (06_stream_management.md).
+        """
         self._check()
-        return Event(self, self.backend.event_create(timing), timing)
+        if failure_mode not in ("continue", "stop"):
+            raise ValueError(f"failure_mode must be 'continue' or 'stop', got {failure_mode!r}")
+        mode = FailureMode.STOP if failure_mode == "stop" else FailureMode.CONTINUE
+        if mode == FailureMode.STOP and not self.capabilities.stop_on_failure:
+            raise error_from_code(207000, f"{self.name} cannot set a stream failure mode (aclrtSetStreamFailureMode "
+                                          "is missing); use failure_mode='continue'")
+        handle = self.backend.stream_create(priority)
+        if mode == FailureMode.STOP:
+            try:
+                self.backend.stream_set_failure_mode(handle, int(mode))
+            except BaseException:
+                self.backend.stream_destroy(handle)
+                raise
+            self._stop_on_failure = True
+        return Stream(self, handle, priority, mode)
+
+    def create_event(self, timing: bool = False, *, reusable: bool = True) -> Event:
+        """A new event.
+
+        Parameters
+        ----------
+        timing:
+            Record device timestamps (``end - start`` in milliseconds).
+        reusable:
+            True (the default, ``aclrtCreateEventExWithFlag``): record it as often as you like,
+            a wait uses the latest record.  False (``aclrtCreateEventWithFlag``): record, wait,
+            then :meth:`Event.reset` before recording it again.
+        """
+        self._check()
+        if reusable and not self.capabilities.reusable_events:
+            raise error_from_code(207000, f"{self.name} has no reusable events (aclrtCreateEventExWithFlag is "
+                                          "missing); create single-use events (reusable=False) and reset them")
+        event = Event(self, self.backend.event_create(timing, reusable), timing, reusable)
+        with self._events_lock:
+            self._live_events += 1
+        return event
+
+    def _event_closed(self) -> None:
+        with self._events_lock:
+            self._live_events -= 1
 
     def alloc(self, nbytes: int, *, label: str = "") -> DeviceBuffer:
         """Allocate device memory (raises :class:`DeviceOutOfMemory` when full)."""
@@ -160,6 +225,17 @@ class Device:
                 self._transfer = self.create_stream()
             return self._transfer
 
+    def _transfer_sync(self, enqueue: Callable[[Stream], None]) -> None:
+        """Enqueue on the transfer stream and wait.  After a failure the next transfer goes to
+        a fresh stream: under ACL_STOP_ON_FAILURE the old one refuses new work."""
+        stream = self._transfer_stream()
+        try:
+            enqueue(stream)
+            stream.sync()
+        except BackendError:
+            stream.renew()
+            raise
+
     def upload(self, array: np.ndarray, *, label: str = "") -> DeviceBuffer:
         """Copy ``array`` to new device memory and wait (for constants and tests)."""
         array = np.ascontiguousarray(array)
@@ -168,9 +244,7 @@ class Device:
         if array.nbytes:
             staging = self.alloc_host(array.nbytes, label="upload staging")
             staging.numpy()[...] = array.reshape(-1).view(np.uint8)
-            stream = self._transfer_stream()
-            stream.memcpy(buffer, staging, array.nbytes)
-            stream.sync()
+            self._transfer_sync(lambda stream: stream.memcpy(buffer, staging, array.nbytes))
             staging.close()
         return buffer
 
@@ -181,12 +255,40 @@ class Device:
         result = np.empty(shape, dtype=numpy_dtype)
         if nbytes:
             staging = self.alloc_host(nbytes, label="download staging")
-            stream = self._transfer_stream()
-            stream.memcpy(staging, buffer, nbytes, src_offset=offset)
-            stream.sync()
+            self._transfer_sync(lambda stream: stream.memcpy(staging, buffer, nbytes, src_offset=offset))
             result.reshape(-1).view(np.uint8)[...] = staging.numpy()
             staging.close()
         return result
+
+    # -- several devices ------------------------------------------------------------------------
+    def _peer(self, peer: Device, what: str) -> PeerAccess:
+        self._check()
+        if not isinstance(peer, Device):
+            raise TypeError(f"{what} takes a Device, got {type(peer).__name__}")
+        peer._check()
+        if peer.backend.name != self.backend.name:
+            raise ValueError(f"{what}: {self.name} and {peer.name} are devices of different backends")
+        access = peer_access(self.backend)
+        if access is None:
+            raise NotImplementedError(f"{self.name} cannot reach other devices' memory (no peer access)")
+        return access
+
+    def can_access_peer(self, peer: Device) -> bool:
+        """Whether this device can copy to and from ``peer``'s memory (``aclrtDeviceCanAccessPeer``);
+        False for a backend without peer access."""
+        if peer_access(self.backend) is None:
+            return False
+        return self._peer(peer, "can_access_peer").device_can_access_peer(peer.backend.index)
+
+    def enable_peer_access(self, peer: Device) -> None:
+        """Let this device's streams copy to and from ``peer``'s memory (one way:
+        ``aclrtDeviceEnablePeerAccess``).  ``stream.memcpy(peer_buffer, buffer)`` on a stream of
+        this device then pushes over the peer link."""
+        self._peer(peer, "enable_peer_access").device_enable_peer_access(peer.backend.index, 0)
+
+    def disable_peer_access(self, peer: Device) -> None:
+        """Undo :meth:`enable_peer_access` (``aclrtDeviceDisablePeerAccess``)."""
+        self._peer(peer, "disable_peer_access").device_disable_peer_access(peer.backend.index)
 
     # -- simulator extras --------------------------------------------------------------------
     def inject_fault(self, kind: str, match: str | None = None, **options: Any) -> Any:
@@ -207,11 +309,12 @@ class Device:
         return f"<Device {self.name}{' closed' if self.closed else ''}>"
 
 
-def open_device(spec: str | None = None, **options: Any) -> Device:
+def open_device(device: str | None = None, /, **options: Any) -> Device:
     """Open a device by name: ``"sim"``, ``"sim:1"``, ``"ascend:0"``; default from
     ``ACLPIPE_DEVICE``, else ``"sim"``.  Options go to the backend (for the simulator:
-    ``timing``, ``time_scale``, ``sanitizer``, ``capacity``, ``spec``)."""
-    name, index = parse_device(spec)
+    ``timing``, ``time_scale``, ``sanitizer`` (on unless ``False`` or ``ACLPIPE_SANITIZER=0``),
+    ``capacity``, ``spec`` (``"atlas-a2"``, ``"atlas-310p"``, ``"atlas-200i-a2"``))."""
+    name, index = parse_device(device)
     cls = get_backend_class(name)
     return Device(cls(index, **options), f"{name}:{index}")
 

@@ -1,4 +1,12 @@
-"""Streams: in-order device queues.  Streams are always explicit; there is no current stream."""
+"""Streams: in-order device queues.  Streams are always explicit; there is no current stream.
+
+What a stream does after a failed task is its failure mode (``hicann/runtime``
+``docs/zh/api_ref/06_stream_management.md``, ``aclrtSetStreamFailureMode``): ``"continue"``
+(the default) runs the later tasks on whatever the failed one left behind; ``"stop"`` stops
+the stream, which then refuses new work, and applies to every stream of the device.  A stream
+can be :meth:`renewed <Stream.renew>`: later work goes to a fresh device stream that starts
+after the old one, so nothing enqueued from then on runs behind a failed task.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +14,8 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..backends.protocol import MemcpyKind
-from ..errors import ClosedResourceError
+from ..backends.protocol import FailureMode, MemcpyKind
+from ..errors import BackendError, ClosedResourceError, error_from_code
 from .buffer import DeviceBuffer, HostBuffer
 from .event import Event, _ms
 
@@ -19,19 +27,35 @@ __all__ = ["Stream"]
 _Buffer = DeviceBuffer | HostBuffer
 
 
-def _destroy(backend: Any, handle: Any) -> None:
+def _destroy(backend: Any, handles: list[Any]) -> None:
     if not backend.closed:
-        backend.stream_destroy(handle)
+        for handle in handles:
+            backend.stream_destroy(handle)
+        handles.clear()
 
 
 class Stream:
-    """A device stream.  Work runs in the order it is enqueued; other streams run concurrently."""
+    """A device stream.  Work runs in the order it is enqueued; other streams run concurrently.
 
-    def __init__(self, device: Device, handle: Any, priority: int):
+    Create it with :meth:`Device.create_stream`."""
+
+    def __init__(self, device: Device, handle: Any, priority: int, failure_mode: FailureMode = FailureMode.CONTINUE):
         self.device = device
         self.handle = handle
         self.priority = priority
-        self._finalizer = weakref.finalize(self, _destroy, device.backend, handle)
+        self._mode = failure_mode
+        self._handles = [handle]  # every backend stream this object owns: the current one last
+        self._retired: list[tuple[Any, Any]] = []  # (old handle, event at its end) after renew()
+        self._errors: list[BackendError] = []  # sticky errors taken from retired handles
+        self.renewals = 0
+        self._finalizer = weakref.finalize(self, _destroy, device.backend, self._handles)
+
+    @property
+    def failure_mode(self) -> str:
+        """``"stop"`` or ``"continue"``: the mode in force (``"stop"`` once any stream of the
+        device asked for it, as CANN applies it to the whole context)."""
+        stop = self._mode == FailureMode.STOP or self.device.failure_mode == "stop"
+        return "stop" if stop else "continue"
 
     @property
     def closed(self) -> bool:
@@ -114,20 +138,91 @@ class Stream:
         """Block until all enqueued work is done; raises (and clears) a sticky stream error."""
         self._check()
         self.device.backend.stream_sync(self.handle, _ms(timeout))
+        self._raise_retired()
 
     @property
     def is_done(self) -> bool:
         """True when all enqueued work is done; raises (and clears) a sticky stream error."""
         self._check()
-        return bool(self.device.backend.stream_query(self.handle))
+        done = bool(self.device.backend.stream_query(self.handle))
+        self._raise_retired()
+        return done
 
     def take_error(self) -> Exception | None:
         """Return and clear the sticky error without waiting (``aclrtGetLastError``-style)."""
         self._check()
+        self._collect_retired()
+        if self._errors:
+            return self._errors.pop(0)
         return self.device.backend.stream_take_error(self.handle)
+
+    def abort(self) -> None:
+        """``aclrtStreamAbort``: discard every task enqueued so far and stop the one running
+        (A2/A3 only: ``capabilities.stream_abort``).  Streams waiting on this one's events may
+        then wait for ever: abort them too (06_stream_management.md)."""
+        self._check()
+        if not self.device.capabilities.stream_abort:
+            raise error_from_code(207000, f"{self.device.name} cannot abort streams (aclrtStreamAbort is "
+                                          "documented for Atlas A2/A3 only); synchronize instead")
+        self.device.backend.stream_abort(self.handle)
+
+    def renew(self) -> None:
+        """Send later work to a fresh device stream that starts once the old one has passed
+        everything enqueued on it (so completion order is kept); the old one is destroyed when
+        it has drained, and its errors are still reported here.
+
+        Use it after a failure: in ``"continue"`` mode nothing enqueued from now on runs behind
+        the failed task on the same device stream; in ``"stop"`` mode the old stream refuses
+        new work anyway, and nothing waits for it."""
+        self._check()
+        backend = self.device.backend
+        fresh = backend.stream_create(self.priority)
+        self._handles.append(fresh)
+        if self._mode == FailureMode.STOP:
+            backend.stream_set_failure_mode(fresh, int(FailureMode.STOP))
+        join: Any = None
+        try:
+            join = backend.event_create(False)
+            backend.event_record(join, self.handle)
+            backend.stream_wait_event(fresh, join)
+        except BackendError:
+            # A stopped stream takes no record: nothing more will run on it, so nothing to wait for.
+            if join is not None:
+                backend.event_destroy(join)
+            join = None
+        self._retired.append((self.handle, join))
+        self.handle = fresh
+        self.renewals += 1
+        self._collect_retired()
+
+    def _collect_retired(self) -> None:
+        """Take the errors of retired streams, and destroy those that have drained."""
+        backend = self.device.backend
+        for entry in list(self._retired):
+            old, join = entry
+            error = backend.stream_take_error(old)
+            if error is not None:
+                self._errors.append(error)
+            if join is None or backend.event_query(join):
+                self._retired.remove(entry)
+                if join is not None:
+                    backend.event_destroy(join)
+                if old in self._handles:
+                    self._handles.remove(old)
+                backend.stream_destroy(old)
+
+    def _raise_retired(self) -> None:
+        self._collect_retired()
+        if self._errors:
+            raise self._errors.pop(0)
 
     def close(self) -> None:
         """Destroy the stream after its work drains; idempotent."""
+        if self._finalizer.alive and not self.device.backend.closed:
+            for _, join in self._retired:
+                if join is not None:
+                    self.device.backend.event_destroy(join)
+            self._retired.clear()
         self._finalizer()
 
     def __repr__(self) -> str:

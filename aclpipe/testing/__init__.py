@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-from .checks import CHECKS, Check, ConformanceFailure
+from .checks import Check, ConformanceFailure
 from .conformance import CheckResult, ConformanceReport, check_backend
 from .latch import Latch, latch
+from .rules import CHECKS, CheckSkipped
 
-__all__ = ["CHECKS", "Check", "CheckResult", "ConformanceFailure", "ConformanceReport", "Latch", "check_backend",
-           "latch"]
+__all__ = ["CHECKS", "Check", "CheckResult", "CheckSkipped", "ConformanceFailure", "ConformanceReport", "Latch",
+           "check_backend", "latch"]

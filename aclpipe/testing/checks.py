@@ -22,7 +22,7 @@ from ..runtime import Device, DeviceBuffer, Event, Stream
 from ..tensor import TensorDesc
 from .latch import latch
 
-__all__ = ["CHECKS", "Check", "ConformanceFailure"]
+__all__ = ["CONTRACT", "Check", "ConformanceFailure"]
 
 TIMEOUT = 10.0  # seconds any single wait in a check may take before the check fails
 HOLD = 0.2  # seconds a held event must stay incomplete: a broken backend gets this long to run ahead
@@ -287,7 +287,7 @@ def sanitizer_host_read(device: Device) -> str:
     return "reading a host buffer before its D2H copy finished is refused"
 
 
-CHECKS: tuple[Check, ...] = (
+CONTRACT: tuple[Check, ...] = (
     Check("stream_ordering", "memset/memcpy on one stream run in enqueue order", stream_ordering),
     Check("cross_stream_wait", "a stream waiting on an event sees the producer's writes, not before",
           cross_stream_wait),

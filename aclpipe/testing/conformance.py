@@ -1,4 +1,5 @@
-"""``check_backend``: run the backend contract (:data:`~aclpipe.testing.checks.CHECKS`) against a device.
+"""``check_backend``: run the backend contract and the documented runtime rules
+(:data:`~aclpipe.testing.rules.CHECKS`) against a device.
 
 Like ``trio.testing.check_one_way_stream``, the contract is executable: any backend (the
 simulator, real CANN, a fake driver) is opened once per check through ``open_fn`` and must
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..runtime import Device
-from .checks import CHECKS, Check, ConformanceFailure
+from .checks import Check, ConformanceFailure
+from .rules import CHECKS, CheckSkipped
 
 __all__ = ["FAILED", "PASSED", "SKIPPED", "CheckResult", "ConformanceReport", "check_backend"]
 
@@ -32,6 +34,11 @@ _HINTS = {
     "fault_injection": "only backends that can plant faults (the simulator) run it",
     "host_callbacks": "the backend cannot run host functions",
     "event_timing": "the backend cannot time events",
+    "reusable_events": "the runtime lacks aclrtCreateEventExWithFlag",
+    "stop_on_failure": "the runtime lacks aclrtSetStreamFailureMode",
+    "stream_abort": "the product has no aclrtStreamAbort (06_stream_management.md)",
+    "host_thread_per_stream": "host functions run through one report thread (aclrtLaunchCallback)",
+    "graph_capture": "the product or runtime has no aclmdlRICapture* (15_model_running_instance__management.md)",
 }
 
 
@@ -141,7 +148,10 @@ def _run_check(check: Check, open_fn: Callable[[], Device], report: ConformanceR
         if missing:
             result = row(SKIPPED, f"the backend lacks the {missing[0]!r} capability; {_HINTS.get(missing[0], '')}")
         else:
-            result = row(PASSED, check.run(device))
+            try:
+                result = row(PASSED, check.run(device))
+            except CheckSkipped as skipped:
+                result = row(SKIPPED, str(skipped))
     except Exception as error:  # noqa: BLE001
         # Close while the traceback still holds the check's buffers: once the device is closed
         # their finalizers do nothing, instead of freeing memory a stream may still use.

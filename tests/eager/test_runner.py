@@ -34,6 +34,13 @@ def test_numpy_in_numpy_out_with_broadcast_and_attrs(device):
     assert z.dtype == np.float32 and z.shape == (2, 3)
 
 
+def test_rank_0_inputs_give_rank_0_results(device):
+    # np.ascontiguousarray made rank-0 inputs 1-D, so an Add of two scalars came back shaped (1,).
+    stream = device.create_stream()
+    (z,) = OpRunner("Add", stream).input(np.array(1, np.int32)).input(np.array(2, np.int32)).output().run()
+    assert z.shape == () and z == 3
+
+
 def test_run_again_reuses_the_executor(device):
     stream, cache = device.create_stream(), ExecutorCache(device)
     x = np.ones((4, 4), np.float32)
@@ -116,7 +123,8 @@ def test_phase_one_error_names_the_op_and_summarizes_the_call(device):
     assert caught.value.code == 161002
 
 
-def test_device_fault_is_raised_with_the_call_and_the_stream_recovers(device):
+def test_device_fault_is_raised_with_the_call_and_a_continuing_stream_runs_the_next(device):
+    """06_stream_management.md: continue-on-failure, the default, runs the tasks after a failed one."""
     stream = device.create_stream()
     x = np.ones(4, np.float32)
     device.inject_fault("kernel", "Exp")
@@ -125,6 +133,21 @@ def test_device_fault_is_raised_with_the_call_and_the_stream_recovers(device):
     assert "Exp(self: float32[4]" in str(caught.value)
     (y,) = OpRunner("Exp", stream).input(x).output().run()
     np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
+
+
+def test_a_stream_stopped_on_failure_refuses_the_next_call_until_renewed(device):
+    stream = device.create_stream(failure_mode="stop")
+    x = np.ones(4, np.float32)
+    used = device.mem_info().used
+    device.inject_fault("kernel", "Exp")
+    with pytest.raises(DeviceFault):
+        OpRunner("Exp", stream).input(x).output().run()
+    with pytest.raises(DeviceFault, match="stopped after a failure"):
+        OpRunner("Exp", stream).input(x).output().run()
+    stream.renew()
+    (y,) = OpRunner("Exp", stream).input(x).output().run()
+    np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
+    assert device.mem_info().used == used
 
 
 def test_unknown_op_and_bad_arguments_fail_before_the_device(device):
@@ -248,3 +271,9 @@ def test_sync_timeout_keeps_the_memory_until_a_later_run_completes(device):
     (y,) = runner.run()  # completes, and with it the parked run
     np.testing.assert_array_equal(y, -np.ones(256, np.float32))
     assert device.mem_info().used == used
+
+
+def test_a_zero_dimensional_input_stays_a_scalar(device):
+    stream = device.create_stream()
+    (y,) = OpRunner("Add", stream).input(np.float32(2.0)).input(np.array(3.0, np.float32)).output().run()
+    assert y.shape == () and y == 5.0

@@ -15,6 +15,23 @@
 #include "acl_internal.h"
 
 pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+fake_product rt_product = {"atlas-a2", "Ascend910B3", 65536, 1984, true, true};
+
+/* FAKE_CANN_PRODUCT picks the product rules (acl_internal.h cites the pages). */
+static void choose_product(void)
+{
+    static const fake_product products[] = {
+        {"atlas-a2", "Ascend910B3", 65536, 1984, true, true},
+        {"atlas-310p", "Ascend310P3", 1023, 1024, false, true},
+        {"atlas-200i-a2", "Ascend310B4", 65536, 512, false, false},
+    };
+    const char *wanted = getenv("FAKE_CANN_PRODUCT");
+    rt_product = products[0];
+    if (wanted && strcmp(wanted, "310p") == 0)
+        rt_product = products[1];
+    else if (wanted && strcmp(wanted, "200i-a2") == 0)
+        rt_product = products[2];
+}
 pthread_cond_t rt_changed;
 bool rt_initialized;
 __thread fake_context *rt_current;
@@ -166,6 +183,7 @@ aclError aclInit(const char *configPath)
         if (device_count < 0 || device_count > FAKE_MAX_DEVICES)
             device_count = 2;
         device_capacity = (uint64_t)env_long("FAKE_CANN_MEMORY_MB", 1024) << 20;
+        choose_product();
         rt_trace("aclInit");
     }
     pthread_mutex_unlock(&rt_lock);
@@ -185,7 +203,6 @@ aclError aclFinalize(void)
                                    "aclFinalize: device %d is still set; call aclrtResetDevice first", d);
     }
     if (rc == ACL_SUCCESS) {
-        rt_stop_host_func_thread();
         rt_initialized = false;
         rt_trace("aclFinalize");
     }
@@ -205,6 +222,9 @@ int rt_need_context(void)
 }
 
 /* ---- devices ------------------------------------------------------------------------------- */
+/* The SoC name the product rules are read from (NULL before aclInit). */
+const char *aclrtGetSocName(void) { return rt_initialized ? rt_product.soc : NULL; }
+
 aclError aclrtGetDeviceCount(uint32_t *count)
 {
     pthread_mutex_lock(&rt_lock);
@@ -283,6 +303,7 @@ aclError aclrtResetDevice(int32_t deviceId)
         if (--devices[deviceId].refs == 0) {
             devices[deviceId].primary->alive = false; /* kept allocated: other threads may point at it */
             free_device_memory(deviceId);
+            rt_peer_forget(deviceId);
         }
         if (rt_current && rt_current->device == deviceId && !rt_current->alive)
             rt_current = NULL;
@@ -446,6 +467,29 @@ int rt_memory_check(const void *address, uint64_t nbytes, int want, char *why, s
     return 0;
 }
 
+int rt_memory_device(const void *address)
+{
+    allocation *a = find_allocation(address);
+    return a ? a->device : -2;
+}
+
+int rt_device_count(void) { return device_count; }
+
+void fakecann_touch_padding(const void *address, uint64_t nbytes)
+{
+    pthread_mutex_lock(&rt_lock);
+    allocation *a = find_allocation(address);
+    if (a && a->device >= 0) {
+        char *start = (char *)address + nbytes;
+        char *end = (char *)address + ((nbytes + 31) / 32) * 32 + 32;
+        if (end > a->base + a->capacity)
+            end = a->base + a->capacity;
+        if (start < end)
+            memset(start, 0xFF, (size_t)(end - start));
+    }
+    pthread_mutex_unlock(&rt_lock);
+}
+
 int fakecann_memory_ok(const void *address, uint64_t nbytes, int device_only, char *why, size_t why_len)
 {
     pthread_mutex_lock(&rt_lock);
@@ -468,7 +512,8 @@ aclError aclrtMalloc(void **devPtr, size_t size, int policy)
                            "aclrtMalloc: %zu bytes requested, %llu of %llu in use on device %d", size,
                            (unsigned long long)devices[rt_current->device].in_use,
                            (unsigned long long)device_capacity, rt_current->device);
-    if (rc == ACL_SUCCESS && (posix_memalign(&base, FAKE_ALIGN, capacity) != 0 ||
+    /* 11-01: "the start address is 64-byte aligned"; the size rounded up to 32, plus 32. */
+    if (rc == ACL_SUCCESS && (posix_memalign(&base, 64, capacity) != 0 ||
                               !add_allocation(base, size, capacity, rt_current->device))) {
         free(base);
         rc = fakecann_fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: host allocation failed");

@@ -16,7 +16,23 @@ typedef struct fake_context {
     int device;
     bool alive;
     bool is_default;
+    bool stop_on_failure; /* a stream of it was set to ACL_STOP_ON_FAILURE: all its streams stop */
 } fake_context;
+
+/* What differs between the products the fake can pretend to be (FAKE_CANN_PRODUCT: "a2", the
+ * default, "310p" or "200i-a2"), each from the hicann/runtime docs/zh/api_ref pages:
+ * 07_event_management.md (events per device), 06_stream_management.md (streams per device,
+ * aclrtStreamAbort), 15_model_running_instance__management.md (aclmdlRICapture*). */
+typedef struct fake_product {
+    const char *name;
+    const char *soc; /* what aclrtGetSocName reports */
+    int max_events;
+    int max_streams;
+    bool stream_abort;
+    bool capture;
+} fake_product;
+
+extern fake_product rt_product;
 
 extern pthread_mutex_t rt_lock;
 extern pthread_cond_t rt_changed;
@@ -36,7 +52,113 @@ double rt_now(void);
 /* With rt_lock held: 1 when [address, address + nbytes) lies in one live allocation of the
  * wanted kind (1: device memory, -1: pinned host memory, 0: either); else 0 and why. */
 int rt_memory_check(const void *address, uint64_t nbytes, int want, char *why, size_t why_len);
-/* Stop the aclrtLaunchHostFunc thread (aclFinalize), with rt_lock held. */
-void rt_stop_host_func_thread(void);
+/* ---- streams, events and tasks (acl_stream.c), shared with graph capture (acl_capture.c) ---- */
+enum { TASK_KERNEL, TASK_COPY, TASK_MEMSET, TASK_RECORD, TASK_WAIT, TASK_HOST_FUNC, TASK_CALLBACK, TASK_CONTROL };
+enum { EVENT_SYNC = 0x1, EVENT_TIME_LINE = 0x8, EVENT_KNOWN_FLAGS = 0x7F };
+
+typedef struct fake_event {
+    int device;
+    uint32_t flags;
+    bool reusable;     /* aclrtCreateEventExWithFlag: record again without a reset */
+    bool armed;        /* recorded since creation or the last aclrtResetEvent */
+    bool holds_slot;   /* counts against the product's events per device */
+    int64_t recorded;  /* record generations handed out */
+    ptr_set pending;   /* generations recorded but not yet reached by their stream */
+    int pending_waits;
+    double stamp;
+    struct capture *capture; /* the capture its latest record went into */
+    bool destroyed;    /* aclrtDestroyEvent came before its records completed: freed when they have */
+    int64_t error_generation; /* a model's end event: the replay whose part failed, and how */
+    int error_code;
+    char error_message[256];
+} fake_event;
+
+typedef struct task {
+    struct task *next;
+    int kind;
+    int64_t index; /* position in its stream's queue: an abort or a stop drops up to one */
+    fakecann_task_fn run;
+    void (*release)(void *);
+    void *payload;
+    void *dst;
+    const void *src;
+    size_t count;
+    int value;
+    fake_event *event;
+    int64_t event_generation;
+    void (*function)(void *);
+    void *argument;
+    int block;
+    bool adopt;        /* a model's join: a failure of the replay becomes this stream's */
+    fake_event *report; /* a model part's end: its failure goes to this event's generation */
+    char what[40];
+} task;
+
+typedef struct host_call {
+    struct host_call *next;
+    aclrtHostFunc function;
+    void *argument;
+    bool done;
+} host_call;
+
+typedef struct fake_stream {
+    int device;
+    fake_context *context;
+    pthread_t thread;
+    task *head, *tail;
+    int64_t enqueued, completed;
+    int64_t drop_upto; /* tasks with index <= this are dropped, not run (abort, stop) */
+    int error;
+    char error_message[512];
+    int mode;          /* ACL_CONTINUE_ON_FAILURE (0) or ACL_STOP_ON_FAILURE (1) */
+    bool mode_set;     /* aclrtSetStreamFailureMode may be called once per stream */
+    int stopped;       /* the failure code that stopped it (STOP mode) */
+    bool stopping;
+    int mechanism;
+    bool subscribed;
+    uint64_t subscriber;
+    host_call *host_calls;  /* this stream's aclrtLaunchHostFunc thread and its queue */
+    bool host_running, host_stopping;
+    pthread_t host_thread;
+    struct capture *capture;   /* the capture it is part of */
+    struct fake_model *owner;  /* a model's own stream */
+    struct task_update *update;
+    int part_error;            /* a model part's first failure, reported at its end */
+    char part_message[256];
+} fake_stream;
+
+/* With rt_lock held. */
+int rt_need_stream(aclrtStream handle, const char *api, fake_stream **out);
+int rt_need_event(aclrtEvent handle, const char *api, fake_event **out);
+task *rt_new_task(int kind, const char *what);
+/* Queue t on s, or store it in s's capture or task update; frees t and fails when s refuses it. */
+int rt_submit(fake_stream *s, task *t, const char *api);
+/* Queue t on s unconditionally (a model's own streams during a replay). */
+void rt_push(fake_stream *s, task *t);
+fake_stream *rt_new_stream(int device, fake_context *context);
+void rt_delete_stream(fake_stream *s); /* stops its threads; rt_lock NOT held */
+fake_event *rt_new_event(int device, uint32_t flags);
+bool rt_reached(const fake_event *e, int64_t generation);
+void rt_free_task(task *t);
+
+/* ---- graph capture (acl_capture.c), with rt_lock held ---------------------------------- */
+int rt_capture_store(fake_stream *s, task *t, const char *api);
+int rt_capture_record(fake_stream *s, fake_event *e);
+/* 1 when the wait was taken by a capture, 0 when it is an ordinary wait, or an error code. */
+int rt_capture_wait(fake_stream *s, fake_event *e);
+/* A forbidden call inside a capture: invalidate it and return the error. */
+int rt_capture_forbid(struct capture *c, int code, const char *what);
+int rt_capture_forbid_device_sync(int device);
+int rt_update_store(fake_stream *s, task *t, const char *api);
+/* With rt_lock held: the device whose memory holds address (-1: pinned host memory, -2: none). */
+int rt_memory_device(const void *address);
+int rt_device_count(void);
+/* With rt_lock held (acl_peer.c): whether device enabled peer access to peer; forget a reset
+ * device's grants. */
+int rt_peer_enabled(int device, int peer);
+void rt_peer_forget(int device);
+/* With rt_lock held: 0, or the error for a copy on a stream of device that reaches another
+ * device's memory without peer access (11-03_memory_copy_and_set.md). */
+int rt_peer_check(int device, const void *dst, const void *src, int kind);
 
 #endif

@@ -42,10 +42,30 @@ enum {
     ACL_ERROR_RT_THREAD_SUBSCRIBE = 107012,
     ACL_ERROR_RT_STREAM_NO_CB_REG = 107015,
     ACL_ERROR_RT_INVALID_HANDLE = 107017,
+    ACL_ERROR_RT_STREAM_ABORT = 107023,
+    ACL_ERROR_RT_CAPTURE_DEPENDENCY = 107024,
+    ACL_ERROR_RT_STREAM_UNJOINED = 107025,
+    ACL_ERROR_RT_STREAM_CAPTURED = 107027,
+    ACL_ERROR_RT_EVENT_CAPTURED = 107028,
+    ACL_ERROR_RT_STREAM_NOT_CAPTURED = 107029,
+    ACL_ERROR_STREAM_CAPTURE_CONFLICT = 107032,
+    ACL_ERROR_STREAM_TASK_GROUP_STATUS = 107033,
+    ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED = 107036,
+    ACL_ERROR_RT_MODEL_RUNNING = 107037,
+    ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD = 107038,
+    ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC = 107041,
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000,
     ACL_ERROR_RT_MEMORY_ALLOCATION = 207001,
     ACL_ERROR_RT_MEMORY_FREE = 207002,
+    ACL_ERROR_RT_NO_EVENT_RESOURCE = 207007,
+    ACL_ERROR_RT_NO_STREAM_RESOURCE = 207008,
     ACL_ERROR_RT_STREAM_NOT_COMPLETE = 507004,
     ACL_ERROR_RT_EVENT_NOT_COMPLETE = 507006,
+    ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT = 507009,
+    ACL_ERROR_RT_SYS_DMA = 507013,
+    ACL_ERROR_RT_AICORE_TRAP_READ_OVERFLOW = 507042,
+    ACL_ERROR_RT_AICORE_TRAP_WRITE_OVERFLOW = 507043,
+    ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED = 507903,
     ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046,
     ACL_ERROR_RT_EVENT_SYNC_TIMEOUT = 507047,
     ACL_ERROR_RT_DEVICE_MEM_ERROR = 507053,
@@ -103,6 +123,8 @@ typedef struct aclOpExecutor {
     aclTensor *in_handle[FAKE_MAX_TENSORS], *out_handle[FAKE_MAX_TENSORS];
     bool repeatable;
     bool refuses_repeatable; /* e.g. same-address ViewCopy (reference 2) */
+    int pending;             /* launches queued and not yet run: the memory lives until they are */
+    bool destroyed;          /* aclDestroyAclOpExecutor came while a launch was queued */
 } aclOpExecutor;
 
 static inline int fake_itemsize(int dtype)
@@ -125,6 +147,9 @@ void fakecann_count(const char *kind, int delta);
 /* 1 when [address, address + nbytes) lies in one live allocation (device memory only when
  * device_only); otherwise 0 and a reason in why. */
 int fakecann_memory_ok(const void *address, uint64_t nbytes, int device_only, char *why, size_t why_len);
+/* Overwrite the bytes a kernel may touch past an output of nbytes at address: up to
+ * ALIGN_UP(nbytes, 32) + 32 (11-01_device_memory_malloc_and_free.md), within its allocation. */
+void fakecann_touch_padding(const void *address, uint64_t nbytes);
 /* Enqueue run(payload) on stream; release(payload) afterwards, whether it ran or was skipped.
  * run returns 0 or an error code (with a reason in why) that becomes the stream's sticky error. */
 typedef int (*fakecann_task_fn)(void *payload, char *why, size_t why_len);

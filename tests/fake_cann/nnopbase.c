@@ -2,11 +2,18 @@
  *
  * Handles live in registries, so a destroyed or foreign pointer is an error, not a crash.
  * Executors are single-use unless aclSetAclOpExecutorRepeatable was called before their
- * first launch: a single-use executor is freed by its launch (using it again is 561103).
+ * first launch: a single-use executor is consumed by its launch (using it again is 561103).
  * Each launch copies the executor's call into the stream task, so later re-pointing never
  * changes what an earlier launch computes.  Launch checks what the real second phase
  * checks: workspace present and big enough, and every tensor in live device memory, in
  * bounds and 32-byte aligned.
+ *
+ * Destroying an executor whose launch may still run is a use-after-free on the device
+ * (acl_meta.h): the launch, when the stream reaches it, fails with an AI-core read trap
+ * (ACL_ERROR_RT_AICORE_TRAP_READ_OVERFLOW); so does one whose memory was freed meanwhile
+ * (reads: 507042, writes: 507043; 507053 is the hardware's uncorrectable memory error).
+ * A kernel that ran touches the 32 bytes of padding past each output and its workspace
+ * (11-01_device_memory_malloc_and_free.md), so an unpadded neighbour is clobbered.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +23,8 @@
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static ptr_set tensors, scalars, arrays, executors;
+
+static int registered_locked(ptr_set *set, const void *handle) { return handle && ptr_set_has(set, handle); }
 
 static int registered(ptr_set *set, const void *handle)
 {
@@ -164,9 +173,19 @@ aclOpExecutor *fakecann_executor_new(const char *op, fake_kernel kernel, uint64_
     return (aclOpExecutor *)track(&executors, executor, "executor");
 }
 
-static void free_executor(aclOpExecutor *executor)
+/* The handle goes at once; the memory once no queued launch refers to it.  A destroy by the
+ * user (not a single-use executor's own launch) with a launch queued is a use after free. */
+static void free_executor(aclOpExecutor *executor, bool by_user)
 {
-    if (untrack(&executors, executor, "executor"))
+    pthread_mutex_lock(&lock);
+    int removed = executor && ptr_set_remove(&executors, executor);
+    bool now = removed && executor->pending == 0;
+    if (removed && by_user && executor->pending > 0)
+        executor->destroyed = true;
+    pthread_mutex_unlock(&lock);
+    if (removed)
+        fakecann_count("executor", -1);
+    if (now)
         free(executor);
 }
 
@@ -193,7 +212,7 @@ aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)
 {
     int rc = need_executor(executor, "aclDestroyAclOpExecutor");
     if (rc == ACL_SUCCESS)
-        free_executor(executor);
+        free_executor(executor, true);
     return rc;
 }
 
@@ -255,30 +274,69 @@ static int check_region(const char *api, const char *role, int index, const void
     return ACL_SUCCESS;
 }
 
-static int check_call(const fake_call *call, const char *api)
+/* 0, or 1 when an input failed the check, 2 when an output or the workspace did. */
+static int check_call(const fake_call *call, const char *api, int *rc)
 {
-    int rc = ACL_SUCCESS;
-    for (int i = 0; rc == ACL_SUCCESS && i < FAKE_MAX_TENSORS; i++) {
-        if (call->has_in[i])
-            rc = check_region(api, "input", i, call->in[i].data, extent_bytes(&call->in[i]));
-        if (rc == ACL_SUCCESS && call->has_out[i])
-            rc = check_region(api, "output", i, call->out[i].data, extent_bytes(&call->out[i]));
-    }
-    if (rc == ACL_SUCCESS)
-        rc = check_region(api, "workspace", 0, call->workspace, call->workspace_size);
-    return rc;
+    *rc = ACL_SUCCESS;
+    for (int i = 0; i < FAKE_MAX_TENSORS; i++)
+        if (call->has_in[i] && (*rc = check_region(api, "input", i, call->in[i].data, extent_bytes(&call->in[i]))))
+            return 1;
+    for (int i = 0; i < FAKE_MAX_TENSORS; i++)
+        if (call->has_out[i] && (*rc = check_region(api, "output", i, call->out[i].data, extent_bytes(&call->out[i]))))
+            return 2;
+    if ((*rc = check_region(api, "workspace", 0, call->workspace, call->workspace_size)))
+        return 2;
+    return 0;
 }
 
-/* Runs on the stream thread: memory freed after the launch is a device memory error. */
+typedef struct launch {
+    fake_call call;
+    aclOpExecutor *executor;
+} launch;
+
+static void release_launch(void *payload)
+{
+    launch *queued = (launch *)payload;
+    aclOpExecutor *executor = queued->executor;
+    pthread_mutex_lock(&lock);
+    bool last = --executor->pending == 0 && !registered_locked(&executors, executor);
+    pthread_mutex_unlock(&lock);
+    if (last)
+        free(executor);
+    free(queued);
+}
+
+static void touch_padding(const fake_call *call)
+{
+    for (int i = 0; i < FAKE_MAX_TENSORS; i++)
+        if (call->has_out[i])
+            fakecann_touch_padding(call->out[i].data, extent_bytes(&call->out[i]));
+    if (call->workspace && call->workspace_size)
+        fakecann_touch_padding(call->workspace, call->workspace_size);
+}
+
+/* Runs on the stream thread. */
 static int run_call(void *payload, char *why, size_t why_len)
 {
-    fake_call *call = (fake_call *)payload;
-    if (check_call(call, call->op) != ACL_SUCCESS) {
-        const char *message = aclGetRecentErrMsg();
-        snprintf(why, why_len, "memory was freed or changed while the launch was queued: %s", message ? message : "");
-        return ACL_ERROR_RT_DEVICE_MEM_ERROR;
+    launch *queued = (launch *)payload;
+    fake_call *call = &queued->call;
+    int rc;
+    if (queued->executor->destroyed) {
+        snprintf(why, why_len, "aclnn%s: the executor was destroyed while this launch was queued (use after free)",
+                 call->op);
+        return ACL_ERROR_RT_AICORE_TRAP_READ_OVERFLOW;
     }
-    return call->kernel(call, why, why_len);
+    int side = check_call(call, call->op, &rc);
+    if (side) {
+        const char *message = aclGetRecentErrMsg();
+        snprintf(why, why_len, "memory was freed or changed while the launch was queued (use after free): %s",
+                 message ? message : "");
+        return side == 1 ? ACL_ERROR_RT_AICORE_TRAP_READ_OVERFLOW : ACL_ERROR_RT_AICORE_TRAP_WRITE_OVERFLOW;
+    }
+    rc = call->kernel(call, why, why_len);
+    if (rc == ACL_SUCCESS)
+        touch_padding(call);
+    return rc;
 }
 
 aclnnStatus fakecann_launch(void *workspace, uint64_t workspace_size, aclOpExecutor *executor, aclrtStream stream,
@@ -292,17 +350,22 @@ aclnnStatus fakecann_launch(void *workspace, uint64_t workspace_size, aclOpExecu
     else if (rc == ACL_SUCCESS && workspace_size < need)
         rc = fakecann_fail(ACLNN_ERR_PARAM_INVALID, "%s: workspace of %llu bytes is smaller than the %llu bytes phase "
                            "one asked for", api, (unsigned long long)workspace_size, (unsigned long long)need);
-    fake_call *call = rc == ACL_SUCCESS ? (fake_call *)malloc(sizeof *call) : NULL;
-    if (call) {
-        *call = executor->call;
-        call->workspace = need ? workspace : NULL;
-        rc = check_call(call, api);
-        if (rc == ACL_SUCCESS)
-            rc = fakecann_enqueue(stream, run_call, free, call, api);
-        if (rc != ACL_SUCCESS)
-            free(call);
+    launch *queued = rc == ACL_SUCCESS ? (launch *)malloc(sizeof *queued) : NULL;
+    if (queued) {
+        queued->call = executor->call;
+        queued->call.workspace = need ? workspace : NULL;
+        queued->executor = executor;
+        check_call(&queued->call, api, &rc);
+        if (rc == ACL_SUCCESS) {
+            pthread_mutex_lock(&lock);
+            executor->pending++;
+            pthread_mutex_unlock(&lock);
+            rc = fakecann_enqueue(stream, run_call, release_launch, queued, api); /* releases it when refused */
+        } else {
+            free(queued);
+        }
     }
     if (rc == ACL_SUCCESS && !executor->repeatable)
-        free_executor(executor); /* single-use: phase two consumes it */
+        free_executor(executor, false); /* single-use: phase two consumes it */
     return rc;
 }

@@ -119,7 +119,8 @@ MALFORMED = [
     ("constants: {w: {init: zeros, shape: [2], seed: x}}\nnodes: []\noutputs: {}\n",
      r"constant 'w' seed: expected an int"),
     ("constants: {w: {file: nothere.npy}}\nnodes: []\noutputs: {}\n", r"constant 'w': file 'nothere.npy' not found"),
-    ("constants: {w: {file: bad.npy}}\nnodes: []\noutputs: {}\n", r"cannot read 'bad.npy' as a .npy array"),
+    ("constants: {w: {file: bad.npy}}\nnodes: []\noutputs: {}\n",
+     r"file 'bad.npy' is not a .npy array: it does not start with the NUMPY magic"),
     ("constants: {w: {init: zeros, file: a.npy, shape: [2]}}\nnodes: []\noutputs: {}\n", r"exactly one of 'init'"),
     ("constants: {w: {init: ones, shape: [2], dtype: complex}}\nnodes: []\noutputs: {}\n", r"constant 'w'.*dtype"),
     ("nodes: {a: 1}\noutputs: {}\n", r"nodes: expected a list of node mappings"),
@@ -173,3 +174,51 @@ def test_load_graph_is_exported_at_the_top_level_when_wired() -> None:
 
     assert graph.load_graph is load_graph
     assert isinstance(aclpipe.__version__, str)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    # Before: ValueError / OverflowError from numpy, or NaN weights accepted silently.
+    ("seed: -1", r"constant 'w' seed: expected an int >= 0, got -1"),
+    ("seed: .inf", r"constant 'w' seed: expected an int >= 0, got float inf"),
+    ("seed: 1.5", r"constant 'w' seed: expected an int >= 0, got float 1.5"),
+    ("scale: .inf", r"constant 'w' scale: expected a finite number >= 0, got inf"),
+    ("scale: -.inf", r"constant 'w' scale: expected a finite number >= 0, got -inf"),
+    ("scale: .nan", r"constant 'w' scale: expected a finite number >= 0, got nan"),
+    ("scale: -0.5", r"constant 'w' scale: expected a finite number >= 0, got -0.5"),
+    (f"scale: {10 ** 400}", r"constant 'w' scale: expected a finite number >= 0, got 1000"),
+    ("scale: 1.0e+400", r"constant 'w' scale: expected a finite number >= 0, got inf"),
+])
+@pytest.mark.parametrize("init", ["normal", "uniform"])
+def test_seeds_and_scales_are_checked(tmp_path: Path, init: str, entry: str, message: str) -> None:
+    text = f"constants: {{w: {{init: {init}, shape: [4], {entry}}}}}\nnodes: []\noutputs: {{}}\n"
+    with pytest.raises(GraphError, match=message):
+        load_graph(write(tmp_path, text))
+
+
+def test_a_huge_seed_and_a_zero_scale_are_fine(tmp_path: Path) -> None:
+    text = f"constants: {{w: {{init: normal, shape: [4], seed: {2 ** 200}, scale: 0}}}}\nnodes: []\noutputs: {{}}\n"
+    assert not load_graph(write(tmp_path, text)).constants["w"].any()
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    # Before: np.zeros of 400 GB was attempted from a 60-byte file.
+    ("{init: zeros, shape: [100000, 1000000]}",
+     r"init zeros of shape \[100000, 1000000\] float32 = 400000000000 bytes, over the limit of 1073741824 bytes"),
+    ("{init: normal, shape: [100000, 1000], dtype: float16}",
+     r"init normal of shape \[100000, 1000\] float16 \(drawn as float64\) = 800000000 bytes"),
+    ("{init: ones, shape: [" + ", ".join(["1"] * 40) + "]}", r"constant 'w' shape: 40 dims, more than 32"),
+])
+def test_init_shapes_are_capped_before_allocating(tmp_path: Path, spec: str, message: str) -> None:
+    path = write(tmp_path, f"constants: {{w: {spec}}}\nnodes: []\noutputs: {{}}\n")
+    limits = aclpipe.graph.LoadLimits(max_constant_bytes=1 << 30) if "normal" not in spec else \
+        aclpipe.graph.LoadLimits(max_constant_bytes=100_000_000)
+    with pytest.raises(GraphError, match=message):
+        load_graph(path, limits=limits)
+
+
+def test_messages_stay_short_whatever_the_file_holds(tmp_path: Path) -> None:
+    big = "[" + ", ".join(str(i) for i in range(100_000)) + "]"
+    with pytest.raises(GraphError) as caught:
+        load_graph(write(tmp_path, f"name: {big}\nnodes: []\noutputs: {{}}\n"))
+    assert "name: expected a string, got list [0, 1, 2, 3, 4, 5, ...]" in str(caught.value)
+    assert len(str(caught.value)) < 300

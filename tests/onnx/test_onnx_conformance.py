@@ -56,7 +56,8 @@ def _schema_prefixes() -> list[tuple[str, str]]:
     return sorted(prefixes, key=lambda item: -len(item[0]))
 
 
-_NAME_ALIASES = {"test_mvn": "MeanVarianceNormalization", "test_batchnorm": "BatchNormalization"}
+_NAME_ALIASES = {"test_mvn": "MeanVarianceNormalization", "test_batchnorm": "BatchNormalization",
+                 "test_rms_normalization": "RMSNormalization"}
 
 
 def base_op(name: str) -> str | None:

@@ -97,7 +97,7 @@ def test_cube_math_type_fp16_rounds_float32_operands(device):
     ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {"stride": [0, 1]}, 161002, "stride"),
     ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {"padding": [1, 1, 1]}, 161002, "padding"),
     ([desc((1, 2, 2, 2)), desc((3, 2, 3, 3))], desc((1, 3, 1, 1)), {}, 161002, "input"),
-    ([desc((1, 2, 5, 5, 5)), desc((3, 2, 3, 3, 3))], desc((1, 3, 3, 3, 3)), {}, 161002, "4-D"),
+    ([desc((1, 2, 5, 5, 5, 5)), desc((3, 2, 3, 3, 3, 3))], desc((1, 3, 3, 3, 3, 3)), {}, 161002, "5-D"),
     ([desc((1, 2, 5, 5), format=Format.NHWC), desc((3, 2, 3, 3))], desc((1, 3, 3, 3)), {}, 161002, "NHWC"),
     ([desc((1, 2, 5, 5), "int32"), desc((3, 2, 3, 3), "int32")], desc((1, 3, 3, 3), "int32"), {}, 161002, "int32"),
     ([desc((1, 2, 5, 5)), desc((3, 2, 3, 3))], desc((1, 3, 5, 5)), {}, 161002, "output"),
@@ -108,6 +108,18 @@ def test_phase_one_refuses_bad_arguments(device, inputs, out, attrs, code, needl
         device.backend.op_prepare("Convolution", inputs, [out], attrs)
     assert caught.value.code == code
     assert "aclnnConvolution" in str(caught.value) and needle in str(caught.value)
+
+
+def test_3d_convolution_matches_a_sliding_window_sum(device):
+    x, weight = random((2, 4, 5, 6, 4), "float32", 3), random((6, 2, 2, 3, 2), "float32", 4)
+    (out,) = run_op(device, "Convolution", [x, weight, None], {"stride": [1, 2, 1], "padding": [1, 0, 1],
+                                                              "dilation": [2, 1, 1], "groups": 2})
+    padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 1), (0, 0), (1, 1)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3, 2), axis=(2, 3, 4))[:, :, :, ::2, :, ::2]
+    groups = windows.reshape(2, 2, 2, *windows.shape[2:])  # [N, g, C/g, d, h, w, kd, kh, kw]
+    filters = weight.astype(np.float64).reshape(2, 3, 2, 2, 3, 2)
+    expected = np.einsum("ngcdhwijk,goci j k->ngodhw".replace(" ", ""), groups, filters).reshape(out.shape)
+    assert_close_to_peak(out, expected, "float32")
 
 
 def _conv_calls(device, count):

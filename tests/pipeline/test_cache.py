@@ -58,7 +58,7 @@ async def test_a_program_with_a_run_in_flight_is_never_evicted(device, anyio_bac
             x = batch(rows)
             assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
             # The stream's program stays (its slot is not back); the new ones come and go.
-            assert next(entry.key for entry in pipe._res.cache) == (("x", (7, 32)),)
+            assert next(entry.key for entry in pipe._res.cache).shapes == (("x", (7, 32)),)
         rest = [out async for out in held]
         for seed, out in enumerate([first, *rest]):
             assert_outputs(out, reference(graph, {"x": batch(7, seed)}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -11,7 +12,9 @@ import numpy as np
 import pytest
 from pipeline_graphs import assert_outputs, live_device_state, mixed40, mlp, reference
 
+import aclpipe
 from aclpipe import ClosedResourceError, GraphError, Pipeline
+from aclpipe.backends.sim.engines import ATLAS_310P
 from aclpipe.graph import Graph
 
 pytestmark = pytest.mark.anyio
@@ -339,3 +342,17 @@ async def test_concurrent_acloses_all_return_once_everything_is_freed(device):
         assert returned == []  # both wait for the held run
         device.release_hangs()
     assert sorted(returned) == [(1, baseline[0]), (2, baseline[0])]
+
+
+async def test_idle_programs_are_evicted_to_stay_within_the_event_limit():
+    """07_event_management.md limits events per device: the pipeline closes the least recently
+    used idle program rather than exceed the limit (an mlp program takes 12 events here)."""
+    spec = dataclasses.replace(ATLAS_310P, max_events=30)
+    with aclpipe.open_device("sim", spec=spec) as device:
+        graph = mlp()
+        async with Pipeline(graph, device, streams=2, depth=2) as pipe:
+            for rows in (1, 2, 3, 1, 3, 2):
+                x = batch(rows)
+                assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+                assert device.live_events <= 30 and pipe.stats().signatures <= 2
+        assert device.live_events == 0

@@ -284,3 +284,33 @@ async def test_a_fault_whose_stream_error_someone_else_consumed_still_fails_its_
             x = batch(8, 16, 500 + position)
             assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
         assert drained  # the errors really were consumed behind the pipeline's back
+
+
+async def test_runs_after_a_failure_go_to_a_fresh_device_stream(device):
+    """Continue-on-failure (06_stream_management.md) runs the tasks behind a failed one on
+    garbage: the runs then in flight fail, and the failed stream is renewed so that no later
+    run is computed behind the failed task."""
+    graph = mixed40()
+    async with Pipeline(graph, device, streams=2, depth=2) as pipe:
+        streams = pipe._res.streams
+        assert all(stream.failure_mode == "continue" for stream in streams)
+        before = [stream.handle for stream in streams]
+        device.inject_fault("kernel", match="n21")
+        with pytest.raises(ExecutionError):
+            await pipe.run(x=batch(8, 16, 0))
+        renewed = [index for index, stream in enumerate(streams) if stream.handle is not before[index]]
+        assert renewed and all(streams[index].renewals == 1 for index in renewed)
+        x = batch(8, 16, 1)
+        assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+
+
+async def test_a_device_whose_streams_stop_on_failure_is_refused_rather_than_hang(device):
+    graph = mlp()
+    async with Pipeline(graph, device, streams=2, depth=2) as pipe:
+        x = batch(4, 32, 0)
+        assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+        device.create_stream(failure_mode="stop")  # CANN: every stream of the context now stops on failure
+        with pytest.raises(BackendError, match="stops its streams on failure") as caught:
+            await pipe.run(x=x)
+        assert caught.value.code == 207000
+        assert pipe.stats().in_flight == 0

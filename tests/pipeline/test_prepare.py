@@ -3,12 +3,16 @@ capture, as one step that frees whatever it built when it fails."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from pipeline_graphs import live_device_state, mlp
 
-from aclpipe.errors import DeviceOutOfMemory, GraphError
-from aclpipe.pipeline import Preparer, signature
+import aclpipe
+from aclpipe.backends.sim.engines import ATLAS_310P
+from aclpipe.errors import BackendError, DeviceOutOfMemory, GraphError
+from aclpipe.pipeline import Preparer
 from aclpipe.runtime import StaticWorkspace, WorkspacePool
 from aclpipe.runtime.timeline import Timeline
 
@@ -21,8 +25,11 @@ def _preparer(device, graph, *, depth=2, streams=2):
     return Preparer(graph, device, pipeline_streams, depth=depth, max_streams=streams), timeline
 
 
-def test_signature_is_sorted_and_hashable():
-    assert signature({"y": [2], "x": (3, 4)}) == (("x", (3, 4)), ("y", (2,)))
+def test_a_signature_is_the_graphs_sorted_and_hashable(device):
+    preparer, _ = _preparer(device, mlp())
+    key = preparer.signature({"x": np.zeros((4, 32), np.float32)})
+    assert key.shapes == (("x", (4, 32)),) and not key.host_values
+    assert {key: 1}[preparer.signature({"x": (4, 32)})] == 1
 
 
 def test_plans_are_cached_per_input_signature(device):
@@ -75,3 +82,63 @@ def test_a_failure_half_way_frees_everything_it_built(device):
     preparer.close()  # the constants it uploaded
     workspaces.close()
     assert live_device_state(device) == before
+
+
+def test_host_values_pick_the_plan_and_are_not_inputs_of_it(device):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
+    preparer, _ = _preparer(device, aclpipe.load_onnx(onnx.ModelProto.FromString(model.SerializeToString())))
+    wide = preparer.plan_for({"x": (6,), "shape": np.array([2, 3])})
+    tall = preparer.plan_for({"x": (6,), "shape": np.array([3, 2])})
+    assert wide is not tall and wide.inputs == tall.inputs == ("x",)
+    assert preparer.plan_for({"x": np.zeros(6, np.float32), "shape": np.array([2, 3])}) is wide
+    key = preparer.signature({"x": (6,), "shape": np.array([3, 2])})
+    assert dict(key.host_values)["shape"].array.tolist() == [3, 2] and preparer.plan_for(key) is tall
+    preparer.close()
+
+
+def test_a_program_that_can_never_fit_the_event_limit_is_refused_naming_it():
+    """07_event_management.md: 1023 events per device on Atlas inference cards."""
+    spec = dataclasses.replace(ATLAS_310P, max_events=10)
+    with aclpipe.open_device("sim", spec=spec) as device:
+        preparer, timeline = _preparer(device, mlp(), depth=3)  # 6 events a slot
+        workspaces = WorkspacePool(device, None, timeline=timeline)
+        with pytest.raises(BackendError, match="needs 18 events .* 10 sim:0 supports per device") as caught:
+            preparer.prepare({"x": (4, 32)}, workspaces)
+        assert caught.value.code == 207007 and "lower depth" in str(caught.value)
+        assert device.live_events == 0
+        workspaces.close()
+
+
+def test_programs_beyond_the_event_limit_ask_for_room_and_are_refused_without_it():
+    spec = dataclasses.replace(ATLAS_310P, max_events=16)
+    with aclpipe.open_device("sim", spec=spec) as device:
+        preparer, timeline = _preparer(device, mlp(), depth=2)  # 12 events a program, at most
+        workspaces = WorkspacePool(device, None, timeline=timeline)
+        first = preparer.prepare({"x": (4, 32)}, workspaces)
+        assert 0 < device.live_events <= 12
+        asked = []
+
+        def no_room() -> bool:
+            asked.append(True)
+            return False
+
+        with pytest.raises(BackendError, match="held by programs still in use") as caught:
+            preparer.prepare({"x": (8, 32)}, workspaces, no_room)
+        assert caught.value.code == 207007 and asked
+
+        def close_first() -> bool:
+            first.close()
+            return True
+
+        second = preparer.prepare({"x": (8, 32)}, workspaces, close_first)
+        assert first.slots == [] and len(second.slots) == 2
+        second.close()
+        workspaces.close()
+        preparer.close()

@@ -9,7 +9,7 @@ from pipeline_graphs import live_device_state, mlp, reference
 
 from aclpipe.pipeline import Program
 from aclpipe.plan import make_plan
-from aclpipe.runtime import WorkspacePool
+from aclpipe.runtime import StaticWorkspace, WorkspacePool
 from aclpipe.runtime.timeline import Timeline
 
 pytestmark = pytest.mark.anyio
@@ -76,3 +76,56 @@ async def test_ops_that_refuse_repeatable_executors_fall_back_to_phase_one_per_r
     np.testing.assert_allclose(program.read_outputs(slot)["y"], reference(graph, {"x": x})["y"], rtol=1e-4)
     program.close()
     workspaces.close()
+
+
+async def test_a_captured_run_is_one_model_replayed_on_the_d2h_stream(device):
+    """15_model_running_instance__management.md: capture from an origin stream (D2H here), the
+    other streams join through the fork and rejoin through their tails; replay on one stream."""
+    graph = mlp()
+    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)}, streams=2)
+    program = Program(device, plan, constants, streams, depth=2)
+    workspaces = StaticWorkspace(device, timeline=timeline)
+    workspaces.reserve(program.workspace_sizes)
+    d2h = len(streams) - 1
+    assert program.capture(workspaces, d2h)
+    for slot in program.slots:
+        assert slot.graph.ready and slot.fork is not None
+        captured = {item.stream for item in slot.graph.items}
+        assert {stream.handle for stream in streams if stream.handle in captured} == captured
+        assert slot.graph.items[0].task.kind == "record" and slot.graph.items[0].stream is streams[d2h].handle
+    for run, slot in enumerate(program.slots * 2, start=1):
+        x = np.random.default_rng(run).standard_normal((4, 32)).astype(np.float32)
+        program.write_inputs(slot, {"x": x})
+        await program.enqueue(slot, run, workspaces)
+        value = program.enqueue_completion(slot, workspaces, timeline, d2h)
+        await timeline.wait(d2h, value)
+        assert program.run_error(slot) is None
+        np.testing.assert_allclose(program.read_outputs(slot)["y"], reference(graph, {"x": x})["y"], rtol=1e-4)
+    program.close()
+    workspaces.close()
+    for buffer in constants.values():
+        buffer.close()
+    timeline.close()
+    for stream in streams:
+        stream.close()
+
+
+async def test_rebind_points_the_steps_at_renewed_streams(device):
+    graph = mlp()
+    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)})
+    program = Program(device, plan, constants, streams, depth=1)
+    old = {step.node.name: step.stream for step in program.slots[0].steps}
+    renewed = streams[0]
+    renewed.renew()
+    program.rebind()
+    for step in program.slots[0].steps:
+        expected = streams[step.lane].handle
+        assert step.stream is expected
+        if step.lane == 0:
+            assert step.stream is not old[step.node.name]
+    program.close()
+    for buffer in constants.values():
+        buffer.close()
+    timeline.close()
+    for stream in streams:
+        stream.close()

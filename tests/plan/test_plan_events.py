@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from dag_strategies import dags
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aclpipe.plan import Dag, place_events
 
@@ -51,3 +54,37 @@ def test_transitive_knowledge_across_three_streams() -> None:
 def test_producers_must_launch_first() -> None:
     with pytest.raises(ValueError, match="launches later"):
         place_events(Dag.from_edges(2, [(1, 0)]), [0, 1])
+
+
+def _reference_waits(dag: Dag, streams: list[int]) -> list[tuple[int, ...]]:
+    """The rule written out pairwise: a pending producer is dropped when another pending
+    producer's clock already counts it."""
+    width = max(streams) + 1
+    known = [[0] * width for _ in range(width)]
+    after: list[list[int]] = []
+    positions: list[int] = []
+    launched = [0] * width
+    waits = []
+    for node, preds in enumerate(dag.preds):
+        stream = streams[node]
+        clock = known[stream]
+        pending = [p for p in preds if clock[streams[p]] <= positions[p]]
+        needed = tuple(p for p in pending
+                       if not any(q != p and after[q][streams[p]] > positions[p] for q in pending))
+        for producer in needed:
+            clock = [max(a, b) for a, b in zip(clock, after[producer])]
+        positions.append(launched[stream])
+        launched[stream] += 1
+        done = list(clock)
+        done[stream] = positions[-1] + 1
+        after.append(done)
+        known[stream] = done
+        waits.append(needed)
+    return waits
+
+
+@settings(deadline=None, max_examples=100)
+@given(dags(max_size=50), st.data())
+def test_waits_follow_the_pairwise_rule(dag: Dag, data: st.DataObject) -> None:
+    streams = data.draw(st.lists(st.integers(0, 3), min_size=len(dag), max_size=len(dag)))
+    assert list(place_events(dag, streams).waits) == _reference_waits(dag, streams)

@@ -7,7 +7,7 @@ import re
 import pytest
 from plan_dags import chain, dependencies, diamond, fan, happens_before, make_bound, towers
 
-from aclpipe.plan import make_plan
+from aclpipe.plan import A2_RULE, ASCEND_950_RULE, ArenaRule, make_plan
 
 
 def test_copies_get_their_own_streams() -> None:
@@ -37,7 +37,7 @@ def test_chain_uses_one_stream_and_two_buffers() -> None:
     # H2D -> n0 and n7 -> D2H are the only cross-stream edges.
     assert plan.cross_stream_edges == plan.num_waits == 2
     assert plan.arena_size == plan.lower_bound
-    assert plan.naive_bytes == 9 * 4096
+    assert plan.naive_bytes == 9 * (4096 + 64)  # ALIGN_UP(4096, 32) + 32, rounded up to 64
 
 
 def test_four_towers_events_versus_edges() -> None:
@@ -60,7 +60,7 @@ def test_value_placements() -> None:
     plan = make_plan(bound, streams=1)
     values = plan.values
     assert values["x"].kind == "input" and values["x"].arena_offset is not None
-    assert values["a"].kind == "activation" and values["a"].nbytes == 1024
+    assert values["a"].kind == "activation" and values["a"].nbytes == 1088  # ALIGN_UP(1000, 32) + 32 -> 64
     assert values["v"].kind == "view" and values["v"].base == "a" and values["v"].arena_offset is None
     assert values["v"].nbytes == 0
     assert values["c"].kind == "output"
@@ -70,6 +70,16 @@ def test_value_placements() -> None:
     assert "view_v" not in names  # view nodes launch nothing
     index = {n.name: n.index for n in plan.nodes}
     assert values["a"].writer == index["a"] and values["v"].readers == (index["b"],)
+
+
+def test_the_arena_rule_is_a_parameter_of_the_plan() -> None:
+    default = make_plan(chain(8), streams=1)
+    assert default.arena_rule == A2_RULE and default.alignment == 64 and default.memory_strategy
+    ascend950 = make_plan(chain(8), streams=1, rule=ASCEND_950_RULE)
+    assert ascend950.naive_bytes == 9 * 4096 and ascend950.arena_size == ascend950.lower_bound == 2 * 4096
+    whole = make_plan(chain(8), streams=1, alignment=512)  # the rule before CANN's padding was applied
+    assert whole.arena_rule == ArenaRule(512, 0, 512) and whole.naive_bytes == 9 * 4096
+    assert all(v.arena_offset % 512 == 0 for v in whole.values.values() if v.arena_offset is not None)
 
 
 def test_costs_can_be_given() -> None:
@@ -90,6 +100,7 @@ def test_summary_lists_streams_waits_and_memory() -> None:
     assert "4 compute stream(s)" in text and "H2D on stream 4" in text and "D2H on stream 5" in text
     assert f"{plan.num_waits} wait(s)" in text and f"would be {plan.cross_stream_edges}" in text
     assert "lower bound" in text and "waits [h2d:x]" in text and "record" in text
+    assert "pieces of ALIGN_UP(len, 32) + 32 B at offsets aligned to 64 B" in text
     for name in ("x", "t0_0", "join"):
         assert re.search(rf"^\s+{re.escape(name)}\s", text, re.MULTILINE)
 

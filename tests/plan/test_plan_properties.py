@@ -7,13 +7,14 @@ the same stream, and waits), not with the planner's vector clocks.
 from __future__ import annotations
 
 from itertools import combinations
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_dags import chain, dependencies, happens_before, make_bound, touchers, tree
 
 from aclpipe.graph.bound import BoundGraph
-from aclpipe.plan import Plan, make_plan
+from aclpipe.plan import Plan, make_plan, memory
 
 SIZES = st.sampled_from([0, 4, 100, 512, 1000, 4096, 6000, 20000, 100000])
 
@@ -100,6 +101,16 @@ def test_random_dag_plans_hold_every_invariant(bound: BoundGraph, max_streams: i
     check_order(plan)
     check_streams(plan, max_streams)
     check_events(plan)
+    check_memory(plan)
+
+
+@settings(deadline=None, max_examples=60)
+@given(random_dags(), st.integers(1, 5))
+def test_plans_placed_by_the_sweep_alone_hold_every_invariant(bound: BoundGraph, max_streams: int) -> None:
+    """What graphs too large for conflict lists get: the launch-order sweep."""
+    with mock.patch.object(memory, "PAIR_BUDGET", 0):
+        plan = make_plan(bound, streams=max_streams)
+    assert plan.memory_strategy == "launch-order sweep, best fit"
     check_memory(plan)
 
 

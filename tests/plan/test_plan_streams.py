@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from dag_strategies import dags, descendants
+from hypothesis import given, settings
 
 from aclpipe.plan import Dag, assign_streams, chains, transitive_reduction
 
@@ -60,3 +64,42 @@ def test_bad_cap_and_empty_dag() -> None:
     with pytest.raises(ValueError, match="max_streams"):
         assign_streams(Dag(((),)), 0)
     assert assign_streams(Dag(()), 3) == ()
+
+
+def _reference_reduction(dag: Dag) -> set[tuple[int, int]]:
+    truth = descendants(dag)
+    return {(p, n) for p, n in dag.edges if not any(n in truth[q] for q in dag.succs[p] if q != n)}
+
+
+@settings(deadline=None, max_examples=100)
+@given(dags(max_size=60))
+def test_transitive_reduction_matches_the_closure(dag: Dag) -> None:
+    """Edge p -> n stays exactly when no other successor of p leads to n (fan-ins over 16 included)."""
+    assert set(transitive_reduction(dag).edges) == _reference_reduction(dag)
+
+
+def _max_matching(succs: list[list[int]], size: int) -> int:
+    """Plain Kuhn's algorithm, restarting every search from scratch."""
+    owner: dict[int, int] = {}
+
+    def augment(left: int, seen: set[int]) -> bool:
+        for right in succs[left]:
+            if right not in seen:
+                seen.add(right)
+                if right not in owner or augment(owner[right], seen):
+                    owner[right] = left
+                    return True
+        return False
+
+    return sum(augment(node, set()) for node in range(size))
+
+
+@settings(deadline=None, max_examples=100)
+@given(dags())
+def test_chains_are_a_minimum_cover_along_reduced_edges(dag: Dag) -> None:
+    found = chains(dag)
+    reduced = set(transitive_reduction(dag).edges)
+    assert sorted(node for chain in found for node in chain) == list(range(len(dag)))
+    assert all(edge in reduced for chain in found for edge in itertools.pairwise(chain))
+    succs = [[n for p, n in sorted(reduced) if p == node] for node in range(len(dag))]
+    assert len(found) == len(dag) - _max_matching(succs, len(dag))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from aclpipe import BackendError, ClosedResourceError, DeviceFault
@@ -71,3 +73,39 @@ def test_close_refuses_later_use(device):
     event.close()
     with pytest.raises(ClosedResourceError):
         event.sync()
+
+
+# -- the two kinds (07_event_management.md) ----------------------------------------------------------
+def test_events_are_reusable_by_default_and_single_use_on_request(device):
+    first, second = device.create_stream(), device.create_stream()
+    reusable, single = device.create_event(), device.create_event(reusable=False)
+    assert reusable.reusable and not single.reusable
+    for _ in range(2):
+        first.record(reusable)
+        second.wait(reusable)
+    first.record(single)
+    second.wait(single)
+    with pytest.raises(BackendError, match="single-use"):
+        first.record(single)
+    single.reset(second)
+    first.record(single)
+    second.sync()
+    with pytest.raises(BackendError, match="reusable"):
+        reusable.reset(second)
+
+
+def test_waiting_on_an_event_never_recorded_is_refused(device):
+    with pytest.raises(BackendError, match="never recorded"):
+        device.create_stream().wait(device.create_event())
+
+
+def test_the_device_counts_its_live_events(device):
+    before = device.live_events
+    events = [device.create_event() for _ in range(3)]
+    assert device.live_events == before + 3
+    events[0].close()
+    events[0].close()  # idempotent: counted once
+    assert device.live_events == before + 2
+    del events
+    gc.collect()
+    assert device.live_events == before

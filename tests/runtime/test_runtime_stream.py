@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aclpipe import ClosedResourceError, DeviceFault
+import aclpipe
+from aclpipe import BackendError, ClosedResourceError, DeviceFault
 from aclpipe.testing import latch
 
 
@@ -19,18 +20,18 @@ def test_memcpy_direction_follows_the_buffer_kinds(device):
     stream.memcpy(back, second)  # D2H
     stream.sync()
     assert (back.numpy() == np.arange(64)).all()
-    stream.memcpy(back, source, 8, dst_offset=56)  # H2H
-    stream.sync()
-    assert list(back.numpy()[56:]) == list(range(8))
+    with pytest.raises(BackendError) as caught:  # H2H: not asynchronous on Atlas A2 (11-03)
+        stream.memcpy(back, source, 8, dst_offset=56)
+    assert caught.value.code == 207000
 
 
 def test_memcpy_offsets_and_default_size(device):
     stream = device.create_stream()
-    data = device.upload(np.arange(32, dtype=np.uint8))
+    data = device.upload(np.arange(72, dtype=np.uint8))
     small = device.alloc(8)
-    stream.memcpy(small, data, src_offset=24)  # nbytes defaults to what fits
+    stream.memcpy(small, data, src_offset=64)  # nbytes defaults to what fits; D2D offsets 64-byte aligned
     stream.sync()
-    assert list(device.download(small, "uint8", (8,))) == list(range(24, 32))
+    assert list(device.download(small, "uint8", (8,))) == list(range(64, 72))
 
 
 def test_memcpy_and_memset_refuse_bad_arguments_before_the_device(device):
@@ -126,3 +127,60 @@ def test_priority_and_close(device):
     stream.close()
     with pytest.raises(ClosedResourceError):
         stream.sync()
+
+
+# -- failure modes (06_stream_management.md) --------------------------------------------------------
+def test_streams_continue_on_failure_unless_asked_to_stop(device):
+    plain = device.create_stream()
+    assert plain.failure_mode == "continue" and device.failure_mode == "continue"
+    with pytest.raises(ValueError, match="'continue' or 'stop'"):
+        device.create_stream(failure_mode="halt")
+    stopping = device.create_stream(failure_mode="stop")
+    assert stopping.failure_mode == "stop"
+    assert plain.failure_mode == device.failure_mode == "stop"  # CANN applies it to the whole context
+
+
+def test_a_stopped_stream_is_renewed_and_reports_errors_of_the_old_one(device):
+    stream = device.create_stream(failure_mode="stop")
+    buffer = device.alloc(64)
+    device.inject_fault("copy")
+    with latch(stream):
+        stream.memset(buffer, 1)
+        stream.memset(buffer, 2)  # dropped when the stream stops
+    with pytest.raises(DeviceFault):
+        stream.sync()
+    with pytest.raises(DeviceFault, match="stopped after a failure"):
+        stream.memset(buffer, 3)
+    old = stream.handle
+    stream.renew()
+    assert stream.handle is not old and stream.renewals == 1 and stream.failure_mode == "stop"
+    stream.memset(buffer, 4)
+    stream.sync()
+    assert (device.download(buffer, "uint8", (64,)) == 4).all()
+
+
+def test_renew_keeps_completion_order_and_collects_late_errors_of_the_old_stream(device):
+    stream, other = device.create_stream(), device.create_stream()
+    buffer = device.alloc(64)
+    device.inject_fault("copy", skip=1)
+    with latch(stream):
+        stream.memset(buffer, 1)
+        stream.memset(buffer, 2)  # fails, after the renewal
+        stream.renew()  # the fresh stream starts once the old one has passed both
+        stream.memset(buffer, 3)
+        done = stream.record()
+        other.wait(done)
+        assert not done.is_done
+    other.sync()
+    with pytest.raises(DeviceFault):
+        stream.sync()  # the old stream's error is reported by the stream object
+    stream.sync()
+    assert (device.download(buffer, "uint8", (64,)) == 3).all()
+
+
+def test_abort_needs_a_product_that_has_it(device):
+    stream = device.create_stream()
+    stream.abort()  # nothing queued: a no-op on Atlas A2
+    with aclpipe.open_device("sim", spec="atlas-310p") as card:
+        with pytest.raises(BackendError, match="cannot abort streams"):
+            card.create_stream().abort()

@@ -316,3 +316,55 @@ def test_close_waits_for_the_streams_before_freeing(device, name):
     stream.sync()
     for buffer in buffers:
         buffer.close()
+
+
+def test_pinned_workspaces_hold_one_fixed_block_per_stream_until_unpinned(device):
+    pool = WorkspacePool(device, limit=None)  # grows for pins instead of waiting
+    first, second = device.create_stream(), device.create_stream()
+    a = pool.pin({first: 1000, second: 3000}, owner="program a")
+    b = pool.pin({first: 1000}, owner="program b")
+    assert a is not None and b is not None
+    addresses = [a[first].address, a[second].address, b[first].address]
+    assert len(set(addresses)) == 3 and a[second].nbytes == 3000  # each owner its own blocks
+    assert pool.stats().outstanding == 0 and pool.stats().in_use >= 1000 + 3000 + 1000  # pins are not "outstanding"
+    gate = device.backend.latch(first.handle)  # launches using a's block are still queued
+    pool.unpin("program a")
+    assert pool.stats().outstanding >= 1  # a's block on `first` is on its way back, not free, while it is held
+    gate.set()
+    first.sync()
+    second.sync()
+    pool.unpin("program b")
+    device.sync()
+    assert pool.stats().outstanding == 0 and pool.stats().in_use == 0
+    pool.close()
+
+
+def test_pinning_never_waits_and_holds_nothing_when_it_cannot(device):
+    stream = device.create_stream()
+    pool = WorkspacePool(device, limit=4096, granularity=1024)
+    held = pool.acquire(4000, stream)  # 4000 + 32 bytes of padding round up to the whole 4096
+    assert pool.pin({stream: 100}, owner="p") is None
+    pool.release_now(held)
+    assert pool.pin({stream: 100}, owner="p") is not None
+    pool.unpin("p")
+    pool.close()
+    static = make_workspace_strategy(device, "static")
+    pinned = static.pin({stream: 5000}, owner="p")
+    assert pinned is not None and pinned[stream].address == static.acquire(10, stream).address
+    static.close()
+    assert make_workspace_strategy(device, "per-call").pin({stream: 100}, owner="p") is None
+
+
+@pytest.mark.anyio
+async def test_a_waiter_publishes_batched_releases_instead_of_sleeping_for_ever(device):
+    """A release batched for later publication must not leave a waiter on another stream waiting
+    for a host function nobody enqueued (the race behind a rare pipeline hang)."""
+    pool = WorkspacePool(device, limit=1024, granularity=1024, batch=8)
+    first_stream, second_stream = device.create_stream(), device.create_stream()
+    first = pool.acquire(992, first_stream)
+    pool.release_after(first, first_stream, publish=False)  # batched: no host function yet
+    with anyio.fail_after(10):
+        second = await pool.acquire_async(992, second_stream)
+    assert second.address == first.address and pool.stats().waits == 1
+    pool.release_after(second, second_stream)
+    pool.close()

@@ -10,12 +10,16 @@ import pytest
 from rich.console import Console
 
 import aclpipe
+from aclpipe.backends.protocol import CaptureStatus, MemcpyKind
 from aclpipe.backends.sim import SimBackend
+from aclpipe.backends.sim.callbacks import CallbackThread
+from aclpipe.errors import error_from_code
 from aclpipe.runtime import Device
 from aclpipe.testing import CHECKS, ConformanceReport, check_backend, latch
 
 ALL = [check.name for check in CHECKS]
-SANITIZER_CHECKS = ["sanitizer_race", "sanitizer_use_after_free", "sanitizer_host_read"]
+SANITIZER_CHECKS = ["sanitizer_race", "sanitizer_use_after_free", "sanitizer_host_read", "sanitizer_padding"]
+TOO_LARGE_ON_A2 = ["event_limit"]  # 65536 events: too many to exhaust in a check
 
 
 def statuses(report):
@@ -30,26 +34,42 @@ def opener(backend_class, **options):
 def test_the_simulator_passes_every_check():
     report = check_backend(lambda: aclpipe.open_device("sim", sanitizer=True))
     assert [row.name for row in report.rows] == ALL
-    assert set(statuses(report).values()) == {"passed"}, str(report)
+    assert {name for name, status in statuses(report).items() if status != "passed"} == set(TOO_LARGE_ON_A2)
     assert report.ok and "sanitizer on" in report.device
+
+
+def test_an_inference_card_spec_runs_the_event_limit_and_skips_what_it_lacks():
+    report = check_backend(lambda: aclpipe.open_device("sim", spec="atlas-310p"))
+    assert report.ok, str(report)
+    assert statuses(report)["event_limit"] == "passed"
+    assert [row.name for row in report.skipped] == ["stream_abort"]  # 06_stream_management.md: A2/A3 only
+    assert "no aclrtStreamAbort" in report.skipped[0].detail
 
 
 def test_missing_capabilities_are_skipped_with_a_reason():
     report = check_backend(lambda: aclpipe.open_device("sim", sanitizer=False))
     assert report.ok
-    assert [row.name for row in report.skipped] == SANITIZER_CHECKS
+    assert [row.name for row in report.skipped] == sorted(SANITIZER_CHECKS + TOO_LARGE_ON_A2, key=ALL.index)
     for row in report.skipped:
-        assert "'sanitizer' capability" in row.detail and "sanitizer=True" in row.detail
+        if row.name in SANITIZER_CHECKS:
+            assert "'sanitizer' capability" in row.detail and "sanitizer=True" in row.detail
         assert str(row).startswith(f"{row.name}: skipped: ")
-    assert all(status == "passed" for name, status in statuses(report).items() if name not in SANITIZER_CHECKS)
+    assert "too large to exhaust" in statuses_detail(report)["event_limit"]
+    skipped = SANITIZER_CHECKS + TOO_LARGE_ON_A2
+    assert all(status == "passed" for name, status in statuses(report).items() if name not in skipped)
+
+
+def statuses_detail(report):
+    return {row.name: row.detail for row in report.rows}
 
 
 def test_the_report_prints_as_a_rich_table_and_text():
     rows = []
     report = ConformanceReport(on_row=rows.append)
+    last_sanitizer_check = [check for check in CHECKS if check.name == "sanitizer_host_read"]
     check_backend(lambda: aclpipe.open_device("sim", sanitizer=False), report=report, checks=CHECKS[:2])
-    check_backend(lambda: aclpipe.open_device("sim", sanitizer=False), report=report, checks=CHECKS[-1:])
-    assert [row.name for row in rows] == ALL[:2] + ALL[-1:] and report.rows == rows
+    check_backend(lambda: aclpipe.open_device("sim", sanitizer=False), report=report, checks=last_sanitizer_check)
+    assert [row.name for row in rows] == ALL[:2] + ["sanitizer_host_read"] and report.rows == rows
     console = Console(record=True, width=200)
     console.print(report.table())
     text = console.export_text()
@@ -114,18 +134,126 @@ class UntimedEvents(SimBackend):
         return 0.0
 
 
-@pytest.mark.parametrize("backend_class, failing", [
-    (IgnoresWaits, {"cross_stream_wait", "event_semantics"}),
-    (InlineHostFunctions, {"host_functions"}),
-    (HostFunctionsDoNotBlock, {"host_functions"}),
-    (ForgetsErrors, {"host_functions", "fault_surfacing"}),
-    (LenientFree, {"memory_errors"}),
-    (NoAlignmentCheck, {"memory_errors"}),
-    (BlindSanitizer, set(SANITIZER_CHECKS)),
-    (UntimedEvents, {"event_timing"}),
+# -- the documented runtime rules (hicann/runtime docs), one broken backend each -------------------
+class EventsNeedNoReset(SimBackend):
+    def event_create(self, timing=False, reusable=True):
+        return super().event_create(timing, True)
+
+
+class AcceptsUnrecordedWaits(SimBackend):
+    def stream_wait_event(self, stream, event):
+        if event.armed or event.capture is not None:
+            super().stream_wait_event(stream, event)
+
+
+class NoEventLimit(SimBackend):
+    def event_create(self, timing=False, reusable=True):
+        self._live_events = 0
+        return super().event_create(timing, reusable)
+
+
+class SkipsUntilConsumed(SimBackend):
+    """The old generation semantics: work behind a failure is skipped until the error is taken."""
+
+    def run_faults(self, task, stream):
+        if stream.error is not None:
+            stream.skipped += 1
+            return True
+        return super().run_faults(task, stream)
+
+
+class StopAcceptsNewWork(SimBackend):
+    def stream_create(self, priority=0):
+        stream = super().stream_create(priority)
+        stream.check_submittable = lambda: None
+        return stream
+
+
+class AbortDoesNothing(SimBackend):
+    def stream_abort(self, stream):
+        self._check_stream(stream)
+
+
+class OneHostThread(SimBackend):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shared = CallbackThread("one host thread")
+
+    def stream_create(self, priority=0):
+        stream = super().stream_create(priority)
+        stream.host_thread = lambda: self.shared
+        return stream
+
+
+class AnyDeviceCopyAlignment(SimBackend):
+    def _check_copy_rules(self, dst, src, kind, what):
+        if kind != MemcpyKind.DEVICE_TO_DEVICE:
+            super()._check_copy_rules(dst, src, kind, what)
+
+
+class AsyncHostCopies(SimBackend):
+    def _check_copy_rules(self, dst, src, kind, what):
+        if kind != MemcpyKind.HOST_TO_HOST:
+            super()._check_copy_rules(dst, src, kind, what)
+
+
+class UseAfterFreeIsAMemoryUCE(SimBackend):
+    @staticmethod
+    def _live_bytes(allocation, offset, nbytes, what):
+        if not allocation.alive:
+            raise error_from_code(507053, f"{what}: freed")
+        return allocation.data[offset:offset + nbytes]
+
+
+class LenientExecutorDestroy(SimBackend):
+    def op_destroy(self, executor):
+        executor.destroyed = True
+
+
+class NoPadding(SimBackend):
+    def __init__(self, index=0, **options):
+        super().__init__(index, **{**options, "sanitizer": True})
+
+    @staticmethod
+    def _padding(writes):
+        return []
+
+
+class CaptureRunsWork(SimBackend):
+    def capture_begin(self, stream, mode=0):
+        self._check_stream(stream)
+
+    def capture_get_info(self, stream):
+        return CaptureStatus.ACTIVE, None
+
+
+@pytest.mark.parametrize("backend_class, failing, options", [
+    (IgnoresWaits, {"cross_stream_wait", "event_semantics", "never_recorded_wait", "stream_abort", "capture_model"},
+     {}),
+    (InlineHostFunctions, {"host_functions", "host_threads"}, {}),
+    (HostFunctionsDoNotBlock, {"host_functions"}, {}),
+    (ForgetsErrors, {"host_functions", "fault_surfacing", "continue_on_failure", "stop_on_failure", "stream_abort",
+                     "use_after_free_code", "executor_destroy"}, {}),
+    (LenientFree, {"memory_errors"}, {}),
+    (NoAlignmentCheck, {"memory_errors"}, {}),
+    (BlindSanitizer, set(SANITIZER_CHECKS), {}),
+    (UntimedEvents, {"event_timing"}, {}),
+    (EventsNeedNoReset, {"event_kinds"}, {}),
+    (AcceptsUnrecordedWaits, {"never_recorded_wait"}, {}),
+    (NoEventLimit, {"event_limit"}, {"spec": "atlas-310p"}),
+    (SkipsUntilConsumed, {"continue_on_failure"}, {}),
+    (StopAcceptsNewWork, {"stop_on_failure"}, {}),
+    (AbortDoesNothing, {"stream_abort"}, {}),
+    (OneHostThread, {"host_threads"}, {}),
+    (AnyDeviceCopyAlignment, {"d2d_alignment"}, {}),
+    (AsyncHostCopies, {"async_host_copy"}, {}),
+    (UseAfterFreeIsAMemoryUCE, {"use_after_free_code"}, {}),
+    (LenientExecutorDestroy, {"executor_destroy"}, {}),
+    (NoPadding, {"sanitizer_padding"}, {}),
+    (CaptureRunsWork, {"capture_model"}, {}),
 ])
-def test_a_backend_breaking_a_rule_fails_that_check(backend_class, failing):
-    report = check_backend(opener(backend_class))
+def test_a_backend_breaking_a_rule_fails_that_check(backend_class, failing, options):
+    report = check_backend(opener(backend_class, **options))
     assert {row.name for row in report.failed} == failing, str(report)
     assert not report.ok
 

@@ -77,12 +77,7 @@ def test_trace_holds_every_launch_of_every_run_in_stream_order(device):
     assert trace.stats().counts["record"] >= plan.num_events * RUNS
 
 
-def test_a_failed_kernel_and_the_work_it_poisons_are_marked(device):
-    device.inject_fault("kernel", "aclnnRelu")
-    with pytest.raises(ExecutionError, match="left"):
-        traced_runs(device, runs=1)
-    # The pipeline's own trace was lost with the exception: record a fresh, smaller one.
-    stream = device.create_stream()
+def _two_copies_the_first_failing(device, stream):
     with record_trace(device) as recording:
         device.inject_fault("copy")
         buffer = device.alloc(64)
@@ -92,7 +87,18 @@ def test_a_failed_kernel_and_the_work_it_poisons_are_marked(device):
         with pytest.raises(aclpipe.BackendError):
             stream.sync()
     assert recording.trace is not None
-    assert [r.status for r in recording.trace if r.kind == "copy"] == ["failed", "skipped"]
+    return [r.status for r in recording.trace if r.kind == "copy"]
+
+
+def test_a_failed_task_and_the_work_a_stopped_stream_drops_are_marked(device):
+    device.inject_fault("kernel", "aclnnRelu")
+    with pytest.raises(ExecutionError, match="left"):
+        traced_runs(device, runs=1)
+    # The pipeline's own trace was lost with the exception: record fresh, smaller ones.
+    # Continue-on-failure (the default) runs the later copy; stop-on-failure drops it.
+    assert _two_copies_the_first_failing(device, device.create_stream()) == ["failed", "ok"]
+    stopping = device.create_stream(failure_mode="stop")
+    assert _two_copies_the_first_failing(device, stopping) == ["failed", "skipped"]
 
 
 # -- figures -----------------------------------------------------------------------------------------

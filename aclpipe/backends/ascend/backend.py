@@ -34,12 +34,14 @@ import numpy as np
 
 from ...errors import BackendError, ClosedResourceError, error_from_code
 from ...tensor import TensorDesc
-from ..protocol import Capabilities, MemcpyKind, sync_streams
+from ..protocol import Capabilities, CaptureMode, CaptureStatus, MemcpyKind, sync_streams
+from .capture import AscendModel, AscendTaskGroup, Captures
 from .cdefs import ACL_DDR_MEM, ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
 from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
 from .host_calls import PythonHostCall, callback_address
 from .library import CannLibrary, load_library
+from .product import ProductRules, product_rules
 from .streams import AscendStream, Streams
 
 __all__ = ["HOST_FUNC_MODES", "AscendBackend"]
@@ -67,7 +69,8 @@ class AscendBackend:
         ``"auto"`` (default; ``ACLPIPE_ASCEND_HOST_FUNC`` overrides it), ``"launch_host_func"``
         or ``"callback"`` (the report-thread fallback).
     max_streams:
-        Streams this device may hold at once (CANN's limit is 1024 to 2048 by model).
+        Streams this device may hold at once (at most the product's documented limit: 1984 on
+        Atlas A2/A3, 1024 on inference cards; read from ``aclrtGetSocName``).
 
     Raises
     ------
@@ -82,9 +85,6 @@ class AscendBackend:
         self.library = library
         self.index = index
         self.host_func_mode = self._choose_mode(library, host_func_mode)
-        self.capabilities = Capabilities(
-            host_callbacks=True, event_timing=True, max_streams=max_streams, sanitizer=False,
-            fault_injection=False, timing_model=False, repeatable_executors=library.has_repeatable_executors)
         self.closed = True
         self._token = object()
         self._lock = threading.Lock()
@@ -99,11 +99,33 @@ class AscendBackend:
         except BaseException:
             library.release()
             raise
+        self.product = self._product(library)
+        self.capabilities = Capabilities(
+            host_callbacks=True, event_timing=True, max_streams=min(max_streams, self.product.max_streams),
+            sanitizer=False, fault_injection=False, timing_model=False,
+            repeatable_executors=library.has_repeatable_executors, max_events=self.product.max_events,
+            reusable_events=library.has_reusable_events, stop_on_failure=library.has_failure_mode,
+            stream_abort=library.has_stream_abort and self.product.stream_abort,
+            graph_capture=library.has_capture and self.product.graph_capture,
+            # aclrtLaunchHostFunc runs each stream's functions on that stream's thread; the
+            # fallback serves every stream from one report thread.
+            host_thread_per_stream=self.host_func_mode == "launch_host_func", peer_access=library.has_peer_access)
         names = itertools.count()
         self.streams = Streams(library, self._context, f"ascend:{index}", max_streams, self.host_func_mode, names)
         self.events = Events(library, names)
         self.operators = Operators(library, self._enter)
+        self.captures = Captures(library, self._check_stream)
         self.closed = False
+
+    @staticmethod
+    def _product(library: CannLibrary) -> ProductRules:
+        if not library.has_soc_name:
+            return product_rules(None)
+        name = library.runtime.aclrtGetSocName()
+        if name == ffi.NULL:
+            return product_rules(None)
+        text = ffi.string(name)
+        return product_rules(text.decode(errors="replace") if isinstance(text, bytes) else str(text))
 
     @staticmethod
     def _choose_mode(library: CannLibrary, requested: str | None) -> str:
@@ -156,7 +178,8 @@ class AscendBackend:
     def describe(self) -> str:
         callbacks = ("aclrtLaunchHostFunc" if self.host_func_mode == "launch_host_func"
                      else "aclrtLaunchCallback + report thread")
-        return f"Ascend NPU {self.index} via CANN in {self.library.directory} (host functions: {callbacks})"
+        return (f"Ascend NPU {self.index} ({self.product.family}) via CANN in {self.library.directory} "
+                f"(host functions: {callbacks})")
 
     # -- threads and lifetime ---------------------------------------------------------------
     def _enter(self) -> None:
@@ -182,6 +205,7 @@ class AscendBackend:
                 failures.append(error)
 
         self.streams.close(attempt)
+        self.captures.destroy_all(attempt)
         attempt(self.operators.destroy_all)
         self.events.destroy_all(attempt)
         runtime = self.library.runtime
@@ -301,6 +325,17 @@ class AscendBackend:
         self._enter()
         return self.streams.query(stream)
 
+    def stream_set_failure_mode(self, stream: AscendStream, mode: int) -> None:
+        self._enter()
+        self.streams.set_failure_mode(stream, mode)
+
+    def stream_abort(self, stream: AscendStream) -> None:
+        self._enter()
+        if not self.capabilities.stream_abort:
+            raise error_from_code(207000, f"ascend:{self.index} ({self.product.family}) has no aclrtStreamAbort "
+                                          "(06_stream_management.md)")
+        self.streams.abort(stream)
+
     def stream_take_error(self, stream: AscendStream) -> BackendError | None:
         self._enter()
         return self.streams.take_error(stream)
@@ -311,9 +346,13 @@ class AscendBackend:
         self.streams.wait(stream, event.handle, event.name)
 
     # -- events -----------------------------------------------------------------------------
-    def event_create(self, timing: bool = False) -> AscendEvent:
+    def event_create(self, timing: bool = False, reusable: bool = True) -> AscendEvent:
         self._enter()
-        return self.events.create(timing)
+        return self.events.create(timing, reusable)
+
+    def event_reset(self, event: AscendEvent, stream: AscendStream) -> None:
+        self._check_stream(stream)
+        self.events.reset(event, stream.handle)
 
     def event_destroy(self, event: AscendEvent) -> None:
         if self.closed:
@@ -359,6 +398,27 @@ class AscendBackend:
     def device_sync(self, timeout_ms: int = -1) -> None:
         sync_streams(self.stream_sync, self.streams.all(), timeout_ms)
 
+    # -- peer access (several devices; 04_device_management.md) ---------------------------------
+    def device_can_access_peer(self, peer: int) -> bool:
+        """``aclrtDeviceCanAccessPeer(&can, index, peer)``."""
+        self._enter()
+        can = ffi.new("int32_t *")
+        self.library.check(self.library.runtime.aclrtDeviceCanAccessPeer(can, self.index, peer),
+                           f"aclrtDeviceCanAccessPeer({self.index}, {peer})")
+        return bool(can[0])
+
+    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None:
+        """``aclrtDeviceEnablePeerAccess(peer, flags)`` with this device's context current."""
+        self._enter()
+        self.library.check(self.library.runtime.aclrtDeviceEnablePeerAccess(peer, flags),
+                           f"aclrtDeviceEnablePeerAccess({peer}) on device {self.index}")
+
+    def device_disable_peer_access(self, peer: int) -> None:
+        """``aclrtDeviceDisablePeerAccess(peer)`` with this device's context current."""
+        self._enter()
+        self.library.check(self.library.runtime.aclrtDeviceDisablePeerAccess(peer),
+                           f"aclrtDeviceDisablePeerAccess({peer}) on device {self.index}")
+
     # -- operators (aclnn two-phase) --------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
                    attrs: Mapping[str, Any]) -> AscendExecutor:
@@ -384,3 +444,34 @@ class AscendBackend:
         self._check_stream(stream)
         self.operators.launch(executor, workspace, workspace_size, stream.handle,
                               {"stream": stream.name, **dict(context or {})})
+
+    # -- graph capture (aclmdlRI), present when capabilities.graph_capture --------------------
+    def capture_begin(self, stream: AscendStream, mode: int = CaptureMode.GLOBAL) -> None:
+        self.captures.begin(stream, mode)
+
+    def capture_get_info(self, stream: AscendStream) -> tuple[CaptureStatus, AscendModel | None]:
+        return self.captures.get_info(stream)
+
+    def capture_end(self, stream: AscendStream) -> AscendModel:
+        return self.captures.end(stream)
+
+    def capture_task_group_begin(self, stream: AscendStream) -> None:
+        self.captures.task_group_begin(stream)
+
+    def capture_task_group_end(self, stream: AscendStream) -> AscendTaskGroup:
+        return self.captures.task_group_end(stream)
+
+    def capture_task_update_begin(self, stream: AscendStream, group: AscendTaskGroup) -> None:
+        self.captures.task_update_begin(stream, group)
+
+    def capture_task_update_end(self, stream: AscendStream) -> None:
+        self.captures.task_update_end(stream)
+
+    def model_execute(self, model: AscendModel, stream: AscendStream, context: Mapping[str, Any] | None = None) -> None:
+        self.captures.execute(model, stream)
+
+    def model_destroy(self, model: AscendModel) -> None:
+        if self.closed:
+            return  # close() destroyed it
+        self._enter()
+        self.captures.destroy(model)

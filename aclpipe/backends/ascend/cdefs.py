@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from cffi import FFI
 
-__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_OPTIONAL", "RUNTIME_REQUIRED", "ffi"]
+__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_PEER",
+           "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
 
 RUNTIME_CDEF = """
 typedef int aclError;
@@ -73,6 +74,26 @@ aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBloc
 aclError aclrtProcessReport(int32_t timeout);
 aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream);
 aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args);
+
+aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag);
+aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream);
+aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
+aclError aclrtStreamAbort(aclrtStream stream);
+const char *aclrtGetSocName(void);
+
+typedef void *aclmdlRI;
+typedef void *aclrtTaskGrp;
+typedef int aclmdlRICaptureMode;        /* enum: GLOBAL = 0, THREAD_LOCAL, RELAXED */
+typedef int aclmdlRICaptureStatus;      /* enum: NONE = 0, ACTIVE, INVALIDATED */
+aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode);
+aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status, aclmdlRI *modelRI);
+aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI);
+aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
+aclError aclmdlRIDestroy(aclmdlRI modelRI);
+aclError aclmdlRICaptureTaskGrpBegin(aclrtStream stream);
+aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp *handle);
+aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle);
+aclError aclmdlRICaptureTaskUpdateEnd(aclrtStream stream);
 """
 
 NNOPBASE_CDEF = """
@@ -130,6 +151,27 @@ PHASE_ONE: dict[str, str] = {
     "Permute": f"const aclTensor *self, const aclIntArray *dims, aclTensor *out, {_TAIL}",
     "Embedding": f"const aclTensor *weight, const aclTensor *indices, const aclTensor *out, {_TAIL}",
     "InplaceCopy": f"aclTensor *selfRef, const aclTensor *src, {_TAIL}",
+    # issue 14: ops-nn activation/, ops-math and ops-nn index/norm/pooling headers
+    "Elu": ("const aclTensor *self, const aclScalar *alpha, const aclScalar *scale, const aclScalar *inputScale, "
+            f"aclTensor *out, {_TAIL}"),
+    "Celu": f"const aclTensor *self, const aclScalar *alpha, aclTensor *out, {_TAIL}",
+    "Selu": _SELF_OUT,
+    "Mish": _SELF_OUT,
+    "Softplus": f"const aclTensor *self, const aclScalar *beta, const aclScalar *threshold, aclTensor *out, {_TAIL}",
+    "Triu": f"const aclTensor *self, int64_t diagonal, aclTensor *out, {_TAIL}",
+    "Tril": f"const aclTensor *self, int64_t diagonal, aclTensor *out, {_TAIL}",
+    "Cumsum": f"const aclTensor *self, int64_t dim, aclDataType dtype, aclTensor *out, {_TAIL}",
+    "CumsumV2": f"const aclTensor *self, int64_t dim, bool exclusive, bool reverse, aclTensor *out, {_TAIL}",
+    "OneHot": ("const aclTensor *self, int numClasses, const aclTensor *onValue, const aclTensor *offValue, "
+               f"int64_t axis, aclTensor *out, {_TAIL}"),
+    "Scatter": ("const aclTensor *self, int64_t dim, const aclTensor *index, const aclTensor *src, int64_t reduce, "
+                f"aclTensor *out, {_TAIL}"),
+    "GroupNorm": ("const aclTensor *self, const aclTensor *gammaOptional, const aclTensor *betaOptional, int64_t n, "
+                  "int64_t c, int64_t hxw, int64_t group, double eps, aclTensor *out, aclTensor *meanOut, "
+                  f"aclTensor *rstdOut, {_TAIL}"),
+    "MaxPool2dWithIndices": ("const aclTensor *self, const aclIntArray *kernelSize, const aclIntArray *stride, "
+                             "const aclIntArray *padding, const aclIntArray *dilation, bool ceilMode, aclTensor *out, "
+                             f"aclTensor *indices, {_TAIL}"),
 }
 
 
@@ -145,6 +187,14 @@ def _opapi_cdef() -> str:
 #: branches), the event timeout is RT-only, and the reference does not show the stream timeout
 #: in the oldest headers; each has a fallback.
 RUNTIME_OPTIONAL = ("aclrtLaunchHostFunc", "aclrtSynchronizeEventWithTimeout", "aclrtSynchronizeStreamWithTimeout")
+#: The documented runtime rules (hicann/runtime docs/zh/api_ref 06, 07, 15): reusable events,
+#: failure modes, stream abort, the product's name; without them the capability is off.
+RUNTIME_RULES = ("aclrtCreateEventExWithFlag", "aclrtResetEvent", "aclrtSetStreamFailureMode", "aclrtStreamAbort",
+                 "aclrtGetSocName")
+#: Model runtime instances captured from streams (15_model_running_instance__management.md).
+RUNTIME_CAPTURE = ("aclmdlRICaptureBegin", "aclmdlRICaptureGetInfo", "aclmdlRICaptureEnd", "aclmdlRIExecuteAsync",
+                   "aclmdlRIDestroy", "aclmdlRICaptureTaskGrpBegin", "aclmdlRICaptureTaskGrpEnd",
+                   "aclmdlRICaptureTaskUpdateBegin", "aclmdlRICaptureTaskUpdateEnd")
 RUNTIME_REQUIRED = (
     "aclInit", "aclFinalize", "aclGetRecentErrMsg", "aclrtSetDevice", "aclrtResetDevice", "aclrtGetDeviceCount",
     "aclrtCreateContext", "aclrtDestroyContext", "aclrtSetCurrentContext", "aclrtCreateStreamWithConfig",
@@ -160,8 +210,18 @@ NNOPBASE_OPTIONAL = ("aclSetAclOpExecutorRepeatable", "aclDestroyAclOpExecutor",
 NNOPBASE_REQUIRED = ("aclCreateTensor", "aclCreateScalar", "aclCreateIntArray", "aclDestroyTensor",
                      "aclDestroyScalar", "aclDestroyIntArray")
 
+#: Peer access between devices (04_device_management.md); resolved when present, and required
+#: only by pipelines split into stages across devices.
+PEER_CDEF = """
+aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
+aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
+aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId);
+"""
+RUNTIME_PEER = ("aclrtDeviceCanAccessPeer", "aclrtDeviceEnablePeerAccess", "aclrtDeviceDisablePeerAccess")
+
 ffi = FFI()
 ffi.cdef(RUNTIME_CDEF)
+ffi.cdef(PEER_CDEF)
 ffi.cdef(NNOPBASE_CDEF)
 ffi.cdef(_opapi_cdef())
 
@@ -179,3 +239,5 @@ ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035
 ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036
 ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL = 107007
 ACL_ERROR_RT_EVENT_NOT_COMPLETE = 507006
+ACL_CONTINUE_ON_FAILURE = 0
+ACL_STOP_ON_FAILURE = 1

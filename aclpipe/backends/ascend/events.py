@@ -1,9 +1,13 @@
-"""The events of one ascend device: creation flags, status queries, deferred destruction.
+"""The events of one ascend device: the two kinds, status queries, resets, deferred destruction.
 
-``aclrtCreateEventWithFlag`` gets ``ACL_EVENT_SYNC``, plus ``ACL_EVENT_TIME_LINE`` for timing
-events (torch_npu creates timing events with it).  Completion is asked with
-``aclrtQueryEventStatus``, whose ``ACL_EVENT_RECORDED_STATUS_COMPLETE`` is 1, the reverse of
-the deprecated ``aclrtQueryEvent`` (reference/acl_api.md 1.2).  ``aclrtDestroyEvent``
+Reusable events (what the runtime and pipeline record again every run) come from
+``aclrtCreateEventExWithFlag``, the only kind ``hicann/runtime`` ``07_event_management.md``
+promises may be recorded again; single-use ones from ``aclrtCreateEventWithFlag``, which
+follow record, wait, ``aclrtResetEvent``.  Both get ``ACL_EVENT_SYNC`` (so streams can wait
+on them), plus ``ACL_EVENT_TIME_LINE`` for timing events (torch_npu creates timing events with
+it).  Completion is asked with ``aclrtQueryEventStatus``, whose
+``ACL_EVENT_RECORDED_STATUS_COMPLETE`` is 1, the reverse of the deprecated ``aclrtQueryEvent``
+(reference/acl_api.md 1.2).  ``aclrtDestroyEvent``
 requires the waits that use the event to have completed (section 5): an event dropped while
 a wait still needs it is destroyed later, at the next event creation or when the device
 closes.  Elapsed time is signed, as the contract says: a runtime that refuses reversed
@@ -38,9 +42,10 @@ __all__ = ["AscendEvent", "Events"]
 class AscendEvent:
     """An ``aclrtEvent`` and its name (``e0``, ``e1``, ...) for error messages."""
 
-    def __init__(self, name: str, timing: bool, handle: Any):
+    def __init__(self, name: str, timing: bool, handle: Any, reusable: bool = True):
         self.name = name
         self.timing = timing
+        self.reusable = reusable
         self.handle = handle
         self.destroyed = False
 
@@ -59,12 +64,19 @@ class Events:
         self._live: set[AscendEvent] = set()
         self._busy: list[AscendEvent] = []
 
-    def create(self, timing: bool) -> AscendEvent:
+    def create(self, timing: bool, reusable: bool = True) -> AscendEvent:
         self._destroy_idle()
         flags = ACL_EVENT_SYNC | (ACL_EVENT_TIME_LINE if timing else 0)
         handle = ffi.new("aclrtEvent *")
-        self._library.check(self._runtime.aclrtCreateEventWithFlag(handle, flags), "aclrtCreateEventWithFlag")
-        event = AscendEvent(f"e{next(self._names)}", timing, handle[0])
+        if reusable:
+            if not self._library.has_reusable_events:
+                raise error_from_code(207000, f"{self._library.directory}/libascendcl.so has no "
+                                              "aclrtCreateEventExWithFlag: only single-use events (reusable=False)")
+            what, code = "aclrtCreateEventExWithFlag", self._runtime.aclrtCreateEventExWithFlag(handle, flags)
+        else:
+            what, code = "aclrtCreateEventWithFlag", self._runtime.aclrtCreateEventWithFlag(handle, flags)
+        self._library.check(code, what)
+        event = AscendEvent(f"e{next(self._names)}", timing, handle[0], reusable)
         with self._lock:
             self._live.add(event)
         return event
@@ -107,6 +119,14 @@ class Events:
             raise error_from_code(107017, f"{event!r} is not an ascend event")
         if event.destroyed:
             raise ClosedResourceError(f"event {event.name} was destroyed")
+
+    def reset(self, event: AscendEvent, stream_handle: Any) -> None:
+        """``aclrtResetEvent`` (single-use events; the runtime refuses reusable ones)."""
+        self.check(event)
+        if not self._library.has_event_reset:
+            raise error_from_code(207000, "this CANN has no aclrtResetEvent")
+        self._library.check(self._runtime.aclrtResetEvent(event.handle, stream_handle), "aclrtResetEvent",
+                            {"event": event.name})
 
     def query(self, event: AscendEvent) -> bool:
         self.check(event)

@@ -24,8 +24,11 @@ from .cdefs import (
     ACL_ERROR_REPEAT_INITIALIZE,
     NNOPBASE_OPTIONAL,
     NNOPBASE_REQUIRED,
+    RUNTIME_CAPTURE,
     RUNTIME_OPTIONAL,
+    RUNTIME_PEER,
     RUNTIME_REQUIRED,
+    RUNTIME_RULES,
     ffi,
 )
 
@@ -96,6 +99,13 @@ class CannLibrary:
         self.has_event_sync_timeout = hasattr(self.runtime, RUNTIME_OPTIONAL[1])
         self.has_stream_sync_timeout = hasattr(self.runtime, RUNTIME_OPTIONAL[2])
         self.has_repeatable_executors = not _missing(self.nnopbase, NNOPBASE_OPTIONAL)
+        self.has_reusable_events = hasattr(self.runtime, "aclrtCreateEventExWithFlag")
+        self.has_event_reset = hasattr(self.runtime, "aclrtResetEvent")
+        self.has_failure_mode = hasattr(self.runtime, "aclrtSetStreamFailureMode")
+        self.has_stream_abort = hasattr(self.runtime, "aclrtStreamAbort")
+        self.has_capture = not _missing(self.runtime, RUNTIME_CAPTURE)
+        self.has_soc_name = hasattr(self.runtime, RUNTIME_RULES[-1])
+        self.has_peer_access = not _missing(self.runtime, RUNTIME_PEER)
         self._lock = threading.Lock()
         self._users = 0
         self._owns_init = False

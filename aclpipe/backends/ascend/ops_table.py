@@ -11,7 +11,11 @@ inputs (outputs) in header order.  The catalog orders them as the headers do, ex
 ``InplaceCopy``'s written ``selfRef`` is the catalog's output 0 (it refuses repeatable
 executors on the fake, as same-address copies do on CANN, so it is never re-pointed).
 
-Prototypes: reference/acl_api.md section 3 (ops-math, ops-nn headers; RmsNorm from its doc).
+Prototypes: reference/acl_api.md section 3 (ops-math, ops-nn headers; RmsNorm from its doc); the
+issue-14 rows (Elu ... MaxPool2dWithIndices) from the ops-nn/ops-math op_api headers and docs.
+Catalog ops not listed (LSTM/GRU/RNN, whose ``aclnnLSTM`` takes tensor lists; GatherNd and
+ScatterNd, whose catalog forms add ``batchDims``/``reduce``; Einsum's tensor list; the
+quantized integer products) raise ``UnsupportedOpError`` on this backend.
 """
 
 from __future__ import annotations
@@ -130,7 +134,31 @@ def _row(op: str, *arguments: Arg) -> tuple[str, OpBinding]:
     return op, OpBinding(op, arguments)
 
 
-_UNARY = ("Relu", "Gelu", "Silu", "Sigmoid", "Tanh", "Exp")
+def BOOL(name: str) -> Arg:
+    return _attr(name, lambda handles, value, ins: bool(value))
+
+
+def _shape_dim(name: str, reduce: Callable[[tuple[int, ...]], int]) -> Arg:
+    """An int64 that restates the first input's shape (GroupNorm's N, C, HxW)."""
+    def convert(handles: CallArguments, value: Any, ins: Tensors) -> int:
+        source = _nth(ins, 0)
+        return int(value) if value is not None else reduce(source.shape if source is not None else ())
+    return _attr(name, convert)
+
+
+def _stride_or_kernel(handles: CallArguments, value: Any, ins: Tensors, attrs: Mapping[str, Any]) -> Any:
+    stride = attrs.get("stride")
+    return handles.int_array(stride if stride not in (None, []) else attrs.get("kernelSize"))
+
+
+def _product(shape: tuple[int, ...]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total
+
+
+_UNARY = ("Relu", "Gelu", "Silu", "Sigmoid", "Tanh", "Exp", "Selu", "Mish")
 _PRODUCTS = ("Matmul", "Mm", "BatchMatMul")
 
 #: Catalog op name -> binding.
@@ -154,4 +182,21 @@ OPS: dict[str, OpBinding] = dict([
     _row("Permute", IN(0), _attr("dims", _permutation), OUT(0)),
     _row("Embedding", IN(0), IN(1), OUT(0)),
     _row("InplaceCopy", OUT(0), IN(0)),
+    # issue 14 (prototypes in cdefs.PHASE_ONE)
+    _row("Elu", IN(0), SCALAR("alpha"), SCALAR("scale"), SCALAR("inputScale"), OUT(0)),
+    _row("Celu", IN(0), SCALAR("alpha"), OUT(0)),
+    _row("Softplus", IN(0), SCALAR("beta"), SCALAR("threshold"), OUT(0)),
+    _row("Triu", IN(0), INT("diagonal"), OUT(0)),
+    _row("Tril", IN(0), INT("diagonal"), OUT(0)),
+    _row("Cumsum", IN(0), INT("dim"), _attr("dtype", lambda handles, value, ins: int(as_dtype(
+        value if value is not None else _nth(ins, 0).dtype))), OUT(0)),  # type: ignore[union-attr]
+    _row("CumsumV2", IN(0), INT("dim"), BOOL("exclusive"), BOOL("reverse"), OUT(0)),
+    _row("OneHot", IN(0), INT("numClasses"), IN(1), IN(2), INT("axis"), OUT(0)),
+    _row("Scatter", IN(0), INT("dim"), IN(1), IN(2), INT("reduce"), OUT(0)),
+    _row("GroupNorm", IN(0), IN(1), IN(2), _shape_dim("N", lambda shape: shape[0]),
+         _shape_dim("C", lambda shape: shape[1]), _shape_dim("HxW", lambda shape: _product(shape[2:])), INT("group"),
+         DOUBLE("eps"), OUT(0), OUT(1), OUT(2)),
+    _row("MaxPool2dWithIndices", IN(0), INT_ARRAY("kernelSize"),
+         Arg("attr", "stride", lambda handles, ins, outs, attrs: _stride_or_kernel(handles, None, ins, attrs)),
+         INT_ARRAY("padding"), INT_ARRAY("dilation"), BOOL("ceilMode"), OUT(0), OUT(1)),
 ])

@@ -192,6 +192,21 @@ class Streams:
         self._library.check(self._runtime.aclrtStreamWaitEvent(stream.handle, event_handle),
                             "aclrtStreamWaitEvent", {"stream": stream.name, "event": event_name})
 
+    def set_failure_mode(self, stream: AscendStream, mode: int) -> None:
+        """``aclrtSetStreamFailureMode`` (once per stream; STOP holds for the whole context)."""
+        self.check(stream)
+        if not self._library.has_failure_mode:
+            raise error_from_code(207000, "this CANN has no aclrtSetStreamFailureMode")
+        self._library.check(self._runtime.aclrtSetStreamFailureMode(stream.handle, mode), "aclrtSetStreamFailureMode",
+                            {"stream": stream.name})
+
+    def abort(self, stream: AscendStream) -> None:
+        """``aclrtStreamAbort``: drop the stream's submitted tasks."""
+        self.check(stream)
+        if not self._library.has_stream_abort:
+            raise error_from_code(207000, "this CANN has no aclrtStreamAbort")
+        self._library.check(self._runtime.aclrtStreamAbort(stream.handle), "aclrtStreamAbort", {"stream": stream.name})
+
     def launch_host_func(self, stream: AscendStream, fn_address: int, args_address: int) -> None:
         """Enqueue the C function ``void fn(void *args)`` with this device's mechanism."""
         self.check(stream)

@@ -1,9 +1,12 @@
 """The simulated NPU: the embedded default backend and the living definition of the contract.
 
-See ARCHITECTURE.md 3.1.  Everything a real device would check is checked here: device
-addresses are opaque and bounds- and alignment-checked, memory is poisoned, streams run
-on their own threads, host functions on a callback thread, errors are sticky, and with
-``sanitizer=True`` every access is checked for happens-before at enqueue time.
+See ARCHITECTURE.md 3.1 and the README table "How faithful is the simulator".  Everything a
+real device checks is checked here, each rule citing its page of the public ``hicann/runtime``
+docs: device addresses are opaque, bounds- and alignment-checked, and 64-byte aligned from
+``mem_alloc``; memory is poisoned; streams run on their own threads, each with its own
+host-function thread, and fail the way ``aclrtSetStreamFailureMode`` says; events come in the
+two documented kinds within the product's event limit; graph capture follows ``aclmdlRI``;
+and the sanitizer (on by default) checks every access for happens-before at enqueue time.
 """
 
 from __future__ import annotations
@@ -12,63 +15,57 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import cffi
 
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
-from ..protocol import Capabilities, MemcpyKind, TraceRecord, sync_streams
-from .callbacks import CallbackThread
+from ..protocol import Capabilities, MemcpyKind, TraceRecord, align_up, sync_streams
+from .capture import CaptureMode, Captures, CaptureStatus, SimModel, TaskGroup
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
 from .executor import SimExecutor, prepare_executor
 from .faults import FaultInjector, FaultRule
-from .memory import Allocation, DeviceMemory
+from .memory import POISON_BYTE, Allocation, DeviceMemory
+from .peer import WINDOW_BYTES, PeerLinks, claim_window, release_window
 from .recorder import TraceRecorder
-from .sanitizer import Clock, Sanitizer
-from .stream import COPY, GRAPH, HOST_FUNC, KERNEL, LATCH, MEMSET, RECORD, WAIT, SimStream, Task
+from .sanitizer import Sanitizer
+from .stream import (
+    CONTROL,
+    COPY,
+    HOST_FUNC,
+    KERNEL,
+    LATCH,
+    MEMSET,
+    RECORD,
+    WAIT,
+    FailureMode,
+    SimStream,
+    Task,
+    describe_task,
+)
 
-__all__ = ["Access", "SimBackend", "SimGraph"]
+__all__ = ["Access", "SimBackend", "SimModel"]
 
 _NO_COST = Cost()
 
 #: Casts a C function address to something callable (ABI mode: nothing is compiled).
 _FFI = cffi.FFI()
 
+#: Stream and event names are unique in the process: one sanitizer clock may hold several devices'
+#: streams, and a stream may wait on another device's event.
+_STREAM_NAMES = itertools.count()
+_EVENT_NAMES = itertools.count()
+
 #: ``(address, nbytes)`` of one region a kernel reads or writes.
 Access = tuple[int, int]
+#: ``(allocation, address, nbytes)``.
+Region = tuple[Allocation, int, int]
 
-
-@dataclass(frozen=True, eq=False)
-class _Captured:
-    stream: SimStream
-    task: Task
-    reads: tuple[tuple[Allocation, int, int], ...] = ()
-    writes: tuple[tuple[Allocation, int, int], ...] = ()
-
-
-class SimGraph:
-    """A captured sequence of device work, replayed by :meth:`SimBackend.graph_launch`."""
-
-    def __init__(self, items: list[_Captured]):
-        self.items = items
-        self.parts: dict[SimStream, list[Task]] = {}
-        self.sync_points: list[tuple[SimStream, int, Task]] = []
-        for item in items:
-            tasks = self.parts.setdefault(item.stream, [])
-            if item.task.kind in (RECORD, WAIT):
-                self.sync_points.append((item.stream, len(tasks), item.task))
-            tasks.append(item.task)
-
-    @property
-    def size(self) -> int:
-        return len(self.items)
-
-
-def _run_suffix(context: Mapping[str, Any] | None) -> str:
-    return f" run={context['run']}" if context and "run" in context else ""
+#: ``aclrtMemcpyAsync`` restriction in ``include/external/acl/acl_rt.h``: "for on-chip
+#: device-to-device memory copy, both the source and destination addresses must be 64-byte aligned".
+D2D_ALIGNMENT = 64
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -86,7 +83,8 @@ class SimBackend:
     index:
         Device number (``sim:1`` is index 1); ``device_count()`` devices exist.
     spec:
-        A :class:`DeviceSpec` or the name of one (default ``"atlas-a2"``).
+        A :class:`DeviceSpec` or the name of one (default ``"atlas-a2"``; also ``"atlas-310p"``,
+        ``"atlas-200i-a2"``, ``"sim-small"``): speeds and the product's documented limits.
     capacity:
         Device memory in bytes (default: the spec's memory).
     timing:
@@ -94,14 +92,17 @@ class SimBackend:
     time_scale:
         Wall seconds per modelled device second when timing is on.
     sanitizer:
-        Check every access for happens-before (default from ``ACLPIPE_SANITIZER``, else off).
+        Check every access for happens-before (default from ``ACLPIPE_SANITIZER``, else **on**;
+        benchmarks switch it off).
+    max_streams:
+        Streams this device allows (default: the spec's documented limit).
     """
 
     name = "sim"
 
     def __init__(self, index: int = 0, *, spec: DeviceSpec | str = ATLAS_A2, capacity: int | None = None,
                  timing: bool | None = None, time_scale: float = 1.0, sanitizer: bool | None = None,
-                 max_streams: int = 64):
+                 max_streams: int | None = None):
         count = self.device_count()
         if not 0 <= index < count:
             raise error_from_code(107001, f"sim device {index} does not exist: there are {count} "
@@ -113,20 +114,27 @@ class SimBackend:
         self.index = index
         self.spec = spec
         timing = _env_flag("ACLPIPE_SIM_TIMING", False) if timing is None else timing
-        sanitize = _env_flag("ACLPIPE_SANITIZER", False) if sanitizer is None else sanitizer
-        self.memory = DeviceMemory(capacity if capacity is not None else spec.memory_bytes)
+        sanitize = _env_flag("ACLPIPE_SANITIZER", True) if sanitizer is None else sanitizer
+        self.memory = DeviceMemory(capacity if capacity is not None else spec.memory_bytes, claim_window(self),
+                                   WINDOW_BYTES)
         self.engines = Engines(spec, timing, time_scale)
         self.sanitizer: Sanitizer | None = Sanitizer() if sanitize else None
         self.faults = FaultInjector()
         self.capabilities = Capabilities(
-            host_callbacks=True, event_timing=True, max_streams=max_streams, sanitizer=sanitize,
-            fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=True,
-            event_errors=True, tracing=True, latch=True)
-        self.callbacks = CallbackThread(f"aclpipe-sim{index}-callbacks")
+            host_callbacks=True, event_timing=True, max_streams=max_streams or spec.max_streams, sanitizer=sanitize,
+            fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=spec.graph_capture,
+            event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
+            stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_stream=True,
+            peer_access=True)
+        self.peers = PeerLinks(self)
+        #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
+        self.stop_on_failure = False
+        self.captures = Captures(self)
         self._streams: list[SimStream] = []
+        self._model_streams: list[SimStream] = []
+        self._live_events = 0
         self._names = itertools.count()
         self._lock = threading.Lock()
-        self._capture: list[_Captured] | None = None
         #: Installed by trace_begin; stream workers record every task while it is set.
         self.recorder: TraceRecorder | None = None
         self.closed = False
@@ -145,9 +153,9 @@ class SimBackend:
             return
         self.closed = True
         self.faults.clear()
-        for stream in list(self._streams):
+        for stream in list(self._streams) + list(self._model_streams):
             self._stop_stream(stream)
-        self.callbacks.close()
+        release_window(self)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -200,7 +208,11 @@ class SimBackend:
                      context: Mapping[str, Any] | None = None) -> None:
         self._check_stream(stream)
         kind = MemcpyKind(kind)
+        if kind == MemcpyKind.DEVICE_TO_DEVICE and self.peers.crosses(dst, src):
+            self.peers.copy(dst, src, nbytes, stream, context)
+            return
         what = f"memcpy {kind.name}"
+        self._check_copy_rules(dst, src, kind, what)
         src_device, dst_device = kind in (MemcpyKind.DEVICE_TO_HOST, MemcpyKind.DEVICE_TO_DEVICE), kind in (
             MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_DEVICE)
         for address, on_device, role in ((src, src_device, "source"), (dst, dst_device, "destination")):
@@ -222,6 +234,25 @@ class SimBackend:
                     context=dict(context or {}))
         self._submit(stream, task, reads=[(src_alloc, src, nbytes)], writes=[(dst_alloc, dst, nbytes)])
 
+    def _check_copy_rules(self, dst: int, src: int, kind: MemcpyKind, what: str) -> None:
+        if kind == MemcpyKind.HOST_TO_HOST and not self.spec.async_host_copies:
+            # 11-03_memory_copy_and_set.md, aclrtMemcpyAsync constraints: in the EP form an async
+            # host-to-host copy returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT.
+            raise error_from_code(207000, f"{what}: {self.spec.name} (EP form) has no asynchronous host-to-host "
+                                          "copy (11-03_memory_copy_and_set.md); copy on the host with numpy")
+        if kind == MemcpyKind.DEVICE_TO_DEVICE and (dst % D2D_ALIGNMENT or src % D2D_ALIGNMENT):
+            raise error_from_code(107008, f"{what}: on-chip device-to-device copies need 64-byte aligned source and "
+                                          f"destination (acl_rt.h, aclrtMemcpyAsync), got src {src:#x}, dst {dst:#x}")
+
+    @staticmethod
+    def _live_bytes(allocation: Allocation, offset: int, nbytes: int, what: str) -> Any:
+        """The bytes a copy or memset touches; a freed allocation is the DMA engine's fault."""
+        if not allocation.alive:
+            # 25-01_aclError.md: ACL_ERROR_RT_SYS_DMA; 507053 is an uncorrectable memory error (UCE).
+            raise error_from_code(507013, f"{what}: {allocation.describe()} was freed while the device still used "
+                                          "it (use after free)")
+        return allocation.data[offset:offset + nbytes]
+
     def memset_async(self, address: int, value: int, nbytes: int, stream: SimStream) -> None:
         self._check_stream(stream)
         allocation = self.memory.find_device(address, nbytes, what="memset")
@@ -234,35 +265,50 @@ class SimBackend:
                     seconds=Cost(bytes=nbytes).seconds(self.spec, self.spec.ai_cores))
         self._submit(stream, task, reads=[], writes=[(allocation, address, nbytes)])
 
-    @staticmethod
-    def _live_bytes(allocation: Allocation, offset: int, nbytes: int, what: str) -> Any:
-        if not allocation.alive:
-            raise error_from_code(507053, f"{what}: {allocation.describe()} was freed while the "
-                                          "device still used it")
-        return allocation.data[offset:offset + nbytes]
-
     # -- kernels ----------------------------------------------------------------------------
     def launch_kernel(self, stream: SimStream, name: str, run: Callable[[], None], *,
                       reads: Sequence[Access] = (), writes: Sequence[Access] = (),
-                      cost: Cost = _NO_COST, context: Mapping[str, Any] | None = None) -> None:
+                      cost: Cost = _NO_COST, context: Mapping[str, Any] | None = None,
+                      executor: Allocation | None = None) -> None:
         """Enqueue a kernel: ``run`` executes on the stream's worker after the declared regions
-        are checked (live, in bounds, 32-byte aligned) and, with the sanitizer on, ordered."""
+        are checked (live, in bounds, 32-byte aligned) and, with the sanitizer on, ordered.
+
+        As on the device, the kernel may touch the bytes after each region it writes, up to
+        ``ALIGN_UP(len, 32) + 32`` (11-01, ``aclrtMalloc``): they are overwritten with poison
+        after it ran, so a neighbour placed without that padding is clobbered (and the
+        sanitizer reports the read that would see it)."""
         self._check_stream(stream)
         label = (context or {}).get("node") or name
         resolved_reads = [self._kernel_region(a, n, f"{label} read") for a, n in reads]
         resolved_writes = [self._kernel_region(a, n, f"{label} write") for a, n in writes]
+        padding = self._padding(resolved_writes)
+        if executor is not None:
+            resolved_reads.append((executor, executor.start, 1))
         cores = cost.tiling(self.spec)
-        task = Task(KERNEL, name, run, seconds=cost.seconds(self.spec, cores), cores=cores,
-                    context=dict(context or {}))
-        self._submit(stream, task, reads=resolved_reads, writes=resolved_writes)
+        task = Task(KERNEL, name, _guarded(run, resolved_reads, resolved_writes, padding, label),
+                    seconds=cost.seconds(self.spec, cores), cores=cores, context=dict(context or {}))
+        self._submit(stream, task, reads=resolved_reads, writes=resolved_writes, padding=padding)
 
-    def _kernel_region(self, address: int, nbytes: int, what: str) -> tuple[Allocation, int, int]:
+    @staticmethod
+    def _padding(writes: Sequence[Region]) -> list[Region]:
+        """The bytes past each region a kernel writes that it may touch: up to
+        ``ALIGN_UP(len, 32) + 32`` (11-01, ``aclrtMalloc`` constraints), within the allocation."""
+        padding = []
+        for allocation, address, nbytes in writes:
+            end = min(address + align_up(max(nbytes, 1), 32) + 32, allocation.start + allocation.data.nbytes)
+            if end > address + nbytes:
+                padding.append((allocation, address + nbytes, end - address - nbytes))
+        return padding
+
+    def _kernel_region(self, address: int, nbytes: int, what: str) -> Region:
         allocation = self.memory.find_device(address, max(nbytes, 1), what=what, aligned=True)
         return allocation, address, nbytes
 
     def latch(self, stream: SimStream) -> threading.Event:
         """Hold ``stream`` at this point until the returned event is set (a test helper)."""
         self._check_stream(stream)
+        if stream.capture is not None:
+            self.captures.forbid(stream.capture, 507009, "a latch")
         gate = threading.Event()
         self._submit(stream, Task(LATCH, "latch", latch=gate))
         return gate
@@ -273,7 +319,9 @@ class SimBackend:
         if rule is None:
             return False
         if rule.hang:
-            rule.released.wait()
+            while not rule.released.wait(0.02):  # polled: an abort stops a hung task
+                if stream.interrupted():
+                    return True
             return False
         detail = f"injected fault in {task.kind} {task.name}"
         stream._fail(task, error_from_code(rule.code or 507015, detail))
@@ -293,7 +341,10 @@ class SimBackend:
             finally:
                 engines.cores.release(task.cores)
             return
-        lock = engines.h2d if task.engine == "h2d" else engines.d2h
+        if task.engine.startswith("peer:"):
+            lock = self.peers.link(int(task.engine[len("peer:"):]))
+        else:
+            lock = engines.h2d if task.engine == "h2d" else engines.d2h
         with lock:
             self._mark_began(task)
             engines.hold(task.engine, task.seconds, task.run)
@@ -303,29 +354,33 @@ class SimBackend:
         if self.recorder is not None:
             task.began = self.engines.now()
 
-    def _submit(self, stream: SimStream, task: Task, reads: Sequence[tuple[Allocation, int, int]] = (),
-                writes: Sequence[tuple[Allocation, int, int]] = ()) -> None:
-        if self._capture is not None:
-            if task.kind in (HOST_FUNC, LATCH):
-                raise error_from_code(200001, f"{task.kind} cannot be captured into a graph")
-            self._capture.append(_Captured(stream, task, tuple(reads), tuple(writes)))
+    def _submit(self, stream: SimStream, task: Task, reads: Sequence[Region] = (), writes: Sequence[Region] = (),
+                padding: Sequence[Region] = ()) -> None:
+        task.writes = writes
+        if stream.capture is not None:
+            self.captures.add(stream, task, reads, writes, padding)
             return
+        if stream.update is not None:
+            self.captures.update_add(stream, task, reads, writes, padding)
+            return
+        stream.check_submittable()
         if self.sanitizer is not None:
             clock = self.sanitizer.enqueue(stream.name)
             task.snapshot = clock
             regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in reads]
             regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in writes]
-            self.sanitizer.access_all(regions, actor=stream.name, clock=clock, what=self._what(task))
+            self.sanitizer.access_all(regions, actor=stream.name, clock=clock, what=describe_task(task),
+                                      padding=padding)
         stream.submit(task)
 
-    @staticmethod
-    def _what(task: Task) -> str:
-        context = task.context or {}
-        parts = [f"{task.kind} '{task.name}'"]
-        for key in ("node", "op", "run"):
-            if context.get(key) is not None:
-                parts.append(f"{key}={context[key]}")
-        return " ".join(parts)
+    def submit_control(self, stream: SimStream, name: str, run: Callable[[], None]) -> None:
+        """Enqueue bookkeeping the stream performs in order (an event reset, a task update)."""
+        stream.check_submittable()
+        if self.sanitizer is not None:
+            task = Task(CONTROL, name, run, snapshot=self.sanitizer.enqueue(stream.name))
+        else:
+            task = Task(CONTROL, name, run)
+        stream.submit(task)
 
     # -- streams ----------------------------------------------------------------------------
     def stream_create(self, priority: int = 0) -> SimStream:
@@ -333,12 +388,22 @@ class SimBackend:
         if not 0 <= priority <= 7:
             raise error_from_code(107000, f"stream priority must be 0..7 (aclrtCreateStreamWithConfig), "
                                           f"got {priority}")
+        return self._new_stream(f"s{next(_STREAM_NAMES)}", priority, self._streams)
+
+    def model_stream(self, name: str) -> SimStream:
+        """A stream a captured model owns (captured streams consume stream resources, 15_...)."""
+        return self._new_stream(name, 0, self._model_streams)
+
+    def _new_stream(self, name: str, priority: int, into: list[SimStream]) -> SimStream:
         with self._lock:
-            if len(self._streams) >= self.capabilities.max_streams:
-                raise error_from_code(207008, f"sim:{self.index} allows {self.capabilities.max_streams} "
-                                              "streams; destroy unused streams")
-            stream = SimStream(self, f"s{next(self._names)}", priority)
-            self._streams.append(stream)
+            live = len(self._streams) + len(self._model_streams)
+            if live >= self.capabilities.max_streams:
+                limit = self.capabilities.max_streams
+                raise error_from_code(207008, f"sim:{self.index} ({self.spec.name}) allows {limit} streams "
+                                              "(06_stream_management.md, aclrtCreateStream); destroy unused "
+                                              "streams or models")
+            stream = SimStream(self, name, priority)
+            into.append(stream)
         if self.sanitizer is not None:
             self.sanitizer.add_stream(stream.name)
         return stream
@@ -346,14 +411,19 @@ class SimBackend:
     def stream_destroy(self, stream: SimStream) -> None:
         if stream.destroyed:
             return
+        if stream.capture is not None:
+            stream.capture.invalidate(f"stream {stream.name} was destroyed")
         self._stop_stream(stream)
 
     def _stop_stream(self, stream: SimStream) -> None:
         stream.destroyed = True
         stream.stop()
         with self._lock:
-            if stream in self._streams:
-                self._streams.remove(stream)
+            for streams in (self._streams, self._model_streams):
+                if stream in streams:
+                    streams.remove(stream)
+        if self.sanitizer is not None and stream.completed >= stream.enqueued:
+            self.sanitizer.retire(stream.name)  # joined with all its work done: the host knows it all
 
     def _check_stream(self, stream: SimStream) -> None:
         self._check_open()
@@ -362,14 +432,38 @@ class SimBackend:
         if stream.destroyed:
             raise ClosedResourceError(f"stream {stream.name} was destroyed")
 
+    def stream_set_failure_mode(self, stream: SimStream, mode: int) -> None:
+        """``aclrtSetStreamFailureMode``: once per stream; STOP applies to the whole context."""
+        self._check_stream(stream)
+        mode = FailureMode(mode)
+        if stream.mode_set:
+            raise error_from_code(107000, f"stream {stream.name} already has a failure mode: aclrtSetStreamFailureMode "
+                                          "may be called once per stream (06_stream_management.md)")
+        stream.mode_set = True
+        stream.mode = mode
+        if mode == FailureMode.STOP:
+            self.stop_on_failure = True
+
+    def stream_abort(self, stream: SimStream) -> None:
+        """``aclrtStreamAbort``: discard the stream's submitted tasks (A2/A3/950 only)."""
+        self._check_stream(stream)
+        if not self.spec.stream_abort:
+            raise error_from_code(207000, f"{self.spec.name} has no aclrtStreamAbort (06_stream_management.md); "
+                                          "synchronize the stream instead")
+        stream.abort()
+
     def stream_sync(self, stream: SimStream, timeout_ms: int = -1) -> None:
         self._check_stream(stream)
+        if stream.capture is not None:
+            self.captures.forbid(stream.capture, 107041, f"a synchronize of stream {stream.name}")
         if not self._wait_stream(stream, None if timeout_ms < 0 else timeout_ms / 1000):
             raise error_from_code(507046, f"stream {stream.name} did not finish within {timeout_ms} ms")
         self._raise_sticky(stream)
 
     def stream_query(self, stream: SimStream) -> bool:
         self._check_stream(stream)
+        if stream.capture is not None:
+            self.captures.forbid(stream.capture, 107041, f"a query of stream {stream.name}")
         done = self._wait_stream(stream, 0)
         self._raise_sticky(stream)
         return done
@@ -386,7 +480,8 @@ class SimBackend:
     def stream_take_error(self, stream: SimStream) -> BackendError | None:
         return stream.take_error()
 
-    def _raise_sticky(self, stream: SimStream) -> None:
+    @staticmethod
+    def _raise_sticky(stream: SimStream) -> None:
         error = stream.take_error()
         if error is not None:
             raise error
@@ -394,20 +489,39 @@ class SimBackend:
     def stream_wait_event(self, stream: SimStream, event: SimEvent) -> None:
         self._check_stream(stream)
         self._check_event(event)
-        if self._capture is not None:
-            self._capture.append(_Captured(stream, Task(WAIT, f"wait {event.name}", event=event)))
+        if self.captures.wait(stream, event):
             return
+        event.check_waitable()
         if self.sanitizer is not None:
             self.sanitizer.wait(stream.name, event.snapshot)
         self._submit(stream, Task(WAIT, f"wait {event.name}", event=event, generation=event.generation))
 
     # -- events -----------------------------------------------------------------------------
-    def event_create(self, timing: bool = False) -> SimEvent:
+    def event_create(self, timing: bool = False, reusable: bool = True) -> SimEvent:
+        """``aclrtCreateEventExWithFlag`` (reusable) or ``aclrtCreateEventWithFlag`` (single-use).
+
+        Both count against the product's event limit (07_event_management.md).  The docs say a
+        reusable event takes its resource at its first record, where the record may block until
+        one is free; the simulator counts it from creation instead, so a program that would
+        exceed the limit fails when it is prepared, never blocks in the middle of a run."""
         self._check_open()
-        return SimEvent(f"e{next(self._names)}", timing)
+        with self._lock:
+            if self._live_events >= self.spec.max_events:
+                raise error_from_code(207007, f"sim:{self.index} ({self.spec.name}) supports {self.spec.max_events} "
+                                              "events per device (07_event_management.md); destroy unused events")
+            self._live_events += 1
+            created = {stream.name: stream.executed for stream in self._streams}
+        return SimEvent(f"e{next(_EVENT_NAMES)}", timing, reusable, created)
 
     def event_destroy(self, event: SimEvent) -> None:
-        event.destroyed = True
+        if not event.destroyed:
+            event.destroyed = True
+            with self._lock:
+                self._live_events -= 1
+
+    @property
+    def live_events(self) -> int:
+        return self._live_events
 
     def _check_event(self, event: SimEvent) -> None:
         if not isinstance(event, SimEvent):
@@ -418,15 +532,33 @@ class SimBackend:
     def event_record(self, event: SimEvent, stream: SimStream) -> None:
         self._check_stream(stream)
         self._check_event(event)
-        if self._capture is not None:
-            self._capture.append(_Captured(stream, Task(RECORD, f"record {event.name}", event=event)))
+        event.check_recordable()
+        if stream.capture is not None:
+            self.captures.record(stream, event)
             return
+        if stream.update is not None:
+            raise error_from_code(507009, "only single-op tasks may update a task group, got an event record")
+        stream.check_submittable()
         snapshot = self.sanitizer.snapshot(stream.name) if self.sanitizer else {}
         generation = event.begin_record(snapshot)
-        self._submit(stream, Task(RECORD, f"record {event.name}", event=event, generation=generation))
+        self._submit(stream, Task(RECORD, f"record {event.name}", event=event, generation=generation,
+                                  consumed=stream.consumed))
+
+    def event_reset(self, event: SimEvent, stream: SimStream) -> None:
+        """``aclrtResetEvent``: single-use events only; takes effect in ``stream``'s order."""
+        self._check_stream(stream)
+        self._check_event(event)
+        event.reset()
+        self.submit_control(stream, f"reset {event.name}", lambda: None)
+
+    def _check_not_captured(self, event: SimEvent, what: str) -> None:
+        session = event.capture
+        if session is not None:
+            self.captures.forbid(session, 107028, f"a {what} of event {event.name}, recorded")
 
     def event_query(self, event: SimEvent) -> bool:
         self._check_event(event)
+        self._check_not_captured(event, "query")
         done = event.is_done()
         if done and self.sanitizer is not None:
             self.sanitizer.host_learns(event.snapshot)
@@ -434,6 +566,7 @@ class SimBackend:
 
     def event_sync(self, event: SimEvent, timeout_ms: int = -1) -> None:
         self._check_event(event)
+        self._check_not_captured(event, "synchronize")
         generation, snapshot = event.generation, event.snapshot
         timeout = None if timeout_ms < 0 else timeout_ms / 1000
         if not event.wait_done(generation, timeout):
@@ -453,6 +586,7 @@ class SimBackend:
     def host_func(self, stream: SimStream, fn: Callable[[], None], name: str = "") -> None:
         self._check_stream(stream)
         rule_name = name or getattr(fn, "__name__", "host_func")
+        self._check_host_func_allowed(stream)
         planted = self.faults.check("host_func", rule_name, None)
         run = fn
         if planted is not None:
@@ -461,14 +595,23 @@ class SimBackend:
             def run() -> None:
                 raise error_from_code(code, f"injected fault in host function {rule_name}")
 
+        stream.host_thread()
         self._submit(stream, Task(HOST_FUNC, rule_name, run))
 
+    def _check_host_func_allowed(self, stream: SimStream) -> None:
+        if stream.capture is not None:
+            self.captures.forbid(stream.capture, 507009, "a host function")
+        if stream.update is not None:
+            raise error_from_code(507009, "only single-op tasks may update a task group, got a host function")
+
     def host_func_c(self, stream: SimStream, fn_address: int, args_address: int) -> None:
-        """Run a C ``void fn(void *)`` on the callback thread, as ``aclrtLaunchHostFunc`` does."""
+        """Run a C ``void fn(void *)`` on the stream's host-function thread, as ``aclrtLaunchHostFunc`` does."""
         function = _FFI.cast("void (*)(void *)", fn_address)
         args = _FFI.cast("void *", args_address)
         self._check_stream(stream)
+        self._check_host_func_allowed(stream)
         planted = self.faults.check("host_func", "host_func_c", None)
+        stream.host_thread()
         if planted is not None:
             # C cannot raise: a planted fault is the runtime reporting the callback failed.  The
             # stream fails first and the function still runs, so whoever it wakes (completion
@@ -482,7 +625,25 @@ class SimBackend:
         self._submit(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args)))
 
     def device_sync(self, timeout_ms: int = -1) -> None:
-        sync_streams(self.stream_sync, list(self._streams), timeout_ms)
+        self.captures.forbid_device_sync()
+        sync_streams(self.stream_sync, list(self._streams) + list(self._model_streams), timeout_ms)
+
+    # -- peer access (several devices) ----------------------------------------------------------
+    def device_can_access_peer(self, peer: int) -> bool:
+        """``aclrtDeviceCanAccessPeer(&can, self.index, peer)``; see :mod:`.peer`."""
+        self._check_open()
+        return self.peers.can_access(peer)
+
+    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None:
+        """``aclrtDeviceEnablePeerAccess(peer, flags)`` with this device current: one way, this
+        device's streams may then copy to and from ``peer``'s memory."""
+        self._check_open()
+        self.peers.enable(peer, flags)
+
+    def device_disable_peer_access(self, peer: int) -> None:
+        """``aclrtDeviceDisablePeerAccess(peer)`` with this device current."""
+        self._check_open()
+        self.peers.disable(peer)
 
     # -- operators --------------------------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
@@ -497,68 +658,63 @@ class SimBackend:
         executor.set_address(index, output=output, address=address)
 
     def op_destroy(self, executor: SimExecutor) -> None:
+        """``aclDestroyAclOpExecutor``.  Destroying an executor whose launch may still run is a
+        use-after-free on the device (acl_meta.h): the sanitizer refuses it (the host has not
+        learned the launch finished); without the sanitizer the launch fails when it runs."""
+        if self.sanitizer is not None and not executor.destroyed:
+            region = executor.region
+            self.sanitizer.host_access(region, region.start, 1, write=True,
+                                       what=f"aclDestroyAclOpExecutor of aclnn{executor.op}")
         executor.destroy()
 
     def op_launch(self, executor: SimExecutor, workspace: int, workspace_size: int, stream: SimStream,
                   context: Mapping[str, Any] | None = None) -> None:
         executor.launch(self, workspace, workspace_size, stream, context)
 
-    # -- graph capture and replay (like aclmdlRICaptureBegin / aclmdlRIExecuteAsync) ---------------
-    def graph_capture_begin(self) -> None:
-        """Record, instead of enqueueing, every copy, kernel, record and wait until
-        :meth:`graph_capture_end`.  Addresses and executors are fixed at capture."""
-        self._check_open()
-        if self._capture is not None:
-            raise error_from_code(200001, "a graph capture is already in progress")
-        self._capture = []
+    # -- graph capture: model runtime instances (aclmdlRI, see .capture) ---------------------
+    def capture_begin(self, stream: SimStream, mode: int = CaptureMode.GLOBAL) -> None:
+        """``aclmdlRICaptureBegin``."""
+        self._check_stream(stream)
+        self.captures.begin(stream, CaptureMode(mode))
 
-    def graph_capture_end(self) -> SimGraph:
-        if self._capture is None:
-            raise error_from_code(107000, "graph_capture_end without graph_capture_begin")
-        graph, self._capture = SimGraph(self._capture), None
-        return graph
+    def capture_get_info(self, stream: SimStream) -> tuple[CaptureStatus, SimModel | None]:
+        """``aclmdlRICaptureGetInfo``."""
+        self._check_stream(stream)
+        return self.captures.get_info(stream)
 
-    def graph_launch(self, graph: SimGraph, context: Mapping[str, Any] | None = None) -> None:
-        """Replay a captured graph: one queue entry per stream, however many tasks it holds.
+    def capture_end(self, stream: SimStream) -> SimModel:
+        """``aclmdlRICaptureEnd``: the model, ready to replay."""
+        self._check_stream(stream)
+        return self.captures.end(stream)
 
-        Only one replay of a graph may be in flight at a time: its kernel tasks are reused."""
-        self._check_open()
-        snapshots = self._sanitize_replay(graph, context) if self.sanitizer is not None else {}
-        parts = {stream: list(tasks) for stream, tasks in graph.parts.items()}
-        for stream in parts:
-            self._check_stream(stream)
-        # Records and waits refer to event generations, which are new at every replay; capture
-        # order puts each record before the waits on it.
-        for stream, position, template in graph.sync_points:
-            event = template.event
-            assert event is not None
-            if template.kind == RECORD:
-                parts[stream][position] = Task(RECORD, template.name, event=event,
-                                               generation=event.begin_record(snapshots.get(event, {})))
-            else:
-                parts[stream][position] = Task(WAIT, template.name, event=event, generation=event.generation)
-        run_context = dict(context or {})
-        for stream, tasks in parts.items():
-            stream.submit(Task(GRAPH, "graph", tasks=tasks, context=run_context))
+    def capture_task_group_begin(self, stream: SimStream) -> None:
+        """``aclmdlRICaptureTaskGrpBegin``."""
+        self._check_stream(stream)
+        self.captures.group_begin(stream)
 
-    def _sanitize_replay(self, graph: SimGraph, context: Mapping[str, Any] | None) -> dict[SimEvent, Clock]:
-        """Check the replay's accesses in capture order; returns each recorded event's clock."""
-        assert self.sanitizer is not None
-        snapshots: dict[SimEvent, Clock] = {}
-        for item in graph.items:
-            task, name = item.task, item.stream.name
-            assert task.kind not in (RECORD, WAIT) or task.event is not None
-            if task.kind == RECORD:
-                snapshots[task.event] = self.sanitizer.snapshot(name)  # type: ignore[index]
-            elif task.kind == WAIT:
-                self.sanitizer.wait(name, snapshots.get(task.event, task.event.snapshot))  # type: ignore[arg-type,union-attr]
-            else:
-                clock = self.sanitizer.enqueue(name)
-                regions = [(a, address, n, False) for a, address, n in item.reads]
-                regions += [(a, address, n, True) for a, address, n in item.writes]
-                self.sanitizer.access_all(regions, actor=name, clock=clock,
-                                          what=self._what(task) + _run_suffix(context))
-        return snapshots
+    def capture_task_group_end(self, stream: SimStream) -> TaskGroup:
+        """``aclmdlRICaptureTaskGrpEnd``."""
+        self._check_stream(stream)
+        return self.captures.group_end(stream)
+
+    def capture_task_update_begin(self, stream: SimStream, group: TaskGroup) -> None:
+        """``aclmdlRICaptureTaskUpdateBegin``."""
+        self._check_stream(stream)
+        self.captures.update_begin(stream, group)
+
+    def capture_task_update_end(self, stream: SimStream) -> None:
+        """``aclmdlRICaptureTaskUpdateEnd``."""
+        self._check_stream(stream)
+        self.captures.update_end(stream)
+
+    def model_execute(self, model: SimModel, stream: SimStream, context: Mapping[str, Any] | None = None) -> None:
+        """``aclmdlRIExecuteAsync``: replay ``model`` on ``stream``."""
+        self._check_stream(stream)
+        self.captures.execute(model, stream, context)
+
+    def model_destroy(self, model: SimModel) -> None:
+        """``aclmdlRIDestroy``."""
+        self.captures.destroy(model)
 
     # -- timeline trace (sim only) ----------------------------------------------------------------
     def trace_begin(self) -> None:
@@ -576,7 +732,7 @@ class SimBackend:
         recorder = self.recorder
         if recorder is None:
             raise error_from_code(107000, "trace_end without trace_begin")
-        for stream in list(self._streams):
+        for stream in list(self._streams) + list(self._model_streams):
             stream.wait_position(stream.position(), timeout)
         self.recorder = None
         return recorder.records()
@@ -593,3 +749,23 @@ class SimBackend:
 
     def release_hangs(self) -> None:
         self.faults.release()
+
+
+def _guarded(run: Callable[[], None], reads: Sequence[Region], writes: Sequence[Region], padding: Sequence[Region],
+             label: str) -> Callable[[], None]:
+    """``run`` refusing freed memory (AI-core read/write traps, 25-01_aclError.md) and
+    scribbling over the padding it may touch once it ran."""
+
+    def guarded() -> None:
+        for regions, code, kind in ((reads, 507042, "reads"), (writes, 507043, "writes")):
+            for allocation, _, _ in regions:
+                if not allocation.alive:
+                    raise error_from_code(code, f"{label} {kind} {allocation.describe()}, freed while the kernel was "
+                                                "queued (use after free)")
+        run()
+        for allocation, address, nbytes in padding:
+            if allocation.alive:
+                offset = address - allocation.start
+                allocation.data[offset:offset + nbytes] = POISON_BYTE
+
+    return guarded

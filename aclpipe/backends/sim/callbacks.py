@@ -1,9 +1,11 @@
-"""The callback thread: host functions run here, in stream order, never on a stream worker.
+"""A stream's host-function thread: its host functions run here, in order, never on the worker.
 
-Like ``aclrtLaunchHostFunc`` with ``ACL_CALLBACK_BLOCK``, a stream that reaches a host
-function hands it to this thread and waits until it returns, so work enqueued after it
-starts only then.  One thread per device serves every stream, which is also what makes a
-host function that synchronizes a stream deadlock here as it does on the device.
+Like ``aclrtLaunchHostFunc`` (``hicann/runtime`` ``docs/zh/api_ref/12_execution_control.md``:
+the function runs "on the thread registered for the stream, created inside the call" and
+blocks the stream's later tasks by default), a stream that reaches a host function hands it
+to its own thread and waits until it returns.  Each stream has its own thread, so host
+functions of different streams may run at the same time; one that synchronizes its own
+stream deadlocks here as it does on the device.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ class _Call:
 
 
 class CallbackThread:
-    """The thread that runs host functions, one call at a time, each blocking its stream
-    until it returns (``ACL_CALLBACK_BLOCK``)."""
+    """The thread that runs one stream's host functions, one call at a time, each blocking the
+    stream until it returns (``ACL_CALLBACK_BLOCK``)."""
     def __init__(self, name: str):
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)

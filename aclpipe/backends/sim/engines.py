@@ -8,9 +8,16 @@ default in unit tests) tasks run as fast as numpy does and engines are not model
 The default :data:`ATLAS_A2` figures are those published for an Ascend 910B3 in an Atlas
 800T A2 training server: 20 AI cores (cube units), about 313 TFLOPS fp16 cube throughput,
 64 GB HBM2e at about 1.6 TB/s, and a PCIe 5.0 x16 host link (64 GB/s raw per direction;
-we model about 50 GB/s achieved).  Vector throughput is taken as one eighth of cube
+we model about 50 GB/s achieved); between NPUs, an HCCS peer link of 56 GB/s (see
+:attr:`DeviceSpec.peer_bytes_per_s`).  Vector throughput is taken as one eighth of cube
 throughput, and launch latency as the few microseconds host-launched kernels cost.
 These are modelling figures, not a promise about any specific board.
+
+Besides speeds, a spec carries the product rules the runtime documents per product family
+(``hicann/runtime`` docs, cited field by field): how many events and streams a device has,
+whether streams can be aborted and work captured into model runtime instances, and whether
+asynchronous host-to-host copies exist.  :data:`ATLAS_310P` (an Atlas inference card) and
+:data:`ATLAS_200I_A2` (Atlas 200I/500 A2) differ from :data:`ATLAS_A2` in exactly those.
 """
 
 from __future__ import annotations
@@ -20,12 +27,35 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["ATLAS_A2", "SPECS", "Cost", "DeviceSpec", "Engines"]
+__all__ = ["ATLAS_200I_A2", "ATLAS_310P", "ATLAS_A2", "SPECS", "Cost", "DeviceSpec", "Engines"]
 
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """Figures the roofline uses; every rate is per device second."""
+    """Figures the roofline uses (every rate per device second) and the product's rules.
+
+    Attributes
+    ----------
+    max_events:
+        Events one device supports (``docs/zh/api_ref/07_event_management.md``, constraints
+        of ``aclrtCreateEvent``/``aclrtCreateEventWithFlag``/``aclrtCreateEventExWithFlag``:
+        65536 on A2/A3/950/200I-500 A2, 1023 on Atlas inference cards, 65535 on training).
+    max_streams:
+        Streams one device supports, the default stream included
+        (``06_stream_management.md``, ``aclrtCreateStream``: 1984 on A2/A3/950, 1024 on
+        inference cards, 512 on 200I/500 A2, 2048 on training products).
+    stream_abort:
+        ``aclrtStreamAbort`` exists (``06_stream_management.md``: A2/A3/950 only).
+    graph_capture:
+        ``aclmdlRICapture*`` exists (``15_model_running_instance__management.md``: A2, A3,
+        950 and inference cards; not 200I/500 A2 nor training products).
+    async_host_copies:
+        ``aclrtMemcpyAsync(HOST_TO_HOST)`` is accepted (``11-03_memory_copy_and_set.md``: in
+        the EP form, every product we model, it returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT).
+    peer_bytes_per_s:
+        One device-to-device peer link, per direction; 0 where the product has no peer access
+        (``04_device_management.md``, ``aclrtDeviceEnablePeerAccess``: not on 200I/500 A2).
+    """
 
     name: str
     ai_cores: int
@@ -37,6 +67,14 @@ class DeviceSpec:
     launch_s: float  # per-kernel launch latency
     copy_latency_s: float
     memory_bytes: int
+    max_events: int = 65536
+    max_streams: int = 1984
+    stream_abort: bool = True
+    graph_capture: bool = True
+    async_host_copies: bool = False
+    #: The default is the figure published for the 910B in an Atlas 800T A2: eight NPUs in an
+    #: HCCS full mesh, 392 GB/s per NPU over seven links, so 56 GB/s between any two NPUs.
+    peer_bytes_per_s: float = 56e9
 
 
 ATLAS_A2 = DeviceSpec(
@@ -52,10 +90,49 @@ ATLAS_A2 = DeviceSpec(
     memory_bytes=64 * 2**30,
 )
 
-#: A small part, handy in tests: 4 cores and 1 GiB, so capacity errors are easy to reach.
+#: An Atlas inference card (Ascend 310P, as on an Atlas 300I Pro): 8 AI cores, about 70 TFLOPS
+#: fp16, 24 GB LPDDR4X at about 205 GB/s, PCIe 4.0 x16 (about 25 GB/s achieved).  Its rules
+#: differ from A2's: 1023 events and 1024 streams per device, no aclrtStreamAbort.
+ATLAS_310P = DeviceSpec(
+    name="atlas-310p",
+    ai_cores=8,
+    cube_flops=70e12,
+    vector_flops=70e12 / 8,
+    hbm_bytes_per_s=204.8e9,
+    h2d_bytes_per_s=25e9,
+    d2h_bytes_per_s=25e9,
+    launch_s=5e-6,
+    copy_latency_s=3e-6,
+    memory_bytes=24 * 2**30,
+    max_events=1023,
+    max_streams=1024,
+    stream_abort=False,
+    peer_bytes_per_s=25e9,  # cards reach each other over PCIe, at the host link's rate
+)
+
+#: Atlas 200I/500 A2 (Ascend 310B): a small inference module without graph capture, stream
+#: abort or peer access, 512 streams per device.  Speeds are rough modelling figures.
+ATLAS_200I_A2 = DeviceSpec(
+    name="atlas-200i-a2",
+    ai_cores=2,
+    cube_flops=10e12,
+    vector_flops=10e12 / 8,
+    hbm_bytes_per_s=51.2e9,
+    h2d_bytes_per_s=8e9,
+    d2h_bytes_per_s=8e9,
+    launch_s=8e-6,
+    copy_latency_s=5e-6,
+    memory_bytes=8 * 2**30,
+    max_streams=512,
+    stream_abort=False,
+    graph_capture=False,
+    peer_bytes_per_s=0.0,
+)
+
+#: A small part, handy in tests: 4 cores and 1 GiB, so capacity errors are easy to reach (A2 rules).
 SIM_SMALL = DeviceSpec("sim-small", 4, 10e12, 2e12, 200e9, 10e9, 10e9, 5e-6, 5e-6, 2**30)
 
-SPECS: dict[str, DeviceSpec] = {spec.name: spec for spec in (ATLAS_A2, SIM_SMALL)}
+SPECS: dict[str, DeviceSpec] = {spec.name: spec for spec in (ATLAS_A2, ATLAS_310P, ATLAS_200I_A2, SIM_SMALL)}
 
 
 @dataclass(frozen=True)
@@ -132,7 +209,7 @@ class Engines:
         if remaining > 0:
             time.sleep(remaining)
         with self._busy_lock:
-            self.busy[engine] += device_seconds
+            self.busy[engine] = self.busy.get(engine, 0.0) + device_seconds
 
     def copy_seconds(self, nbytes: int, direction: str) -> float:
         rate = {"h2d": self.spec.h2d_bytes_per_s, "d2h": self.spec.d2h_bytes_per_s}.get(

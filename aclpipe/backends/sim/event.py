@@ -1,16 +1,35 @@
-"""Simulated events: a record captures the stream's position at the time of the call.
+"""Simulated events: the two documented kinds, records that capture a stream position, resets.
 
 Each ``record`` starts a new generation; a wait or sync enqueued later refers to the
 generation current at *its* call, so re-recording an event never changes what an earlier
 wait waits for.  A generation completes when its stream reaches it, stamping the device
-time (for timing events) and carrying the stream's sticky error if the stream had failed,
-so that work waiting on a failed producer inherits the failure instead of running on
-garbage.
+time (for timing events).
+
+Kinds (``hicann/runtime`` ``docs/zh/api_ref/07_event_management.md``):
+
+- *reusable* events stand for ``aclrtCreateEventExWithFlag``: "each record re-captures the
+  stream's tasks and overwrites the event"; a wait uses the latest record;
+- *single-use* events stand for ``aclrtCreateEvent``/``aclrtCreateEventWithFlag``, whose
+  documented pattern is record, wait, ``aclrtResetEvent``.  Recording one again before a
+  reset is behaviour the docs do not promise, so the simulator refuses it (the stricter
+  choice), and a reset of a reusable event is refused as the docs say it is.
+
+A wait on an event with no record since it was created (or reset) is an invalid value in
+the runtime's event design notes (``docs/zh/design/modules/event/event.md``, 4.2: "cannot
+wait on an event that was not recorded"), which :meth:`SimEvent.check_waitable` enforces.
+
+Errors (a simulator extension, ``Capabilities.event_errors``): a record carries the first
+failure its stream saw (its own, or one a waited record carried) after this event's previous
+record on that stream and not yet taken by the host (a sync, query or ``take_error``) when
+the record was enqueued, so whoever synchronizes the event learns that work it covers may
+be garbage, even if someone else consumed the stream's sticky error.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from ...errors import BackendError, error_from_code
 from .sanitizer import Clock
@@ -21,16 +40,25 @@ __all__ = ["SimEvent"]
 class SimEvent:
     """A simulated event: every record starts a generation that completes when its stream
     reaches it (see the module docstring)."""
-    def __init__(self, name: str, timing: bool):
+
+    def __init__(self, name: str, timing: bool, reusable: bool = True, created: dict[str, int] | None = None):
         self.name = name
         self.timing = timing
+        self.reusable = reusable
         self.destroyed = False
         self._cond = threading.Condition()
         self._recorded = 0
         self._pending: set[int] = set()
+        self._discarded: set[int] = set()  # records a stopped or aborted stream will never reach
         self._errors: dict[int, BackendError] = {}
         self._timestamps: dict[int, float] = {}
+        #: stream name -> the task number of this event's latest record there (at first: how many
+        #: tasks the stream had run when the event was made): failures after the mark taint the
+        #: next record.
+        self._marks: dict[str, int] = dict(created or {})
+        self.armed = False  # recorded since creation or the last reset (host order)
         self.snapshot: Clock = {}
+        self.capture: Any = None  # the capture its latest record went into, if any
 
     # -- host side ---------------------------------------------------------------------------
     def begin_record(self, snapshot: Clock) -> int:
@@ -38,9 +66,34 @@ class SimEvent:
             self._recorded += 1
             self._pending.add(self._recorded)
             self.snapshot = snapshot
+            self.armed = True
             # Only the newest generation's timestamp is ever asked for.
             self._timestamps = {g: t for g, t in self._timestamps.items() if g in self._pending}
             return self._recorded
+
+    def check_recordable(self) -> None:
+        """Refuse a second record of a single-use event that was not reset in between."""
+        if not self.reusable and self.armed:
+            raise error_from_code(
+                107000, f"event {self.name} is single-use (aclrtCreateEventWithFlag): it was recorded and not "
+                "reset; call aclrtResetEvent after its waits (07_event_management.md), or create it "
+                "reusable (aclrtCreateEventExWithFlag) to record it again")
+
+    def check_waitable(self) -> None:
+        """A wait needs a record since creation or the last reset (event design notes, 4.2)."""
+        if not self.armed:
+            raise error_from_code(
+                107000, f"event {self.name} was never recorded (or was reset since): waiting on it is an invalid "
+                "value (hicann/runtime docs/zh/design/modules/event/event.md 4.2); record it first")
+
+    def reset(self) -> None:
+        """``aclrtResetEvent``: back to the initial state (only single-use events)."""
+        if self.reusable:
+            raise error_from_code(
+                107000, f"event {self.name} is reusable (aclrtCreateEventExWithFlag), which aclrtResetEvent refuses "
+                "(07_event_management.md); just record it again")
+        with self._cond:
+            self.armed = False
 
     @property
     def generation(self) -> int:
@@ -51,13 +104,29 @@ class SimEvent:
             target = self._recorded if generation is None else generation
             return target not in self._pending
 
-    def wait_done(self, generation: int, timeout: float | None = None) -> bool:
+    def wait_done(self, generation: int, timeout: float | None = None,
+                  interrupted: Callable[[], bool] | None = None) -> bool:
+        """Wait for ``generation``; False on timeout or once ``interrupted()`` is true (after a
+        :meth:`wake`)."""
         with self._cond:
-            return self._cond.wait_for(lambda: generation not in self._pending, timeout)
+            if interrupted is None:
+                return self._cond.wait_for(lambda: generation not in self._pending, timeout)
+            self._cond.wait_for(lambda: generation not in self._pending or interrupted(), timeout)
+            return generation not in self._pending
+
+    def wake(self) -> None:
+        """Wake every waiter so that it re-checks its ``interrupted`` (an abort)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def error_of(self, generation: int) -> BackendError | None:
         with self._cond:
             return self._errors.get(generation)
+
+    def idle(self) -> bool:
+        """No record is pending, other than ones that will never run."""
+        with self._cond:
+            return not (self._pending - self._discarded)
 
     def timestamp(self) -> float:
         with self._cond:
@@ -73,6 +142,15 @@ class SimEvent:
             return self._timestamps[generation]
 
     # -- device side -------------------------------------------------------------------------
+    def taint_since(self, stream: str, executed: int, failures: list[tuple[int, BackendError]]) -> BackendError | None:
+        """The first of a stream's ``failures`` (``(task number, error)``) after this event's
+        previous record on that stream, or since the event was made.  The record executing now
+        is that stream's task number ``executed``."""
+        with self._cond:
+            since = self._marks.get(stream, 0)
+            self._marks[stream] = executed
+        return next((error for failed, error in failures if since <= failed < executed), None)
+
     def complete(self, generation: int, timestamp: float, error: BackendError | None) -> None:
         with self._cond:
             self._pending.discard(generation)
@@ -84,4 +162,12 @@ class SimEvent:
             # Keep the error table small: only generations someone could still ask about.
             for old in [g for g in self._errors if g < generation - 64]:
                 del self._errors[old]
+            self._cond.notify_all()
+
+    def discard(self, generation: int) -> None:
+        """The record of ``generation`` will never run (its stream stopped or was aborted):
+        waits on it stay blocked, as the stream-abort docs warn, until they are aborted."""
+        with self._cond:
+            if generation in self._pending:
+                self._discarded.add(generation)
             self._cond.notify_all()

@@ -8,20 +8,37 @@ and every tensor lies in live device memory, 32-byte aligned (via ``launch_kerne
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ...errors import InvalidArgumentError, error_from_code
 from ...ops import OpPlan, get_op
 from ...tensor import TensorDesc
 from .engines import Cost
+from .memory import Allocation
 
 if TYPE_CHECKING:
     from .backend import SimBackend
     from .stream import SimStream
 
-__all__ = ["SimExecutor", "prepare_executor"]
+__all__ = ["ExecutorRegion", "SimExecutor", "prepare_executor"]
+
+_REGIONS = itertools.count(1)
+
+
+class ExecutorRegion(Allocation):
+    """The executor's plan as the device sees it: its launches read it, destroying it writes it,
+    so the sanitizer can tell a destroy from a launch that may still run."""
+
+    def __init__(self, op: str):
+        super().__init__(next(_REGIONS), 1, np.zeros(1, np.uint8), label=f"aclnn{op} executor")
+
+    def describe(self) -> str:
+        return f"the {self.label} #{self.start}"
 
 
 def prepare_executor(op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
@@ -45,6 +62,7 @@ class SimExecutor:
         self.repeatable = False
         self.used = False
         self.destroyed = False
+        self.region = ExecutorRegion(op)
 
     def _error(self, code: int, detail: str) -> InvalidArgumentError:
         error = error_from_code(code, f"aclnn{self.op}: {detail}", {"op": self.op})
@@ -85,6 +103,7 @@ class SimExecutor:
 
     def destroy(self) -> None:
         self.destroyed = True
+        self.region.alive = False  # a launch still queued now fails as a use after free
 
     def launch(self, backend: SimBackend, workspace: int, workspace_size: int, stream: SimStream,
                context: Mapping[str, Any] | None) -> None:
@@ -115,5 +134,5 @@ class SimExecutor:
         full_context = {"op": self.op, **dict(context or {})}
         cost = Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube)
         backend.launch_kernel(stream, f"aclnn{self.op}", run, reads=reads, writes=writes, cost=cost,
-                              context=full_context)
+                              context=full_context, executor=self.region)
         self.used = True

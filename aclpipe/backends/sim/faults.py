@@ -16,7 +16,9 @@ from typing import Any
 __all__ = ["FAULT_KINDS", "FaultInjector", "FaultRule"]
 
 FAULT_KINDS = ("kernel", "copy", "alloc", "host_func")
-_DEFAULT_CODES = {"kernel": 507015, "copy": 507053, "alloc": 207001, "host_func": 507000}
+#: AI-core exception for kernels, system DMA error for copies (507053 is the hardware's
+#: uncorrectable memory error, not a failed transfer: hicann/runtime 25-01_aclError.md).
+_DEFAULT_CODES = {"kernel": 507015, "copy": 507013, "alloc": 207001, "host_func": 507000}
 
 
 @dataclass(eq=False)
@@ -30,7 +32,7 @@ class FaultRule:
     match:
         Substring of the task name or of its ``node``/``op`` context; ``None`` matches all.
     code:
-        ACL code to fail with (default: AI-core exception for kernels, device memory error
+        ACL code to fail with (default: AI-core exception for kernels, system DMA error
         for copies, allocation failure for allocations).
     skip:
         Matching tasks to let through before the fault fires.

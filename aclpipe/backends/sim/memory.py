@@ -2,9 +2,11 @@
 
 Device memory lives in its own opaque address range: a device address is an integer that
 means nothing to the host, and host code reaches device bytes only through copies.  Each
-allocation is rounded like ``aclrtMalloc`` (up to 32 bytes plus 32 bytes of padding), is
-poisoned when fresh and again when freed, and addresses are never reused, so a stale
-address always fails loudly instead of aliasing a newer buffer.
+allocation is rounded like ``aclrtMalloc`` (``hicann/runtime``
+``docs/zh/api_ref/11-01_device_memory_malloc_and_free.md``: the size up to 32 bytes plus 32
+bytes, the start 64-byte aligned), is poisoned when fresh and again when freed, and
+addresses are never reused, so a stale address always fails loudly instead of aliasing a
+newer buffer.
 
 Pinned host buffers (``aclrtMallocHost``) are plain numpy memory at real host addresses,
 registered so that async copies can find them.
@@ -27,6 +29,7 @@ __all__ = ["ALIGNMENT", "DEVICE_BASE", "POISON_BYTE", "Allocation", "DeviceMemor
 
 DEVICE_BASE = 0x12C0_0000_0000  # an NPU-like range far from host heap and mmap addresses
 ALIGNMENT = 32
+START_ALIGNMENT = 64  # aclrtMalloc: "the start address is 64-byte aligned" (11-01)
 POISON_BYTE = 0xFF  # all-ones: NaN in every float dtype, -1 in every signed int
 _HOST_ALIGNMENT = 64
 
@@ -58,12 +61,15 @@ def _round(nbytes: int) -> int:
 class DeviceMemory:
     """Address space of one simulated device plus its pinned host buffers."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, base: int = DEVICE_BASE, window: int = 1 << 40):
         self.capacity = capacity
         self.in_use = 0
         self.peak = 0
         self._lock = threading.Lock()
-        self._next = DEVICE_BASE
+        # Several devices in one process each own a window of addresses (see peer.py).
+        self.base = base
+        self._end = base + window
+        self._next = base
         self._starts: list[int] = []  # sorted starts of live device allocations
         self._by_start: dict[int, Allocation] = {}
         # (start, size, description) of recent frees, for messages about stale addresses.
@@ -79,9 +85,11 @@ class DeviceMemory:
         with self._lock:
             if self.in_use + rounded > self.capacity:
                 raise DeviceOutOfMemory(207001, requested=nbytes, in_use=self.in_use, limit=self.capacity)
+            if self._next + rounded > self._end:  # addresses are never reused: the window can run out
+                raise DeviceOutOfMemory(207001, "this simulated device used up its address window; open a new one")
             start = self._next
             # Leave a guard gap so that an overrun never lands in the next allocation.
-            self._next += rounded + 4096
+            self._next += -(-(rounded + 4096) // START_ALIGNMENT) * START_ALIGNMENT
             self.in_use += rounded
             self.peak = max(self.peak, self.in_use)
         data = np.full(rounded, POISON_BYTE, dtype=np.uint8)
@@ -129,7 +137,7 @@ class DeviceMemory:
 
     # -- lookups ---------------------------------------------------------------------------
     def is_device(self, address: int) -> bool:
-        return address >= DEVICE_BASE and address < self._next
+        return self.base <= address < self._next
 
     def _containing(self, address: int) -> Allocation | None:
         """The live allocation whose bytes include ``address``: a device allocation for an address

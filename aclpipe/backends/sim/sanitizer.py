@@ -11,11 +11,26 @@ synchronizations guarantee.  Rules (ARCHITECTURE.md 3.1):
   once it has returned (the host is told through it);
 - two accesses to overlapping bytes, at least one a write, must be ordered: the earlier
   one's ``(actor, tick)`` must be covered by the later actor's clock.  Otherwise
-  :class:`HazardError` names both.
+  :class:`HazardError` names both;
+- kernels may touch the bytes after each output and workspace, up to its CANN piece size
+  ``ALIGN_UP(len, 32) + 32`` (``hicann/runtime`` ``docs/zh/api_ref/11-01_device_memory_malloc_and_free.md``,
+  ``aclrtMalloc`` constraints).  Those *padding writes* count as writes, and a read of bytes
+  whose latest write was another task's padding (no later real write covers them) is a
+  :class:`HazardError` too: the neighbour was placed without the padding the rule asks for;
+- an executor is a region of its own: its launches read it, ``aclDestroyAclOpExecutor``
+  writes it from the host, so destroying one whose launch may still run is caught.
 
 Accesses are tracked per allocation and byte range.  A range keeps its last write and, per
 actor, its last read: a later read by the same actor is ordered after an earlier one, so
 the older record can go, which keeps the tables as small as the number of live ranges.
+
+Several devices.  The host is one: every device's sanitizer shares one host clock (and one
+lock), and stream names are unique in the process, so a clock may carry ticks of streams of
+several devices.  A peer copy that one device's stream makes into another device's memory,
+and a wait on another device's event, are then checked like any other access and wait.  A
+stream that is destroyed has finished all its work under the host's eyes (its worker was
+joined): it is *retired*, its ticks count as known to everyone and leave the host clock, so
+the shared clock holds only live streams.
 """
 
 from __future__ import annotations
@@ -42,9 +57,11 @@ class Access:
     actor: str
     tick: int
     what: str
+    seq: int = 0  # checking order: for ordered accesses, a later one has a larger seq
+    padding: bool = False  # bytes past a kernel's output it may touch (the 32-byte rule)
 
     def describe(self) -> str:
-        kind = "write" if self.write else "read"
+        kind = "padding write" if self.padding else "write" if self.write else "read"
         where = "on the host" if self.actor == HOST else f"on stream {self.actor}"
         return f"{kind} of bytes [{self.start:#x}, {self.end:#x}) by {self.what} {where} (tick {self.tick})"
 
@@ -57,6 +74,13 @@ class _RangeState:
         self.reads: dict[str, Access] = {}
 
 
+#: Shared by every device's sanitizer: the host's clock, the lock guarding all clocks, and the
+#: streams retired so far (see the module docstring).
+_LOCK = threading.Lock()
+_HOST_CLOCK: Clock = {HOST: 0}
+_RETIRED: set[str] = set()
+
+
 def _merge(into: Clock, other: Clock) -> None:
     for actor, tick in other.items():
         if into.get(actor, 0) < tick:
@@ -67,14 +91,22 @@ class Sanitizer:
     """Vector-clock race detector for one device."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._clocks: dict[str, Clock] = {HOST: {HOST: 0}}
+        self._lock = _LOCK
+        self._clocks: dict[str, Clock] = {HOST: _HOST_CLOCK}
         self.checked = 0
+        self._seq = 0
 
     # -- clocks ------------------------------------------------------------------------------
     def add_stream(self, stream: str) -> None:
         with self._lock:
             self._clocks[stream] = {stream: 0}
+
+    def retire(self, stream: str) -> None:
+        """``stream`` was destroyed after finishing all its work (see the module docstring)."""
+        with self._lock:
+            self._clocks.pop(stream, None)
+            _HOST_CLOCK.pop(stream, None)
+            _RETIRED.add(stream)
 
     def enqueue(self, stream: str) -> Clock:
         """Tick ``stream`` for a new task enqueued by the host; returns the task's clock (a copy)."""
@@ -112,13 +144,19 @@ class Sanitizer:
         self.access_all([(allocation, start, nbytes, write)], actor=actor, clock=clock, what=what)
 
     def access_all(self, regions: Sequence[tuple[Allocation, int, int, bool]], *, actor: str, clock: Clock,
-                   what: str) -> None:
-        """Check every ``(allocation, start, nbytes, write)`` of one task, then remember them all.
+                   what: str, padding: Sequence[tuple[Allocation, int, int]] = ()) -> None:
+        """Check every ``(allocation, start, nbytes, write)`` of one task, and the ``padding``
+        bytes it may touch past its outputs, then remember them all.
 
         Nothing is remembered when any check fails, so a refused launch leaves no trace."""
         tick = clock.get(actor, 0)
-        accesses = [(allocation, Access(start, start + nbytes, write, actor, tick, what))
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        accesses = [(allocation, Access(start, start + nbytes, write, actor, tick, what, seq))
                     for allocation, start, nbytes, write in regions if nbytes > 0]
+        accesses += [(allocation, Access(start, start + nbytes, True, actor, tick, what, seq, padding=True))
+                     for allocation, start, nbytes in padding if nbytes > 0]
         with self._lock:
             for allocation, access in accesses:
                 self.checked += 1
@@ -126,6 +164,8 @@ class Sanitizer:
                 for (lo, hi), state in table.items():
                     if lo < access.end and access.start < hi:
                         self._check(state, access, clock, allocation)
+                        if not access.write:
+                            self._check_padding(table, (lo, hi), state, access, allocation)
             for allocation, access in accesses:
                 self._remember(allocation, access, clock)
 
@@ -151,10 +191,30 @@ class Sanitizer:
         for previous in earlier:
             if previous.actor == access.actor or clock.get(previous.actor, 0) >= previous.tick:
                 continue
+            if previous.actor in _RETIRED:
+                continue
             raise HazardError(
                 f"data race on {allocation.describe()}: {access.describe()} is not ordered after "
                 f"{previous.describe()}; add an event wait between the streams or synchronize first",
                 first=previous.describe(), second=access.describe())
+
+    @staticmethod
+    def _check_padding(table: dict[tuple[int, int], _RangeState], key: tuple[int, int], state: _RangeState,
+                       access: Access, allocation: Allocation) -> None:
+        """A read of bytes another task last touched as padding reads garbage."""
+        padding = state.last_write
+        if padding is None or not padding.padding:
+            return
+        lo, hi = max(key[0], access.start), min(key[1], access.end)
+        for (start, end), other in table.items():
+            later = other.last_write
+            if later is not None and not later.padding and later.seq > padding.seq and start <= lo and hi <= end:
+                return  # rewritten since: the read sees real data
+        raise HazardError(
+            f"{access.describe()} reads bytes [{lo:#x}, {hi:#x}) of {allocation.describe()} that {padding.what} "
+            f"on {padding.actor} may have overwritten: kernels touch up to ALIGN_UP(len, 32) + 32 bytes of each "
+            "output (CANN 11-01, aclrtMalloc), so pieces carved from one allocation need that padding",
+            first=padding.describe(), second=access.describe())
 
     @staticmethod
     def _forget_covered(table: dict[tuple[int, int], _RangeState], write: Access, clock: Clock) -> None:

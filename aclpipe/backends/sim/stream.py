@@ -3,33 +3,48 @@
 Streams really run concurrently: numpy kernels release the GIL, and with the timing model
 on, tasks sleep for their modelled time while holding their engine.
 
-Errors are sticky, as on the device.  A task that fails marks its *generation* failed;
-later tasks of that generation are skipped (kernels, copies, memsets), while event records
-still complete, carrying the error to any stream that waits on them, and host functions
-still run, so whoever waits for completion hears about it.  Consuming the error (``sync``,
-``query`` or ``take_error``) starts a new generation: tasks enqueued from then on run
-normally, tasks enqueued before stay skipped, so a run is never half-executed.
+Failures follow ``aclrtSetStreamFailureMode`` (``hicann/runtime``
+``docs/zh/api_ref/06_stream_management.md``):
+
+- ``CONTINUE`` (the default): the stream goes on with the next tasks, which compute on
+  whatever the failed task left behind (its outputs are poisoned, so the garbage shows);
+- ``STOP``: the stream stops executing; tasks already queued are discarded and no new task
+  may be submitted.  Setting it on one stream makes every stream of the context (here: of
+  the device) stop on failure, as the page says.  Records a stopped stream never reaches
+  leave their waiters blocked, until :meth:`SimStream.abort` (``aclrtStreamAbort``) clears
+  those streams too.
+
+Either way the first error is sticky: the next ``sync``, ``query`` or ``take_error`` reports
+and clears it.  Each stream runs its host functions on a thread of its own
+(``12_execution_control.md``, ``aclrtLaunchHostFunc``: "the thread registered on the
+stream"), so host functions of different streams may overlap.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, error_from_code
+from ..protocol import FailureMode
+from .callbacks import CallbackThread
 from .event import SimEvent
+from .memory import POISON_BYTE, Allocation
 from .sanitizer import Clock
 
 if TYPE_CHECKING:
     from .backend import SimBackend
 
-__all__ = ["SimStream", "Task"]
+__all__ = ["FailureMode", "SimStream", "Task", "describe_task"]
 
-KERNEL, COPY, MEMSET, RECORD, WAIT, HOST_FUNC, LATCH, GRAPH = (
-    "kernel", "copy", "memset", "record", "wait", "host_func", "latch", "graph")
+KERNEL, COPY, MEMSET, RECORD, WAIT, HOST_FUNC, LATCH, GRAPH, CONTROL = (
+    "kernel", "copy", "memset", "record", "wait", "host_func", "latch", "graph", "control")
+
+#: ``(allocation, address, nbytes)``: bytes a task writes.
+Region = tuple[Allocation, int, int]
 
 
 @dataclass(eq=False)
@@ -45,14 +60,30 @@ class Task:
     generation: int = 0  # event generation, for RECORD and WAIT
     latch: threading.Event | None = None
     snapshot: Clock = field(default_factory=dict)
-    gen: int = 0  # the stream's error generation at enqueue
-    tasks: list[Task] | None = None  # GRAPH: the stream's part of a replayed graph
+    tasks: list[Task] | None = None  # GRAPH: a model part, run in one queue entry
     began: float | None = None  # device time it got its engine; set only while a trace records
+    index: int = 0  # position in its stream's queue (an abort discards up to one)
+    writes: Sequence[Region] = ()  # (allocation, address, nbytes): poisoned when the task fails
+    adopt_error: bool = False  # WAIT: a failure the waited record carries becomes this stream's
+    inherit: bool = True  # WAIT: later records here carry a failure the waited record carries
+    joins: list[tuple[SimEvent, int]] | None = None  # WAIT: more (event, generation) to wait for
+    consumed: int = 0  # RECORD: failures the host had taken from its stream when it was enqueued
+
+
+def describe_task(task: Task) -> str:
+    """``kernel 'aclnnAdd' node=n3 op=Add run=7``: a task as error messages name it."""
+    context = task.context or {}
+    parts = [f"{task.kind} '{task.name}'"]
+    for key in ("node", "op", "run"):
+        if context.get(key) is not None:
+            parts.append(f"{key}={context[key]}")
+    return " ".join(parts)
 
 
 class SimStream:
-    """A simulated stream: an in-order queue run by its own worker thread, with sticky errors
-    per generation (see the module docstring)."""
+    """A simulated stream: an in-order queue run by its own worker thread (see the module
+    docstring for failures, aborts and host functions)."""
+
     def __init__(self, backend: SimBackend, name: str, priority: int):
         self.backend = backend
         self.name = name
@@ -62,23 +93,52 @@ class SimStream:
         self.completed = 0
         self.skipped = 0
         self.error: BackendError | None = None
-        self._gen = 0
-        # The first error of each failed generation: a record of that generation carries it even
-        # after the host consumed the stream's sticky error, so waiters still inherit the failure.
-        self._failed_gens: dict[int, BackendError] = {}
+        self.mode = FailureMode.CONTINUE
+        self.mode_set = False  # aclrtSetStreamFailureMode may be called once per stream
+        self.stopped: BackendError | None = None  # the failure that stopped it (STOP mode)
+        self.executed = 0  # tasks run (or discarded) so far, model parts' tasks one by one
+        #: ``(executed before it, error)`` of every failure seen here, own or inherited through a
+        #: wait: event records carry the first one after their previous record (``event_errors``).
+        self.failures: list[tuple[int, BackendError]] = []
+        # Each failure is logged here once: inherited again around a cycle of waits (a captured
+        # model's fork and tails, replay after replay) it must not taint later records anew.
+        self._logged: set[int] = set()
+        self.consumed = 0  # failures[:consumed] were logged before the host last took this stream's error
+        self.capture: Any = None  # the capture this stream is part of, if any
+        self.update: Any = None  # an open task-group update (aclmdlRICaptureTaskUpdateBegin)
+        self._discard_upto = 0  # tasks with index <= this are discarded, not run (stop, abort)
+        self._waiting: SimEvent | None = None  # the event a WAIT blocks on (an abort wakes it)
+        self._current_index = 0  # queue index of the entry being executed
         self._cond = threading.Condition()
-        self._graph_context: dict[str, Any] | None = None  # run context of the replay being executed
-        self._graph_last: Task | None = None  # the replay's last task
+        self._graph_context: dict[str, Any] | None = None  # run context of the part being executed
+        self._graph_last: Task | None = None  # the part's last task
         self._counted = False  # the current queue entry was already counted as completed
+        self._callbacks: CallbackThread | None = None
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"aclpipe-{name}", daemon=True)
         self._thread.start()
 
+    @property
+    def failure_mode(self) -> FailureMode:
+        """The mode in force: STOP once any stream of the device was set to STOP (06_stream_management.md:
+        "other streams of the context also stop on failure")."""
+        return FailureMode.STOP if self.backend.stop_on_failure else self.mode
+
     # -- host side ---------------------------------------------------------------------------
+    def check_submittable(self) -> None:
+        """Refuse new work on a stream stopped by a failure (ACL_STOP_ON_FAILURE)."""
+        stopped = self.stopped
+        if stopped is not None:
+            raise error_from_code(
+                stopped.code, f"stream {self.name} stopped after a failure (ACL_STOP_ON_FAILURE): no new task may be "
+                "submitted to it (06_stream_management.md); destroy it and create a new stream. The failure: "
+                f"{stopped.detail}", {"stream": self.name})
+
     def submit(self, task: Task) -> None:
         with self._cond:
-            task.gen = self._gen
+            self.check_submittable()
             self.enqueued += 1
+            task.index = self.enqueued
         self._queue.put(task)
 
     def position(self) -> int:
@@ -89,16 +149,42 @@ class SimStream:
             return self._cond.wait_for(lambda: self.completed >= target, timeout)
 
     def take_error(self) -> BackendError | None:
+        """Return and clear the sticky error.  The host has now looked at this stream: failures
+        logged so far are not carried by records enqueued from here on."""
         with self._cond:
             error, self.error = self.error, None
-            if error is not None:
-                self._gen += 1
+            self.consumed = len(self.failures)
             return error
+
+    def host_thread(self) -> CallbackThread:
+        """This stream's host-function thread, started on first use (aclrtLaunchHostFunc creates
+        and registers it inside the call)."""
+        with self._cond:
+            if self._callbacks is None:
+                self._callbacks = CallbackThread(f"aclpipe-{self.name}-hostfunc")
+            return self._callbacks
+
+    @property
+    def host_thread_ident(self) -> int | None:
+        return self._callbacks.ident if self._callbacks is not None else None
+
+    def abort(self) -> None:
+        """``aclrtStreamAbort``: discard every task submitted so far and stop the one running
+        (a wait, latch or hang is interrupted; a kernel finishes), then return."""
+        with self._cond:
+            self._discard_upto = self.enqueued
+            target = self.enqueued
+            waiting = self._waiting
+        if waiting is not None:
+            waiting.wake()
+        self.wait_position(target, None)
 
     def stop(self) -> None:
         self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
+        if self._callbacks is not None:
+            self._callbacks.close()
 
     # -- device side -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -107,12 +193,17 @@ class SimStream:
             if task is None:
                 return
             self._counted = False
+            self._current_index = task.index
             try:
                 self._execute(task)
             except BaseException as exc:  # noqa: BLE001 - never let the worker die: the stream would hang
                 self._fail(task, error_from_code(507000, f"simulator bug in {task.kind} task: {exc!r}"))
             if not self._counted:
                 self._count_done()
+
+    def interrupted(self) -> bool:
+        """Whether the current queue entry was discarded by an abort or a stop."""
+        return self._current_index <= self._discard_upto
 
     def _last_of_entry(self, task: Task) -> bool:
         """Whether finishing ``task`` finishes the queue entry it belongs to."""
@@ -131,84 +222,135 @@ class SimStream:
         if not error.context:
             error.context.update(context)
             error.args = (error._message(),)
+        for allocation, address, nbytes in task.writes:
+            if allocation.alive:  # the failed task's outputs are garbage for whoever reads them next
+                offset = address - allocation.start
+                allocation.data[offset:offset + nbytes] = POISON_BYTE
         with self._cond:
-            if task.gen in self._failed_gens:
-                return
-            self._failed_gens[task.gen] = error
+            self._log(error)
             if self.error is None:
                 self.error = error
-            for old in [g for g in self._failed_gens if g < task.gen - 16]:
-                del self._failed_gens[old]
+            if self.failure_mode == FailureMode.STOP and self.stopped is None:
+                # 06_stream_management.md: stop executing later tasks; refuse new ones.
+                self.stopped = error
+                self._discard_upto = self.enqueued
 
-    def _failed(self, task: Task) -> bool:
-        return task.gen in self._failed_gens
+    def _inherit(self, task: Task, error: BackendError) -> None:
+        """A waited record carried a failure: later records here carry it too."""
+        with self._cond:
+            self._log(error)
+
+    def _log(self, error: BackendError) -> None:
+        if id(error) not in self._logged:
+            self._logged.add(id(error))
+            self.failures.append((self.executed - 1, error))
 
     def _execute(self, task: Task) -> None:
+        if task.kind != GRAPH:
+            self.executed += 1
         recorder = self.backend.recorder
-        if recorder is None or task.kind == GRAPH:  # a graph's own tasks are recorded one by one
+        if recorder is None or task.kind == GRAPH:  # a part's own tasks are recorded one by one
             self._run_task(task)
             return
         clock = self.backend.engines
-        queued, skipped, failed = clock.now(), self.skipped, task.gen in self._failed_gens
-        task.began = None  # a replayed graph reuses its tasks: forget the last replay's stamp
+        queued, skipped, failures = clock.now(), self.skipped, len(self.failures)
+        task.began = None  # a replayed part reuses its tasks: forget the last replay's stamp
         self._run_task(task)
-        status = "skipped" if self.skipped > skipped else \
-            "failed" if not failed and task.gen in self._failed_gens else "ok"
+        status = "skipped" if self.skipped > skipped else "failed" if len(self.failures) > failures else "ok"
         context = {**(task.context or {}), **(self._graph_context or {})}
         recorder.add(self, task, context, queued, clock.now(), status)
 
+    def _discard(self, task: Task) -> None:
+        """Drop a task the stream will never run; a record's waiters stay blocked."""
+        self.skipped += 1
+        for sub in task.tasks or ():
+            self._discard(sub)
+        if task.kind == RECORD and task.event is not None:
+            task.event.discard(task.generation)
+
     def _run_task(self, task: Task) -> None:
-        backend = self.backend
+        if self.interrupted():
+            self._discard(task)
+            return
         if task.kind == GRAPH:
-            assert task.tasks is not None
-            # A replayed graph's tasks share its generation and its run context.
-            self._graph_context = task.context
-            self._graph_last = task.tasks[-1] if task.tasks else None
-            try:
-                for sub in task.tasks:
-                    sub.gen = task.gen
-                    self._execute(sub)
-            finally:
-                self._graph_context = None
-                self._graph_last = None
-            return
-        if task.kind == WAIT:
-            assert task.event is not None
-            task.event.wait_done(task.generation)
-            error = task.event.error_of(task.generation)
-            if error is not None and not self._failed(task):
-                self._fail(task, error)
-            return
-        if task.kind == RECORD:
-            assert task.event is not None
-            error = self._failed_gens.get(task.gen)
-            if self._last_of_entry(task):
-                # Whoever sees the event done must also see the stream past it, as on the device.
-                self._count_done()
-            task.event.complete(task.generation, backend.engines.now(), error)
-            return
-        if task.kind == HOST_FUNC:
-            assert task.run is not None
-            if backend.sanitizer is not None:
-                # Everything before a host function is done when it runs, and whoever sees its
-                # effects (a counter, a flag) is ordered after it: the host learns it first.
-                backend.sanitizer.host_learns(task.snapshot)
-            raised = backend.callbacks.call(task.run)
-            if raised is not None and not self._failed(task):
-                error = error_from_code(507000, f"host function {task.name} raised {raised!r}")
-                error.__cause__ = raised
-                self._fail(task, error)
-            return
-        if task.kind == LATCH:
+            self._run_part(task)
+        elif task.kind == WAIT:
+            self._run_wait(task)
+        elif task.kind == RECORD:
+            self._run_record(task)
+        elif task.kind == HOST_FUNC:
+            self._run_host_func(task)
+        elif task.kind == LATCH:
             assert task.latch is not None
-            task.latch.wait()
-            return
-        if self._failed(task):
-            self.skipped += 1
-            return
-        if backend.run_faults(task, self):
-            return
+            # Polled, not only woken: an abort may come between the check and the wait.
+            while not task.latch.wait(0.02) and not self.interrupted():
+                pass
+        elif task.kind == CONTROL:
+            assert task.run is not None
+            task.run()
+        else:
+            self._run_work(task)
+
+    def _run_part(self, task: Task) -> None:
+        assert task.tasks is not None
+        # A model part's tasks share its run context and its queue entry.
+        self._graph_context = task.context
+        self._graph_last = task.tasks[-1] if task.tasks else None
         try:
+            for sub in task.tasks:
+                self._execute(sub)
+        finally:
+            self._graph_context = None
+            self._graph_last = None
+
+    def _run_wait(self, task: Task) -> None:
+        assert task.event is not None
+        for event, generation in [(task.event, task.generation), *(task.joins or ())]:
+            self._waiting = event
+            try:
+                done = event.wait_done(generation, interrupted=self.interrupted)
+            finally:
+                self._waiting = None
+            if not done:  # aborted while blocked
+                self.skipped += 1
+                return
+            error = event.error_of(generation)
+            if error is None:
+                continue
+            if task.adopt_error:
+                self._fail(task, error)
+            elif task.inherit:
+                self._inherit(task, error)
+
+    def _run_record(self, task: Task) -> None:
+        event = task.event
+        assert event is not None
+        error = event.taint_since(self.name, self.executed - 1, self.failures[task.consumed:])
+        if self._last_of_entry(task):
+            # Whoever sees the event done must also see the stream past it, as on the device.
+            self._count_done()
+        event.complete(task.generation, self.backend.engines.now(), error)
+
+    def _run_host_func(self, task: Task) -> None:
+        assert task.run is not None
+        backend = self.backend
+        if backend.sanitizer is not None:
+            # Everything before a host function is done when it runs, and whoever sees its
+            # effects (a counter, a flag) is ordered after it: the host learns it first.
+            backend.sanitizer.host_learns(task.snapshot)
+        raised = self.host_thread().call(task.run)
+        if raised is not None:
+            error = raised if isinstance(raised, BackendError) else error_from_code(
+                507000, f"host function {task.name} raised {raised!r}")
+            if error is not raised:
+                error.__cause__ = raised
+            self._fail(task, error)
+
+    def _run_work(self, task: Task) -> None:
+        backend = self.backend
+        try:
+            if backend.run_faults(task, self):
+                return
             backend.execute(task)
         except BackendError as error:
             self._fail(task, error)

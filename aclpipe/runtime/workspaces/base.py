@@ -119,7 +119,8 @@ class WorkspaceStats:
     limit:
         The most device bytes the strategy may hold (None: unbounded).
     outstanding:
-        Blocks taken and not back yet (0 once every launch was passed and reclaimed).
+        Blocks released after a launch and not back yet (0 once the streams passed every launch
+        and the blocks were reclaimed); blocks still held by callers or pinned are not counted.
     """
 
     strategy: str
@@ -158,6 +159,9 @@ class WorkspaceStrategy(ABC):
     blocking_release: ClassVar[bool] = False
     #: Every launch of a stream gets the same address, so recorded (captured) work stays valid.
     fixed_addresses: ClassVar[bool] = False
+    #: :meth:`pin` can hold a workspace at a fixed address for captured work (not per-call: the
+    #: naive baseline allocates per launch by definition).
+    pinnable: ClassVar[bool] = True
 
     def __init__(self, device: Device, *, timeline: Timeline | None = None, granularity: int = 512):
         if granularity <= 0 or granularity % device.capabilities.memory.granule:
@@ -172,6 +176,7 @@ class WorkspaceStrategy(ABC):
         self._unpublished: dict[int, tuple[Any, int]] = {}  # lane -> (stream, releases since the last advance)
         self._stats = WorkspaceStats(self.name)
         self._busy = 0  # blocks handed to callers and not released yet
+        self._pins: dict[Hashable, dict[Stream, Workspace]] = {}  # owner -> its pinned workspaces
         self._closed = False
 
     # -- the interface ----------------------------------------------------------------------
@@ -265,6 +270,40 @@ class WorkspaceStrategy(ABC):
                 self._returned(block)
                 self._lock.notify_all()
 
+    def pin(self, sizes: Mapping[Stream, int], owner: Hashable) -> dict[Stream, Workspace] | None:
+        """Workspaces at fixed addresses for every launch ``owner`` makes, one per stream, held
+        until :meth:`unpin` (what a captured program needs: its replays reuse the addresses).
+
+        One block per stream serves all of the owner's launches there, whatever their number,
+        because a stream runs its launches one after another; ``sizes[s]`` is the largest
+        workspace a launch on ``s`` needs.  Returns None, holding nothing, when the strategy
+        cannot pin (per-call) or not without waiting for other launches.
+        """
+        if not self.pinnable:
+            return None
+        pinned: dict[Stream, Workspace] = {}
+        for stream, nbytes in sizes.items():
+            workspace = self._try_pin(nbytes, stream, owner) if nbytes else None
+            if nbytes and workspace is None:
+                for held in pinned.values():
+                    self.release_now(held)  # nothing was launched with them yet
+                return None
+            if workspace is not None:
+                pinned[stream] = workspace
+        with self._lock:
+            self._pins.setdefault(owner, {}).update(pinned)
+        return pinned
+
+    def unpin(self, owner: Hashable) -> None:
+        """Give back ``owner``'s pinned workspaces once their streams passed what is enqueued."""
+        with self._lock:
+            pinned = self._pins.pop(owner, {})
+        for stream, workspace in pinned.items():
+            self.release_after(workspace, stream)
+
+    def _try_pin(self, nbytes: int, stream: Stream, owner: Hashable) -> Workspace | None:
+        return self.try_acquire(nbytes, stream, ("pinned", owner))
+
     def publish(self, stream: Stream | None = None) -> None:
         """Enqueue the host functions that report batched releases (of ``stream``, or all)."""
         with self._lock:
@@ -332,7 +371,12 @@ class WorkspaceStrategy(ABC):
     # -- shared machinery ---------------------------------------------------------------------
     def _target_or_refuse(self, nbytes: int, stream: Stream, key: Hashable) -> tuple[int, int] | None:
         """What to wait for; raises when nothing can ever free room (no block is held by a
-        caller or on its way back, yet none fits: the strategy is fragmented or too small)."""
+        caller or on its way back, yet none fits: the strategy is fragmented or too small).
+
+        Releases still batched are published first: a waiter for a value no host function
+        will ever publish would sleep for ever (any lane's blocks may be the ones that fit).
+        """
+        self.publish()
         target = self._wait_target(nbytes, stream, key)
         with self._lock:
             if target is None and not self._busy:
@@ -411,11 +455,7 @@ class WorkspaceStrategy(ABC):
 
     def _wait_blocking(self, target: tuple[int, int] | None, timeout: float | None) -> None:
         if target is not None:
-            lane, tag = target
-            with self._lock:
-                if lane in self._unpublished:
-                    self._publish(lane)
-            self.timeline.wait_blocking(lane, tag, timeout)
+            self.timeline.wait_blocking(*target, timeout)
             return
         with self._lock:  # nothing on its way back: a caller still holds every block
             self._lock.wait(timeout)

@@ -126,6 +126,17 @@ class WorkspacePool(WorkspaceStrategy):
                 self._regions.append(self._allocate_region(2 * sum(pieces), f"workspace pool {len(self._regions)}"))
                 self._stats.limit = self._stats.reserved
 
+    def _try_pin(self, nbytes: int, stream: Stream, owner: Hashable) -> Workspace | None:
+        """A pool that grows with its programs (no limit) makes room for pins instead of waiting."""
+        workspace = super()._try_pin(nbytes, stream, owner)
+        if workspace is None and self.limit is None:
+            with self._lock:
+                size = self._piece(nbytes)
+                self._regions.append(self._allocate_region(size, f"workspace pool {len(self._regions)} (pinned)"))
+                self._stats.limit = self._stats.reserved
+            workspace = super()._try_pin(nbytes, stream, owner)
+        return workspace
+
     def _take(self, nbytes: int, lane: int, key: Hashable) -> _Block | None:
         size = self._piece(nbytes)
         if self.limit is not None and size > self.limit:
@@ -240,6 +251,7 @@ class PerCallWorkspace(WorkspaceStrategy):
 
     name = "per-call"
     blocking_release = True
+    pinnable = False
 
     def __init__(self, device: Device, *, timeline: Timeline | None = None):
         super().__init__(device, timeline=timeline)

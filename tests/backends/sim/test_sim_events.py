@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
+import aclpipe
+from aclpipe import BackendError, InvalidArgumentError
 from aclpipe.testing import latch
 
 
@@ -30,10 +34,56 @@ def test_a_wait_keeps_the_generation_it_saw(device):
     waiter.sync(timeout=10)
 
 
-def test_waiting_on_a_never_recorded_event_does_not_block(device):
+def test_waiting_on_a_never_recorded_event_is_an_invalid_value(device):
+    """docs/zh/design/modules/event/event.md 4.2: a wait on an unrecorded event is refused."""
     stream = device.create_stream()
-    stream.wait(device.create_event())
-    stream.sync(timeout=10)
+    with pytest.raises(InvalidArgumentError, match="never recorded") as caught:
+        stream.wait(device.create_event())
+    assert caught.value.code == 107000
+    assert device.create_event().is_done  # a query of one says complete (07_event_management.md)
+
+
+def test_a_reusable_event_is_recorded_again_without_a_reset(device):
+    """07: events from aclrtCreateEventExWithFlag are reused by recording them again."""
+    first, second = device.create_stream(), device.create_stream()
+    event = device.create_event()
+    assert event.reusable
+    for _ in range(3):
+        first.record(event)
+        second.wait(event)
+    second.sync()
+    with pytest.raises(InvalidArgumentError, match="reusable"):
+        event.reset(second)  # aclrtResetEvent refuses ExWithFlag events
+
+
+def test_a_single_use_event_needs_a_reset_before_it_is_recorded_again(device):
+    """07: events from aclrtCreateEventWithFlag follow record, wait, aclrtResetEvent."""
+    producer, consumer = device.create_stream(), device.create_stream()
+    event = device.create_event(reusable=False)
+    producer.record(event)
+    consumer.wait(event)
+    with pytest.raises(InvalidArgumentError, match="single-use"):
+        producer.record(event)
+    event.reset(consumer)
+    with pytest.raises(InvalidArgumentError, match="never recorded"):
+        consumer.wait(event)  # back to its initial state
+    producer.record(event)
+    consumer.wait(event)
+    consumer.sync()
+
+
+def test_events_are_limited_per_device_by_the_product():
+    """07: 65536 events per device on Atlas A2, 1023 on Atlas inference cards."""
+    with aclpipe.open_device("sim", spec="atlas-310p", sanitizer=False) as device:
+        assert device.capabilities.max_events == 1023
+        events = [device.create_event() for _ in range(1023)]
+        with pytest.raises(BackendError) as caught:
+            device.create_event()
+        assert caught.value.code == 207007 and "1023" in str(caught.value)
+        events.pop().close()
+        device.create_event()  # one was freed
+    with aclpipe.open_device("sim", sanitizer=False) as device:
+        assert device.capabilities.max_events == 65536
 
 
 def test_a_completed_event_releases_a_later_wait_at_once(device):

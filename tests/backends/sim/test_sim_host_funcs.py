@@ -1,4 +1,4 @@
-"""Host functions: on the callback thread, in stream order, blocking their stream."""
+"""Host functions: on their stream's own thread, in stream order, blocking their stream."""
 
 from __future__ import annotations
 
@@ -10,12 +10,25 @@ from aclpipe import DeviceFault
 from aclpipe.backends.sim.engines import Cost
 
 
-def test_host_functions_run_on_the_devices_callback_thread(device):
-    first, second, threads = device.create_stream(), device.create_stream(), set()
+def test_each_stream_runs_its_host_functions_on_a_thread_of_its_own(device):
+    first, second, threads = device.create_stream(), device.create_stream(), {}
     for stream in (first, second):
-        stream.host_func(lambda: threads.add(threading.get_ident()))
+        for _ in range(2):
+            stream.host_func(lambda stream=stream: threads.setdefault(stream.name, set()).add(threading.get_ident()))
         stream.sync()
-    assert threads == {device.backend.callbacks.ident}
+    assert threads[first.name] == {first.handle.host_thread_ident}
+    assert threads[second.name] == {second.handle.host_thread_ident}
+    assert first.handle.host_thread_ident != second.handle.host_thread_ident
+
+
+def test_host_functions_of_different_streams_overlap(device):
+    """12_execution_control.md: each stream's host functions run on the thread registered for it."""
+    first, second = device.create_stream(), device.create_stream()
+    both = threading.Barrier(2, timeout=10)
+    first.host_func(both.wait)
+    second.host_func(both.wait)  # would deadlock on one thread per device
+    first.sync()
+    second.sync()
 
 
 def test_host_functions_run_in_stream_order_between_kernels(device):

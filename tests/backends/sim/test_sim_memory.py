@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aclpipe import InvalidArgumentError
+import aclpipe
+from aclpipe import BackendError, DeviceFault, HazardError, InvalidArgumentError
 from aclpipe.backends.protocol import MemcpyKind
 from aclpipe.backends.sim.engines import Cost
 from aclpipe.backends.sim.memory import DEVICE_BASE, POISON_BYTE
+from aclpipe.testing import latch
 
 
 def launch(device, stream, reads=(), writes=(), name="probe"):
@@ -105,3 +107,88 @@ def test_double_free_is_acl_memory_free_error(sanitizer):
 def test_allocation_sizes_are_positive(device):
     with pytest.raises(InvalidArgumentError):
         device.backend.mem_alloc(0)
+
+
+# -- documented rules (hicann/runtime 11-01, 11-03, acl_rt.h, 25-01) -------------------------------
+def test_allocations_start_64_byte_aligned(device):
+    """11-01, aclrtMalloc: "the start address is 64-byte aligned"."""
+    addresses = [device.alloc(size).address for size in (1, 33, 100, 4096, 7)]
+    assert all(address % 64 == 0 for address in addresses)
+
+
+def test_a_32_byte_aligned_device_to_device_copy_is_refused(device):
+    """acl_rt.h, aclrtMemcpyAsync restriction: on-chip D2D copies need 64-byte aligned addresses."""
+    stream = device.create_stream()
+    source, target = device.alloc(256), device.alloc(256)
+    with pytest.raises(InvalidArgumentError) as caught:
+        device.backend.memcpy_async(target.address, source.address + 32, 64, MemcpyKind.DEVICE_TO_DEVICE,
+                                    stream.handle)
+    assert caught.value.code == 107008 and "64-byte" in str(caught.value)
+    with pytest.raises(InvalidArgumentError):
+        device.backend.memcpy_async(target.address + 32, source.address, 64, MemcpyKind.DEVICE_TO_DEVICE,
+                                    stream.handle)
+    device.backend.memcpy_async(target.address + 64, source.address + 128, 64, MemcpyKind.DEVICE_TO_DEVICE,
+                                stream.handle)
+    stream.sync()
+
+
+def test_asynchronous_host_to_host_copies_are_not_supported(device):
+    """11-03, aclrtMemcpyAsync constraints: EP form returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT for H2H."""
+    stream = device.create_stream()
+    with pytest.raises(BackendError) as caught:
+        stream.memcpy(device.alloc_host(64), device.alloc_host(64))
+    assert caught.value.code == 207000
+
+
+@pytest.mark.parametrize(("reads", "code"), [(True, 507042), (False, 507043)])
+def test_a_kernel_touching_freed_memory_is_an_ai_core_trap_not_a_memory_uce(reads, code):
+    """25-01_aclError.md: 507053 is an uncorrectable memory error; a freed buffer is an access trap."""
+    with aclpipe.open_device("sim", sanitizer=False) as device:
+        stream = device.create_stream()
+        buffer = device.alloc(64)
+        with latch(stream):
+            region = [(buffer.address, 64)]
+            launch(device, stream, reads=region if reads else (), writes=() if reads else region)
+            buffer.close()
+        with pytest.raises(DeviceFault) as caught:
+            stream.sync()
+        assert caught.value.code == code and "use after free" in str(caught.value)
+
+
+def test_a_copy_touching_freed_memory_is_a_dma_error():
+    with aclpipe.open_device("sim", sanitizer=False) as device:
+        stream = device.create_stream()
+        source, target = device.alloc(64), device.alloc(64)
+        with latch(stream):
+            stream.memcpy(target, source)
+            source.close()
+        with pytest.raises(DeviceFault) as caught:
+            stream.sync()
+        assert caught.value.code == 507013
+
+
+def test_kernels_touch_the_padding_after_their_outputs():
+    """11-01: pieces carved from one allocation need ALIGN_UP(len, 32) + 32 bytes: kernels may touch
+    them, so an unpadded neighbour is clobbered (here, without the sanitizer, it reads garbage)."""
+    with aclpipe.open_device("sim", sanitizer=False) as device:
+        stream = device.create_stream()
+        block = device.upload(np.zeros(64, np.float32))  # 256 bytes
+        launch(device, stream, writes=[(block.address, 64)])  # 64 bytes: may touch up to byte 96
+        stream.sync()
+        seen = device.download(block, "float32", (64,))
+        assert (seen[:16] == 0).all()  # the output itself is the kernel's (a no-op here)
+        assert np.isnan(seen[16:24]).all()  # the 32 bytes of padding: clobbered
+        assert (seen[24:] == 0).all()  # beyond the piece: untouched
+
+
+def test_the_sanitizer_reports_a_read_of_a_clobbered_neighbour(device):
+    stream = device.create_stream()
+    block = device.alloc(256)
+    launch(device, stream, writes=[(block.address + 64, 64)], name="neighbour")
+    launch(device, stream, writes=[(block.address, 64)], name="left")  # its padding covers the neighbour
+    with pytest.raises(HazardError, match="padding") as caught:
+        launch(device, stream, reads=[(block.address + 64, 64)], name="reader")
+    assert "left" in caught.value.first and "reader" in caught.value.second
+    launch(device, stream, writes=[(block.address + 64, 64)], name="rewrite")
+    launch(device, stream, reads=[(block.address + 64, 64)], name="reader")  # rewritten since: fine
+    stream.sync()

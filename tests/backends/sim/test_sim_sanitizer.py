@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import aclpipe
 from aclpipe import HazardError
 from aclpipe.backends.sim.engines import Cost
+from aclpipe.tensor import TensorDesc
 from aclpipe.testing import latch
 
 
@@ -39,13 +41,24 @@ def test_two_reads_do_not_race(device):
     b.sync()
 
 
-def test_disjoint_bytes_do_not_race(device):
+def test_bytes_apart_by_the_padding_do_not_race(device):
+    a, b = device.create_stream(), device.create_stream()
+    data = device.alloc(160)
+    device.backend.launch_kernel(a.handle, "left", lambda: None, writes=[(data.address, 64)])
+    # ALIGN_UP(64, 32) + 32 = 96: the left kernel may touch bytes up to 96, not beyond.
+    device.backend.launch_kernel(b.handle, "right", lambda: None, writes=[(data.address + 96, 64)])
+    a.sync()
+    b.sync()
+
+
+def test_a_neighbour_inside_the_padding_races(device):
+    """11-01: kernels may touch ALIGN_UP(len, 32) + 32 bytes, so an unpadded neighbour is not disjoint."""
     a, b = device.create_stream(), device.create_stream()
     data = device.alloc(128)
     device.backend.launch_kernel(a.handle, "left", lambda: None, writes=[(data.address, 64)])
-    device.backend.launch_kernel(b.handle, "right", lambda: None, writes=[(data.address + 64, 64)])
+    with pytest.raises(HazardError, match="padding write"):
+        device.backend.launch_kernel(b.handle, "right", lambda: None, writes=[(data.address + 64, 64)])
     a.sync()
-    b.sync()
 
 
 def test_ordered_cross_stream_producer_consumer_is_not_a_hazard(device):
@@ -150,3 +163,30 @@ def test_without_the_sanitizer_nothing_is_checked():
         kernel(device, a, writes=[data])
         kernel(device, b, writes=[data])
         device.sync()
+
+
+def test_the_sanitizer_is_on_by_default_and_switched_off_explicitly(monkeypatch):
+    monkeypatch.delenv("ACLPIPE_SANITIZER", raising=False)
+    with aclpipe.open_device("sim") as device:
+        assert device.capabilities.sanitizer and "sanitizer on" in device.describe()
+    with aclpipe.open_device("sim", sanitizer=False) as device:
+        assert not device.capabilities.sanitizer
+    monkeypatch.setenv("ACLPIPE_SANITIZER", "0")
+    with aclpipe.open_device("sim") as device:
+        assert not device.capabilities.sanitizer
+
+
+def test_destroying_an_executor_whose_launch_may_run_is_a_hazard(device):
+    stream = device.create_stream()
+    data = device.upload(np.ones(8, np.float32))
+    desc = TensorDesc.contiguous((8,), "float32", data.address)
+    backend = device.backend
+    executor = backend.op_prepare("Neg", [desc], [desc], {})
+    backend.op_set_repeatable(executor)
+    with latch(stream):
+        backend.op_launch(executor, 0, 0, stream.handle, {"node": "neg"})
+        with pytest.raises(HazardError, match="aclDestroyAclOpExecutor") as caught:
+            backend.op_destroy(executor)
+        assert "neg" in caught.value.first
+    stream.sync()
+    backend.op_destroy(executor)  # the host knows the launch finished: fine

@@ -1,0 +1,47 @@
+"""What the product under the runtime allows, from its SoC name (``aclrtGetSocName``).
+
+The documented limits differ by product family (``hicann/runtime`` ``docs/zh/api_ref``):
+events per device (``07_event_management.md``: 65536 on Atlas A2/A3, the 950 series and
+Atlas 200I/500 A2, 1023 on Atlas inference cards, 65535 on Atlas training products), streams
+per device (``06_stream_management.md``: 1984, 1024 on inference cards, 512 on 200I/500 A2,
+2048 on training products), ``aclrtStreamAbort`` (A2/A3/950 only) and model capture
+(``15_model_running_instance__management.md``: not on 200I/500 A2 nor training products).
+An unknown name gets Atlas A2's rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ProductRules", "product_rules"]
+
+
+@dataclass(frozen=True)
+class ProductRules:
+    """The documented limits of one product family."""
+
+    family: str
+    max_events: int
+    max_streams: int
+    stream_abort: bool
+    graph_capture: bool
+
+
+_A2 = ProductRules("Atlas A2/A3", 65536, 1984, True, True)
+#: SoC name prefixes, most specific first.
+_FAMILIES: tuple[tuple[str, ProductRules], ...] = (
+    ("Ascend910B", _A2),
+    ("Ascend910_93", ProductRules("Atlas A3", 65536, 1984, True, True)),
+    ("Ascend950", ProductRules("Ascend 950", 65536, 1984, True, True)),
+    ("Ascend910", ProductRules("Atlas training", 65535, 2048, False, False)),
+    ("Ascend310P", ProductRules("Atlas inference card", 1023, 1024, False, True)),
+    ("Ascend310B", ProductRules("Atlas 200I/500 A2", 65536, 512, False, False)),
+)
+
+
+def product_rules(soc_name: str | None) -> ProductRules:
+    """The rules of the product called ``soc_name`` (e.g. ``"Ascend910B3"``, ``"Ascend310P3"``)."""
+    for prefix, rules in _FAMILIES:
+        if soc_name and soc_name.startswith(prefix):
+            return rules
+    return _A2

@@ -1,0 +1,457 @@
+"""Graph capture the way CANN does it: model runtime instances (``aclmdlRI``).
+
+Rules, from ``hicann/runtime`` ``docs/zh/api_ref/15_model_running_instance__management.md``,
+the error table ``25-01_aclError.md`` and the ACL Graph design notes
+(``docs/zh/design/features/aclgraph.md``):
+
+- ``aclmdlRICaptureBegin(stream, mode)`` puts one *origin* stream into capture; tasks then
+  submitted to it are stored in the model, not executed.  A stream already capturing is
+  refused (ACL_ERROR_RT_STREAM_CAPTURED).  Products without capture refuse it
+  (ACL_ERROR_RT_FEATURE_NOT_SUPPORT).
+- Other streams join through events: a stream that waits on an event recorded inside the
+  capture enters it ("more streams enter the capture state through event derivation").  A
+  wait inside a capture on an event recorded outside it has no captured record
+  (ACL_ERROR_RT_CAPTURE_DEPENDENCY); an event of another capture conflicts
+  (ACL_ERROR_STREAM_CAPTURE_CONFLICT).
+- ``aclmdlRICaptureEnd`` must name the origin (ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED
+  otherwise), on the thread that began it unless the mode is RELAXED
+  (ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD); every joined stream must have rejoined the
+  origin through a record the origin's end depends on (ACL_ERROR_RT_STREAM_UNJOINED).
+- Synchronizing a capturing stream, the device, or an event recorded inside the capture is
+  forbidden: the call fails (ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, ACL_ERROR_RT_EVENT_CAPTURED)
+  and the capture becomes INVALIDATED; its end then fails with
+  ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED.  Host functions are not capturable here (no page
+  documents them inside a model; the stricter choice): ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT.
+- ``aclmdlRICaptureGetInfo`` reports NONE, ACTIVE or INVALIDATED and the model.
+- ``aclmdlRIExecuteAsync(model, stream)`` replays the whole model with one call on one
+  stream: it starts after the stream's earlier work and the stream's later work waits for
+  all of it.  The model's streams are its own (captured streams "consume stream
+  resources"), so replays of one model run one after another.  Records inside a model
+  synchronize the model only; they do not record the user's events outside it.
+- ``aclmdlRICaptureTaskGrpBegin/End`` on a capturing stream mark single-op tasks that may
+  change (anything else: ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT; nesting or unpaired calls:
+  ACL_ERROR_STREAM_TASK_GROUP_STATUS); ``aclmdlRICaptureTaskUpdateBegin/End`` on a stream
+  *not* capturing take as many tasks of the same types and replace the group's, in that
+  stream's order ("returning does not mean the update is done").
+- ``aclmdlRIDestroy`` of a model whose replay may still run is refused (ACL_ERROR_RT_MODEL_RUNNING).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ...errors import error_from_code
+from ..protocol import CaptureMode, CaptureStatus
+from .event import SimEvent
+from .memory import Allocation
+from .stream import GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, describe_task
+
+if TYPE_CHECKING:
+    from .backend import SimBackend
+
+__all__ = ["CaptureMode", "CaptureSession", "CaptureStatus", "Captures", "SimModel", "TaskGroup"]
+
+#: ``(allocation, address, nbytes)`` of one region a task reads, writes or may touch.
+Region = tuple[Allocation, int, int]
+
+
+@dataclass(eq=False)
+class Captured:
+    """One task stored in a model, with the regions the sanitizer checks at each replay."""
+
+    stream: SimStream
+    task: Task
+    reads: tuple[Region, ...] = ()
+    writes: tuple[Region, ...] = ()
+    padding: tuple[Region, ...] = ()
+
+
+@dataclass(eq=False)
+class TaskGroup:
+    """``aclrtTaskGrp``: captured single-op tasks an update may replace."""
+
+    items: list[Captured]
+    updating: bool = False
+
+
+@dataclass(eq=False)
+class SimModel:
+    """``aclmdlRI``: a captured model, replayed by :meth:`Captures.execute`."""
+
+    name: str
+    items: list[Captured] = field(default_factory=list)
+    ready: bool = False  # capture ended successfully
+    destroyed: bool = False
+    streams: dict[SimStream, SimStream] = field(default_factory=dict)  # captured stream -> the model's own
+    shadows: dict[SimEvent, SimEvent] = field(default_factory=dict)  # user event -> the model's own
+    start: SimEvent | None = None
+    ends: dict[SimStream, SimEvent] = field(default_factory=dict)  # model stream -> its end event
+    replays: dict[SimEvent, int] = field(default_factory=dict)  # end event -> its newest replay's record
+    #: Per model stream, its part in capture order, and where its records and waits sit in it
+    #: (replaced by fresh ones at each replay): a replay without the sanitizer copies the lists.
+    templates: dict[SimStream, list[Task]] = field(default_factory=dict)
+    sync_points: list[tuple[SimStream, int, Captured]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.items)
+
+    def running(self) -> bool:
+        """Whether a replay may still run (a model's streams run its replays in order)."""
+        return any(not event.is_done(generation) for event, generation in self.replays.items())
+
+
+@dataclass(eq=False)
+class CaptureSession:
+    """One ``aclmdlRICaptureBegin`` .. ``aclmdlRICaptureEnd``."""
+
+    origin: SimStream
+    mode: CaptureMode
+    thread: int
+    model: SimModel
+    streams: list[SimStream] = field(default_factory=list)
+    status: CaptureStatus = CaptureStatus.ACTIVE
+    why: str = ""  # what invalidated it
+    recorded: set[SimEvent] = field(default_factory=set)
+    groups: dict[SimStream, list[Captured]] = field(default_factory=dict)  # open task groups
+
+    def invalidate(self, why: str) -> None:
+        if self.status == CaptureStatus.ACTIVE:
+            self.status = CaptureStatus.INVALIDATED
+            self.why = why
+
+
+@dataclass(eq=False)
+class _Update:
+    group: TaskGroup
+    items: list[Captured] = field(default_factory=list)
+
+
+class Captures:
+    """The captures, models and task groups of one simulated device."""
+
+    def __init__(self, backend: SimBackend):
+        self.backend = backend
+        self.active: list[CaptureSession] = []
+        self._names = itertools.count()
+        self._lock = threading.RLock()
+
+    def _check_supported(self) -> None:
+        if not self.backend.spec.graph_capture:
+            raise error_from_code(207000, f"{self.backend.spec.name} has no model capture: aclmdlRICaptureBegin is "
+                                          "not supported on this product (15_model_running_instance__management.md)")
+
+    # -- capture ---------------------------------------------------------------------------
+    def begin(self, stream: SimStream, mode: CaptureMode) -> None:
+        self._check_supported()
+        mode = CaptureMode(mode)
+        with self._lock:
+            if stream.capture is not None:
+                raise error_from_code(107027, f"stream {stream.name} is already being captured; end that capture "
+                                              "first (aclmdlRICaptureEnd)")
+            model = SimModel(f"ri{next(self._names)}")
+            session = CaptureSession(stream, mode, threading.get_ident(), model, [stream])
+            stream.capture = session
+            self.active.append(session)
+
+    def get_info(self, stream: SimStream) -> tuple[CaptureStatus, SimModel | None]:
+        session = stream.capture
+        if session is None:
+            return CaptureStatus.NONE, None
+        return session.status, session.model
+
+    def end(self, stream: SimStream) -> SimModel:
+        with self._lock:
+            session = stream.capture
+            if session is None:
+                raise error_from_code(107029, f"stream {stream.name} is not being captured (aclmdlRICaptureBegin)")
+            if session.origin is not stream:
+                raise error_from_code(107036, f"stream {stream.name} joined a capture begun on {session.origin.name}; "
+                                              "end it on that stream")
+            if session.mode != CaptureMode.RELAXED and session.thread != threading.get_ident():
+                raise error_from_code(107038, "aclmdlRICaptureEnd must run on the thread that called "
+                                              "aclmdlRICaptureBegin unless the mode is RELAXED")
+            self._leave(session)
+            if session.status == CaptureStatus.INVALIDATED:
+                raise error_from_code(507903, f"the capture on {stream.name} was invalidated: {session.why}")
+            if session.groups:
+                raise error_from_code(107033, "a task group is still open (aclmdlRICaptureTaskGrpEnd missing)")
+            self._check_joined(session)
+            return self._build(session)
+
+    def _leave(self, session: CaptureSession) -> None:
+        for member in session.streams:
+            member.capture = None
+        for event in session.recorded:
+            if event.capture is session:
+                event.capture = None  # the capture's records stay inside the model
+        self.active.remove(session)
+
+    @staticmethod
+    def _check_joined(session: CaptureSession) -> None:
+        """Every joined stream must end with a record that the origin's last task depends on."""
+        items = session.model.items
+        last: dict[SimStream, int] = {}
+        following: dict[int, int] = {}  # position -> the next position on the same stream
+        waiters: dict[int, list[int]] = {}  # record position -> positions of the waits on it
+        latest: dict[SimEvent, int] = {}
+        for position, item in enumerate(items):
+            if item.stream in last:
+                following[last[item.stream]] = position
+            last[item.stream] = position
+            event = item.task.event
+            if item.task.kind == RECORD and event is not None:
+                latest[event] = position
+            elif item.task.kind == WAIT and event is not None and event in latest:
+                waiters.setdefault(latest[event], []).append(position)
+        end = last.get(session.origin)
+        reaches = [False] * len(items)
+        for position in range(len(items) - 1, -1, -1):  # every edge points forward in capture order
+            nxt = following.get(position)
+            reaches[position] = (position == end or (nxt is not None and reaches[nxt])
+                                 or any(reaches[w] for w in waiters.get(position, ())))
+        unjoined = [stream.name for stream, position in last.items() if stream is not session.origin
+                    and not (items[position].task.kind == RECORD and reaches[position])]
+        if unjoined:
+            raise error_from_code(107025, f"streams {unjoined} joined the capture on {session.origin.name} but their "
+                                          "last task is not an event record the origin waits on; record an event "
+                                          "there and make the origin wait on it before aclmdlRICaptureEnd")
+
+    def _build(self, session: CaptureSession) -> SimModel:
+        backend, model = self.backend, session.model
+        for item in model.items:
+            if item.stream not in model.streams:
+                model.streams[item.stream] = backend.model_stream(f"{model.name}:{item.stream.name}")
+            event = item.task.event
+            if event is not None and event not in model.shadows:
+                model.shadows[event] = SimEvent(f"{model.name}:{event.name}", False)
+        for item in model.items:
+            inner = model.streams[item.stream]
+            part = model.templates.setdefault(inner, [])
+            if item.task.kind in (RECORD, WAIT):
+                model.sync_points.append((inner, len(part), item))
+            part.append(item.task)
+        model.start = SimEvent(f"{model.name}:start", False)
+        model.ends = {inner: SimEvent(f"{model.name}:end:{inner.name}", False) for inner in model.streams.values()}
+        model.ready = True
+        return model
+
+    # -- while capturing -------------------------------------------------------------------
+    def add(self, stream: SimStream, task: Task, reads: Sequence[Region] = (), writes: Sequence[Region] = (),
+            padding: Sequence[Region] = ()) -> None:
+        """Store a task submitted to a capturing stream (``stream.capture`` is set)."""
+        session = stream.capture
+        assert session is not None
+        item = Captured(stream, task, tuple(reads), tuple(writes), tuple(padding))
+        group = session.groups.get(stream)
+        if group is not None:
+            if task.kind != KERNEL:
+                raise error_from_code(507009, "only single-op tasks may be captured in a task group, got a "
+                                              f"{task.kind} (aclmdlRICaptureTaskGrpBegin)")
+            group.append(item)
+        session.model.items.append(item)
+
+    def record(self, stream: SimStream, event: SimEvent) -> None:
+        session = stream.capture
+        assert session is not None
+        if event.capture is not None and event.capture is not session:
+            raise error_from_code(107032, f"event {event.name} is being recorded in another capture")
+        event.capture = session
+        session.recorded.add(event)
+        self.add(stream, Task(RECORD, f"record {event.name}", event=event))
+
+    def wait(self, stream: SimStream, event: SimEvent) -> bool:
+        """Handle a wait that involves a capture; False when it is an ordinary wait."""
+        session, source = stream.capture, event.capture
+        if source is None:
+            if session is None:
+                return False
+            raise error_from_code(107024, f"stream {stream.name} is being captured but event {event.name} has no "
+                                          "record inside the capture; record it in the capture (waits on outside "
+                                          "events need ACL_EVENT_WAIT_EXTERNAL, which aclpipe does not use)")
+        if session is None:
+            with self._lock:
+                stream.capture = source  # joins the capture through the event (15_...: event derivation)
+                source.streams.append(stream)
+            session = source
+        elif session is not source:
+            raise error_from_code(107032, f"event {event.name} belongs to the capture on {source.origin.name}, "
+                                          f"stream {stream.name} to the one on {session.origin.name}")
+        self.add(stream, Task(WAIT, f"wait {event.name}", event=event))
+        return True
+
+    def forbid(self, session: CaptureSession, code: int, what: str) -> None:
+        """A forbidden call inside a capture: invalidate it and raise."""
+        session.invalidate(what)
+        raise error_from_code(code, f"{what} inside the capture begun on {session.origin.name}; the capture is "
+                                    "invalidated (aclmdlRICaptureEnd will fail): synchronize before "
+                                    "aclmdlRICaptureBegin or after aclmdlRICaptureEnd")
+
+    def forbid_device_sync(self) -> None:
+        if self.active:
+            for session in list(self.active):
+                session.invalidate("a device synchronize")
+            self.forbid(self.active[0], 107041, "a device synchronize")
+
+    # -- task groups -------------------------------------------------------------------------
+    def group_begin(self, stream: SimStream) -> None:
+        session = stream.capture
+        if session is None:
+            raise error_from_code(107029, f"stream {stream.name} is not being captured: task groups are marked "
+                                          "inside a capture (aclmdlRICaptureTaskGrpBegin)")
+        if stream in session.groups:
+            raise error_from_code(107033, f"a task group is already open on stream {stream.name}")
+        session.groups[stream] = []
+
+    def group_end(self, stream: SimStream) -> TaskGroup:
+        session = stream.capture
+        if session is None or stream not in session.groups:
+            raise error_from_code(107033, f"no task group is open on stream {stream.name} "
+                                          "(aclmdlRICaptureTaskGrpBegin first)")
+        return TaskGroup(session.groups.pop(stream))
+
+    def update_begin(self, stream: SimStream, group: TaskGroup) -> None:
+        if not isinstance(group, TaskGroup):
+            raise error_from_code(107017, f"{group!r} is not a task group")
+        if stream.capture is not None:
+            raise error_from_code(107027, f"stream {stream.name} is being captured; updates go on a stream that is not "
+                                          "(aclmdlRICaptureTaskUpdateBegin)")
+        if getattr(stream, "update", None) is not None or group.updating:
+            raise error_from_code(107033, "an update is already open on this stream or this task group")
+        group.updating = True
+        stream.update = _Update(group)
+
+    def update_add(self, stream: SimStream, task: Task, reads: Sequence[Region], writes: Sequence[Region],
+                   padding: Sequence[Region]) -> None:
+        if task.kind != KERNEL:
+            raise error_from_code(507009, f"only single-op tasks may update a task group, got a {task.kind}")
+        stream.update.items.append(Captured(stream, task, tuple(reads), tuple(writes), tuple(padding)))
+
+    def update_end(self, stream: SimStream) -> None:
+        update: _Update | None = getattr(stream, "update", None)
+        if update is None:
+            raise error_from_code(107033, f"no update is open on stream {stream.name} "
+                                          "(aclmdlRICaptureTaskUpdateBegin first)")
+        stream.update = None
+        update.group.updating = False
+        old, new = update.group.items, update.items
+        if len(old) != len(new):
+            raise error_from_code(107000, f"the update has {len(new)} tasks, the task group {len(old)}: they must "
+                                          "match in number and type (aclmdlRICaptureTaskUpdateBegin)")
+        for item, replacement in zip(old, new, strict=True):
+            # Regions at once (the sanitizer checks replays at enqueue); the task itself when the
+            # stream reaches the update, as the asynchronous update does.
+            item.reads, item.writes, item.padding = replacement.reads, replacement.writes, replacement.padding
+        pairs = [(item.task, replacement.task) for item, replacement in zip(old, new, strict=True)]
+        self.backend.submit_control(stream, "task group update", lambda: _swap(pairs))
+
+    # -- replay ------------------------------------------------------------------------------
+    def execute(self, model: SimModel, stream: SimStream, context: Mapping[str, Any] | None) -> None:
+        if not isinstance(model, SimModel) or not model.ready:
+            raise error_from_code(107000, f"{model!r} is not a captured model runtime instance")
+        if model.destroyed:
+            raise error_from_code(107000, f"model {model.name} was destroyed (aclmdlRIDestroy)")
+        if stream.capture is not None:
+            raise error_from_code(107027, f"stream {stream.name} is being captured; replay the model outside the "
+                                          "capture")
+        with self._lock:
+            self._replay(model, stream, dict(context or {}))
+
+    def _replay(self, model: SimModel, stream: SimStream, context: dict[str, Any]) -> None:
+        """Enqueue one replay: ``stream``'s position starts every model stream's part, and
+        ``stream`` waits for all of them.  One queue entry per model stream.  Everything is
+        checked (the sanitizer included) before anything is enqueued."""
+        assert model.start is not None
+        stream.check_submittable()
+        for inner in model.streams.values():
+            inner.check_submittable()
+        backend = self.backend
+        sanitizer = backend.sanitizer
+        start_clock = sanitizer.snapshot(stream.name) if sanitizer else {}
+        if sanitizer is not None:
+            for inner in model.streams.values():
+                sanitizer.wait(inner.name, start_clock)
+        start = model.start.begin_record(start_clock)
+        # The model's streams fail on their own tasks only; the replaying stream adopts their
+        # failures (so they do not bounce back into the next replay's start).
+        parts = {inner: [Task(WAIT, f"start {model.name}", event=model.start, generation=start, inherit=False)]
+                 for inner in model.streams.values()}
+        generations: dict[SimEvent, int] = {}
+        try:
+            if sanitizer is None:  # the fast path: copy each part, renew its records and waits
+                for inner, template in model.templates.items():
+                    parts[inner].extend(template)
+                for inner, index, item in model.sync_points:  # capture order: records before their waits
+                    parts[inner][index + 1] = self._replayed(model, item, inner, generations, context)
+            else:
+                for item in model.items:
+                    inner = model.streams[item.stream]
+                    parts[inner].append(self._replayed(model, item, inner, generations, context))
+        except BaseException:
+            model.start.complete(start, backend.engines.now(), None)  # nothing was enqueued
+            raise
+        joins: list[tuple[SimEvent, int]] = []
+        for inner, end in model.ends.items():
+            end_clock = sanitizer.snapshot(inner.name) if sanitizer else {}
+            generation = end.begin_record(end_clock)
+            parts[inner].append(Task(RECORD, f"end {model.name}", event=end, generation=generation))
+            joins.append((end, generation))
+            model.replays[end] = generation
+        # On the replaying stream, one queue entry: the start, then one wait for every model
+        # stream's end (a failure inside the model is this stream's: aclmdlRIExecuteAsync).
+        replaying = [Task(RECORD, f"start {model.name}", event=model.start, generation=start)]
+        if joins:
+            (first, generation), rest = joins[0], joins[1:]
+            replaying.append(Task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
+                                  joins=rest))
+        backend._submit(stream, Task(GRAPH, f"{model.name} replay", tasks=replaying, context=context))
+        for inner, tasks in parts.items():
+            inner.submit(Task(GRAPH, f"{model.name} replay", tasks=tasks, context=context))
+            if sanitizer is not None:
+                sanitizer.wait(stream.name, model.ends[inner].snapshot)
+
+    def _replayed(self, model: SimModel, item: Captured, inner: SimStream, generations: dict[SimEvent, int],
+                  context: dict[str, Any]) -> Task:
+        """The task ``item`` becomes in this replay: records and waits on the model's own events."""
+        task, sanitizer = item.task, self.backend.sanitizer
+        if task.kind in (RECORD, WAIT):
+            assert task.event is not None
+            shadow = model.shadows[task.event]
+            if task.kind == RECORD:
+                generations[shadow] = shadow.begin_record(sanitizer.snapshot(inner.name) if sanitizer else {})
+            elif sanitizer is not None:
+                sanitizer.wait(inner.name, shadow.snapshot)
+            # Inside a model, failures travel only through each model stream's end record to the
+            # replaying stream: a model's fork and tails form a cycle across replays, around which
+            # an inherited failure would otherwise taint the next replay of the same model.
+            return Task(task.kind, task.name, event=shadow, generation=generations[shadow], inherit=False)
+        if sanitizer is not None:
+            clock = sanitizer.enqueue(inner.name)
+            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
+            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in item.writes]
+            run = f" run={context['run']}" if "run" in context else ""
+            sanitizer.access_all(regions, actor=inner.name, clock=clock, what=describe_task(task) + run,
+                                 padding=item.padding)
+        return task
+
+    def destroy(self, model: SimModel) -> None:
+        if model.destroyed:
+            return
+        if model.running():
+            raise error_from_code(107037, f"model {model.name} is still executing; synchronize the stream it was "
+                                          "replayed on before aclmdlRIDestroy")
+        model.destroyed = True
+        for inner in model.streams.values():
+            self.backend.stream_destroy(inner)
+
+
+def _swap(pairs: list[tuple[Task, Task]]) -> None:
+    for task, replacement in pairs:
+        task.name, task.run, task.seconds, task.cores = (replacement.name, replacement.run, replacement.seconds,
+                                                         replacement.cores)
+        task.context, task.writes = replacement.context, replacement.writes
+

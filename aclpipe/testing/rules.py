@@ -1,0 +1,311 @@
+"""The documented runtime rules as checks: one per rule of the ``hicann/runtime`` docs.
+
+Each check drives a fresh device the way :mod:`.checks` does and fails with
+:class:`ConformanceFailure` naming the rule and its page.  A check that cannot apply to the
+device (a limit too large to exhaust, say) raises :class:`CheckSkipped` with the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..backends.protocol import CaptureStatus, MemcpyKind, fault_injection, graph_capture
+from ..errors import BackendError, HazardError
+from ..runtime import Device, DeviceBuffer, Stream
+from ..tensor import TensorDesc
+from .checks import CONTRACT, TIMEOUT, Check, ConformanceFailure, _read, expect, expect_raises
+from .latch import latch
+
+__all__ = ["CHECKS", "RULES", "CheckSkipped"]
+
+
+class CheckSkipped(Exception):
+    """The check does not apply to this device; the message says why."""
+
+
+def _fail_next_copy(device: Device, stream: Stream, target: DeviceBuffer) -> DeviceBuffer | None:
+    """Enqueue a device-to-device copy into ``target`` that fails when the stream runs it: a
+    planted fault where the backend can plant one (returns the copy's source: keep it until the
+    stream passed the copy), else a source freed under the queued copy."""
+    backend = device.backend
+    faults = fault_injection(backend)
+    if faults is not None:
+        source = device.alloc(target.nbytes)
+        faults.inject_fault("copy", "conformance-failure")
+        backend.memcpy_async(target.address, source.address, target.nbytes, MemcpyKind.DEVICE_TO_DEVICE,
+                             stream.handle, {"node": "conformance-failure"})
+        return source
+    source_address = backend.mem_alloc(target.nbytes)
+    with latch(stream):
+        backend.memcpy_async(target.address, source_address, target.nbytes, MemcpyKind.DEVICE_TO_DEVICE,
+                             stream.handle)
+        backend.mem_free(source_address)
+    return None
+
+
+# -- events (07_event_management.md, design/modules/event/event.md) ---------------------------------
+def event_kinds(device: Device) -> str:
+    first, second = device.create_stream(), device.create_stream()
+    reusable = device.create_event()
+    for _ in range(3):
+        first.record(reusable)
+        second.wait(reusable)
+    second.sync(TIMEOUT)
+    expect_raises(BackendError, "aclrtResetEvent refuses aclrtCreateEventExWithFlag events", reusable.reset, second)
+    single = device.create_event(reusable=False)
+    first.record(single)
+    second.wait(single)
+    expect_raises(BackendError, "an aclrtCreateEventWithFlag event recorded again before aclrtResetEvent",
+                  first.record, single)
+    single.reset(second)
+    first.record(single)
+    second.wait(single)
+    second.sync(TIMEOUT)
+    return "reusable events re-record; single-use ones need a reset first; a reset of a reusable one is refused"
+
+
+def never_recorded_wait(device: Device) -> str:
+    stream = device.create_stream()
+    error = expect_raises(BackendError, "a wait on a never-recorded event (event.md 4.2)", stream.wait,
+                          device.create_event())
+    expect(error.code == 107000, f"the refusal has code {error.code}, expected 107000 (an invalid value)")
+    return "refused with 107000"
+
+
+def event_limit(device: Device) -> str:
+    limit = device.capabilities.max_events
+    if limit > 4096:
+        raise CheckSkipped(f"the limit of {limit} events is too large to exhaust in a check")
+    stream, events = device.create_stream(), list[Any]()
+    try:
+        while len(events) <= limit:
+            event = device.create_event()
+            events.append(event)
+            stream.record(event)  # reusable events take their resource at the first record
+    except BackendError as error:
+        expect(error.code == 207007, f"exhausting events failed with {error.code}, expected 207007")
+        expect(len(events) >= limit, f"only {len(events)} of the {limit} events could be made")
+        stream.sync(TIMEOUT)
+        return f"event {len(events) + 1} refused with 207007 (limit {limit})"
+    raise ConformanceFailure(f"{len(events)} events were created and recorded, the product allows {limit} "
+                             "(07_event_management.md)")
+
+
+# -- streams (06_stream_management.md) -----------------------------------------------------------
+def continue_on_failure(device: Device) -> str:
+    stream, target, later = device.create_stream(), device.alloc(64), device.alloc(64)
+    expect(stream.failure_mode == "continue", f"a new stream's failure mode is {stream.failure_mode!r}")
+    source = _fail_next_copy(device, stream, target)
+    stream.memset(later, 0x5A)
+    expect_raises(BackendError, "a failed task is reported at sync", stream.sync, TIMEOUT)
+    del source  # the stream passed the copy
+    seen = _read(device, stream, later, 64)
+    expect((seen == 0x5A).all(), "continue-on-failure (the default) did not run the task after the failed one")
+    return "the task after a failed one ran; the error was reported at sync"
+
+
+def stop_on_failure(device: Device) -> str:
+    stream = device.create_stream(failure_mode="stop")
+    target, later = device.upload(np.full(64, 0x11, np.uint8)), device.upload(np.full(64, 0x11, np.uint8))
+    with latch(stream):
+        source = _fail_next_copy(device, stream, target)
+        stream.memset(later, 0x5A)  # queued behind the failure: dropped
+    expect_raises(BackendError, "a failed task is reported at sync", stream.sync, TIMEOUT)
+    del source
+    expect_raises(BackendError, "a stream stopped on failure refuses new tasks", stream.memset, later, 0x77)
+    stream.renew()
+    seen = _read(device, stream, later, 64)
+    expect((seen == 0x11).all(), "stop-on-failure ran a task queued behind the failed one")
+    return "queued work dropped, new work refused; a renewed stream works"
+
+
+def stream_abort(device: Device) -> str:
+    producer, consumer = device.create_stream(failure_mode="stop"), device.create_stream()
+    target, later = device.alloc(64), device.alloc(64)
+    with latch(producer):
+        source = _fail_next_copy(device, producer, target)
+        consumer.wait(producer.record())  # the record is dropped when the producer stops
+        consumer.memset(later, 0x5A)
+    expect_raises(BackendError, "the producer's failure", producer.sync, TIMEOUT)
+    del source
+    expect_raises(BackendError, "a stream waiting on a stopped stream's record stays blocked", consumer.sync, 0.2)
+    consumer.abort()
+    consumer.sync(TIMEOUT)
+    consumer.memset(later, 0x11)
+    seen = _read(device, consumer, later, 64)
+    expect((seen == 0x11).all(), "the aborted stream did not run work enqueued after the abort")
+    return "a blocked waiter is released by aclrtStreamAbort and takes new work"
+
+
+def host_threads(device: Device) -> str:
+    first, second = device.create_stream(), device.create_stream()
+    both = threading.Barrier(2, timeout=TIMEOUT)
+    broken: list[BaseException] = []
+    enqueuer = threading.get_ident()
+
+    def meet() -> None:
+        if threading.get_ident() == enqueuer:  # run inside host_func(): it could only block us
+            broken.append(RuntimeError("ran on the enqueuing thread"))
+            return
+        try:
+            both.wait()
+        except threading.BrokenBarrierError as error:
+            broken.append(error)
+
+    first.host_func(meet)
+    second.host_func(meet)
+    first.sync(TIMEOUT)
+    second.sync(TIMEOUT)
+    expect(not broken, "host functions of two streams did not run at the same time: each stream's run on its own "
+                       "thread (12_execution_control.md, aclrtLaunchHostFunc)")
+    return "two streams' host functions met at a barrier"
+
+
+# -- memory (11-01, 11-03, acl_rt.h, 25-01) ---------------------------------------------------------
+def d2d_alignment(device: Device) -> str:
+    stream, source, target = device.create_stream(), device.alloc(256), device.alloc(256)
+    backend = device.backend
+    error = expect_raises(BackendError, "a D2D copy from a 32-byte aligned address (acl_rt.h, aclrtMemcpyAsync)",
+                          backend.memcpy_async, target.address, source.address + 32, 64,
+                          MemcpyKind.DEVICE_TO_DEVICE, stream.handle)
+    backend.memcpy_async(target.address + 64, source.address + 128, 64, MemcpyKind.DEVICE_TO_DEVICE, stream.handle)
+    stream.sync(TIMEOUT)
+    return f"refused with {error.code}; 64-byte aligned copies run"
+
+
+def async_host_copy(device: Device) -> str:
+    stream = device.create_stream()
+    error = expect_raises(BackendError, "an async host-to-host copy (11-03, EP form)", stream.memcpy,
+                          device.alloc_host(64), device.alloc_host(64))
+    expect(error.code == 207000, f"refused with {error.code}, expected 207000 (feature not supported)")
+    return "refused with 207000"
+
+
+def use_after_free_code(device: Device) -> str:
+    stream, target = device.create_stream(), device.alloc(64)
+    backend = device.backend
+    source_address = backend.mem_alloc(64)
+    with latch(stream):
+        backend.memcpy_async(target.address, source_address, 64, MemcpyKind.DEVICE_TO_DEVICE, stream.handle)
+        try:
+            backend.mem_free(source_address)
+        except HazardError:
+            refused = "the sanitizer refused the free"
+        else:
+            refused = ""
+    if refused:
+        stream.sync(TIMEOUT)
+        backend.mem_free(source_address)
+        return refused
+    error = expect_raises(BackendError, "a copy from memory freed under it", stream.sync, TIMEOUT)
+    expect(error.code != 507053, "a use after free was reported as 507053, the hardware's uncorrectable memory "
+                                 "error (25-01_aclError.md)")
+    return f"reported as {error.code} ({error.name})"
+
+
+def sanitizer_padding(device: Device) -> str:
+    stream, block = device.create_stream(), device.alloc(256)
+    _double(device, stream, block.address + 64, 16, "neighbour")
+    _double(device, stream, block.address, 16, "left")  # may touch 32 bytes past its output: the neighbour
+    expect_raises(HazardError, "a read of a neighbour inside another kernel's padding (11-01)",
+                  _double, device, stream, block.address + 64, 16, "reader")
+    stream.sync(TIMEOUT)
+    return "reading bytes another kernel may have touched as padding is refused"
+
+
+def executor_destroy(device: Device) -> str:
+    stream, data = device.create_stream(), device.upload(np.ones(16, np.float32))
+    backend = device.backend
+    with latch(stream):
+        executor = _double(device, stream, data.address, 16, "conformance-executor", repeatable=True)
+        try:
+            backend.op_destroy(executor)
+        except HazardError:
+            caught = "the sanitizer refused the destroy"
+        else:
+            caught = ""
+    if caught:
+        stream.sync(TIMEOUT)
+        backend.op_destroy(executor)
+        return caught
+    expect_raises(BackendError, "a launch whose executor was destroyed while it was queued (acl_meta.h)",
+                  stream.sync, TIMEOUT)
+    return "the queued launch fails instead of running a freed executor"
+
+
+def _double(device: Device, stream: Stream, address: int, count: int, node: str, *, repeatable: bool = False,
+            launch: bool = True) -> Any:
+    """``x = x + x`` on ``count`` float32 at ``address`` through the aclnn primitives (Add, which every
+    backend binds); returns the executor."""
+    backend = device.backend
+    desc = TensorDesc.contiguous((count,), "float32", address)
+    executor = backend.op_prepare("Add", [desc, desc], [desc], {"alpha": 1})
+    if repeatable:
+        backend.op_set_repeatable(executor)
+    if launch:
+        backend.op_launch(executor, 0, 0, stream.handle, {"node": node})
+    return executor
+
+
+# -- graph capture (15_model_running_instance__management.md) ----------------------------------------
+def capture_model(device: Device) -> str:
+    backend = graph_capture(device.backend)
+    assert backend is not None
+    origin, side, runner = device.create_stream(), device.create_stream(), device.create_stream()
+    data = device.upload(np.ones(16, np.float32))
+    fork, join = device.create_event(), device.create_event()
+    backend.capture_begin(origin.handle)
+    backend.event_record(fork.handle, origin.handle)
+    backend.stream_wait_event(side.handle, fork.handle)
+    expect(backend.capture_get_info(side.handle)[0] == CaptureStatus.ACTIVE,
+           "a stream waiting on an event recorded in the capture did not join it")
+    executor = _double(device, side, data.address, 16, "captured", repeatable=True)
+    backend.event_record(join.handle, side.handle)
+    backend.stream_wait_event(origin.handle, join.handle)
+    model = backend.capture_end(origin.handle)
+    seen = _read(device, runner, data, 64).view(np.float32)
+    expect((seen == 1).all(), "work submitted during a capture ran instead of being stored")
+    backend.model_execute(model, runner.handle)
+    backend.model_execute(model, runner.handle)
+    seen = _read(device, runner, data, 64).view(np.float32)
+    expect((seen == 4).all(), f"two replays on one stream gave {seen[:2]}, expected 1 doubled twice")
+    backend.capture_begin(origin.handle)
+    expect_raises(BackendError, "a synchronize inside a capture", origin.sync, TIMEOUT)
+    expect(backend.capture_get_info(origin.handle)[0] == CaptureStatus.INVALIDATED,
+           "a synchronize inside a capture did not invalidate it")
+    expect_raises(BackendError, "ending an invalidated capture", backend.capture_end, origin.handle)
+    backend.model_destroy(model)
+    backend.op_destroy(executor)
+    return "origin, joined stream, replays on a third stream; a sync invalidates"
+
+
+RULES: tuple[Check, ...] = (
+    Check("event_kinds", "reusable events re-record; single-use ones need aclrtResetEvent (07)", event_kinds,
+          ("reusable_events",)),
+    Check("never_recorded_wait", "a wait on a never-recorded event is an invalid value (event.md 4.2)",
+          never_recorded_wait),
+    Check("event_limit", "events per device are limited by the product (07)", event_limit),
+    Check("continue_on_failure", "by default a stream runs the tasks after a failed one (06)", continue_on_failure),
+    Check("stop_on_failure", "ACL_STOP_ON_FAILURE drops queued work and refuses new work (06)", stop_on_failure,
+          ("stop_on_failure",)),
+    Check("stream_abort", "aclrtStreamAbort releases a stream blocked on a stopped one (06)", stream_abort,
+          ("stop_on_failure", "stream_abort")),
+    Check("host_threads", "host functions of different streams may run at the same time (12)", host_threads,
+          ("host_thread_per_stream",)),
+    Check("d2d_alignment", "device-to-device copies need 64-byte aligned addresses (acl_rt.h)", d2d_alignment),
+    Check("async_host_copy", "asynchronous host-to-host copies are not supported (11-03)", async_host_copy),
+    Check("use_after_free_code", "a use after free is not reported as 507053, a memory UCE (25-01)",
+          use_after_free_code),
+    Check("executor_destroy", "destroying an executor whose launch may run is caught (acl_meta.h)",
+          executor_destroy),
+    Check("sanitizer_padding", "kernels may touch 32 bytes past an output: an unpadded neighbour is caught (11-01)",
+          sanitizer_padding, ("sanitizer",)),
+    Check("capture_model", "aclmdlRI capture: origin, joins, replay on one stream, invalidation (15)",
+          capture_model, ("graph_capture",)),
+)
+
+#: Every check the kit runs: the backend contract, then the documented runtime rules.
+CHECKS: tuple[Check, ...] = CONTRACT + RULES

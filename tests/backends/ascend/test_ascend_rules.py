@@ -1,0 +1,279 @@
+"""The documented runtime rules through the Ascend binding, over the fake CANN (which follows the
+hicann/runtime docs on its own, not the simulator's code)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+import aclpipe
+from aclpipe import BackendError, DeviceFault, Pipeline
+from aclpipe.backends.protocol import CaptureStatus, MemcpyKind
+from aclpipe.graph import Graph
+from aclpipe.runtime import Device
+from aclpipe.tensor import TensorDesc
+from aclpipe.testing import latch
+
+TIMEOUT = 10.0
+
+
+@pytest.fixture
+def product(request: pytest.FixtureRequest, fake_lib: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Device]:
+    """An ascend device on the fake pretending to be ``request.param`` (FAKE_CANN_PRODUCT)."""
+    monkeypatch.setenv("FAKE_CANN_PRODUCT", request.param)
+    device = aclpipe.open_device("ascend:0")
+    yield device
+    device.close()
+
+
+def _double(device: Device, stream, address: int, count: int, *, repeatable: bool = True):
+    backend = device.backend
+    desc = TensorDesc.contiguous((count,), "float32", address)
+    executor = backend.op_prepare("Add", [desc, desc], [desc], {"alpha": 1})
+    if repeatable:
+        backend.op_set_repeatable(executor)
+    backend.op_launch(executor, 0, 0, stream.handle)
+    return executor
+
+
+def _fail_a_copy(device: Device, stream, target) -> None:
+    """A D2D copy whose source is freed under it: a DMA error when the stream gets there."""
+    backend = device.backend
+    source = backend.mem_alloc(target.nbytes)
+    with latch(stream):
+        backend.memcpy_async(target.address, source, target.nbytes, MemcpyKind.DEVICE_TO_DEVICE, stream.handle)
+        backend.mem_free(source)
+
+
+# -- events (07_event_management.md, design/modules/event/event.md) -------------------------------
+def test_pipeline_events_are_reusable_and_single_use_ones_need_a_reset(ascend: Device, hooks):
+    hooks.clear_trace()
+    first, second = ascend.create_stream(), ascend.create_stream()
+    reusable, single = ascend.create_event(), ascend.create_event(reusable=False)
+    assert "aclrtCreateEventExWithFlag 0" in hooks.trace() and "aclrtCreateEventWithFlag 0" in hooks.trace()
+    for _ in range(3):
+        first.record(reusable)
+        second.wait(reusable)
+    first.record(single)
+    second.wait(single)
+    with pytest.raises(BackendError, match="aclrtResetEvent") as caught:
+        first.record(single)
+    assert caught.value.code == 107000
+    single.reset(second)
+    first.record(single)
+    second.sync(TIMEOUT)
+    with pytest.raises(BackendError, match="aclrtCreateEventExWithFlag"):
+        reusable.reset(second)
+
+
+def test_a_wait_on_a_never_recorded_event_is_refused(ascend: Device):
+    with pytest.raises(BackendError, match="never recorded") as caught:
+        ascend.create_stream().wait(ascend.create_event())
+    assert caught.value.code == 107000
+
+
+@pytest.mark.parametrize("product", ["310p"], indirect=True)
+def test_an_inference_card_has_1023_events_and_the_limit_is_enforced(product: Device):
+    assert "Atlas inference card" in product.describe()
+    assert product.capabilities.max_events == 1023 and not product.capabilities.stream_abort
+    stream, events = product.create_stream(), []
+    with pytest.raises(BackendError) as caught:
+        for _ in range(1024):
+            events.append(product.create_event())
+            stream.record(events[-1])  # aclrtCreateEventExWithFlag takes its resource at the first record
+    assert caught.value.code == 207007 and len(events) == 1024
+    stream.sync(TIMEOUT)
+
+
+# -- streams (06_stream_management.md) -----------------------------------------------------------
+def test_continue_on_failure_runs_later_work(any_ascend: Device):
+    stream, target, later = any_ascend.create_stream(), any_ascend.alloc(64), any_ascend.alloc(64)
+    _fail_a_copy(any_ascend, stream, target)
+    stream.memset(later, 0x5A)
+    with pytest.raises(DeviceFault) as caught:
+        stream.sync(TIMEOUT)
+    assert caught.value.code == 507013  # a DMA error, not 507053 (an uncorrectable memory error)
+    assert (any_ascend.download(later, "uint8", (64,)) == 0x5A).all()
+
+
+def test_stop_on_failure_drops_and_refuses_and_abort_releases_waiters(ascend: Device):
+    producer, consumer = ascend.create_stream(failure_mode="stop"), ascend.create_stream()
+    assert consumer.failure_mode == "stop"  # the whole context
+    target, later = ascend.alloc(64), ascend.upload(np.full(64, 0x11, np.uint8))
+    with latch(producer):
+        _fail_a_copy(ascend, producer, target)
+        producer.memset(later, 0x5A)
+        consumer.wait(producer.record())
+    with pytest.raises(DeviceFault):
+        producer.sync(TIMEOUT)
+    with pytest.raises(BackendError, match="ACL_STOP_ON_FAILURE"):
+        producer.memset(later, 0x77)
+    with pytest.raises(DeviceFault) as caught:
+        consumer.sync(0.2)
+    assert caught.value.code == 507046  # blocked on a record the stopped stream dropped
+    consumer.abort()
+    consumer.sync(TIMEOUT)
+    producer.renew()
+    assert (ascend.download(later, "uint8", (64,)) == 0x11).all()
+
+
+@pytest.mark.parametrize("product", ["310p"], indirect=True)
+def test_abort_is_refused_where_the_product_lacks_it(product: Device):
+    with pytest.raises(BackendError, match="cannot abort"):
+        product.create_stream().abort()
+    with pytest.raises(BackendError) as caught:
+        product.backend.stream_abort(product.create_stream().handle)
+    assert caught.value.code == 207000
+
+
+def test_host_functions_of_two_streams_overlap(ascend: Device):
+    """12_execution_control.md: aclrtLaunchHostFunc runs them on the stream's own thread."""
+    assert ascend.capabilities.host_thread_per_stream
+    first, second = ascend.create_stream(), ascend.create_stream()
+    both = threading.Barrier(2, timeout=TIMEOUT)
+    first.host_func(both.wait)
+    second.host_func(both.wait)
+    first.sync(TIMEOUT)
+    second.sync(TIMEOUT)
+
+
+# -- memory (11-01, 11-03, acl_rt.h) ---------------------------------------------------------------
+def test_device_memory_is_64_byte_aligned_and_d2d_copies_need_it(any_ascend: Device):
+    stream = any_ascend.create_stream()
+    source, target = any_ascend.alloc(256), any_ascend.alloc(256)
+    assert source.address % 64 == 0 and target.address % 64 == 0
+    with pytest.raises(BackendError) as caught:
+        any_ascend.backend.memcpy_async(target.address, source.address + 32, 64, MemcpyKind.DEVICE_TO_DEVICE,
+                                        stream.handle)
+    assert caught.value.code == 107008
+    stream.memcpy(target, source, 64, dst_offset=64, src_offset=128)
+    stream.sync(TIMEOUT)
+
+
+def test_asynchronous_host_to_host_copies_are_not_supported(any_ascend: Device):
+    with pytest.raises(BackendError) as caught:
+        any_ascend.create_stream().memcpy(any_ascend.alloc_host(64), any_ascend.alloc_host(64))
+    assert caught.value.code == 207000
+
+
+def test_kernels_touch_the_32_bytes_past_their_outputs(ascend: Device):
+    stream = ascend.create_stream()
+    block = ascend.upload(np.zeros(64, np.float32))
+    _double(ascend, stream, block.address, 16)  # 64 bytes: may touch up to byte 96
+    stream.sync(TIMEOUT)
+    seen = ascend.download(block, "float32", (64,))
+    assert (seen[:16] == 0).all() and np.isnan(seen[16:24]).all() and (seen[24:] == 0).all()
+
+
+def test_destroying_an_executor_whose_launch_is_queued_fails_that_launch(ascend: Device):
+    stream, data = ascend.create_stream(), ascend.upload(np.ones(16, np.float32))
+    with latch(stream):
+        executor = _double(ascend, stream, data.address, 16)
+        ascend.backend.op_destroy(executor)
+    with pytest.raises(DeviceFault) as caught:
+        stream.sync(TIMEOUT)
+    assert caught.value.code == 507042 and "use after free" in str(caught.value)
+
+
+# -- graph capture (15_model_running_instance__management.md) --------------------------------------
+def test_capture_from_an_origin_with_a_joined_stream_replays_on_one_stream(ascend: Device):
+    backend = ascend.backend
+    assert ascend.capabilities.graph_capture
+    origin, side, runner = ascend.create_stream(), ascend.create_stream(), ascend.create_stream()
+    data = ascend.upload(np.ones(16, np.float32))
+    fork, join = ascend.create_event(), ascend.create_event()
+    backend.capture_begin(origin.handle)
+    backend.event_record(fork.handle, origin.handle)
+    backend.stream_wait_event(side.handle, fork.handle)
+    assert backend.capture_get_info(side.handle)[0] == CaptureStatus.ACTIVE
+    executor = _double(ascend, side, data.address, 16)
+    backend.event_record(join.handle, side.handle)
+    backend.stream_wait_event(origin.handle, join.handle)
+    model = backend.capture_end(origin.handle)
+    assert backend.capture_get_info(origin.handle) == (CaptureStatus.NONE, None)
+    for _ in range(3):
+        backend.model_execute(model, runner.handle)
+    runner.sync(TIMEOUT)
+    assert (ascend.download(data, "float32", (16,)) == 8).all()
+    backend.model_destroy(model)
+    backend.op_destroy(executor)
+
+
+def test_an_unjoined_stream_or_a_sync_inside_fails_the_capture(ascend: Device):
+    backend = ascend.backend
+    origin, side = ascend.create_stream(), ascend.create_stream()
+    data = ascend.upload(np.ones(16, np.float32))
+    fork = ascend.create_event()
+    backend.capture_begin(origin.handle)
+    backend.event_record(fork.handle, origin.handle)
+    backend.stream_wait_event(side.handle, fork.handle)
+    executor = _double(ascend, side, data.address, 16)
+    with pytest.raises(BackendError) as caught:
+        backend.capture_end(origin.handle)
+    assert caught.value.code == 107025
+    backend.capture_begin(origin.handle)
+    with pytest.raises(BackendError) as caught:
+        origin.sync(TIMEOUT)
+    assert caught.value.code == 107041
+    assert backend.capture_get_info(origin.handle)[0] == CaptureStatus.INVALIDATED
+    with pytest.raises(BackendError) as caught:
+        backend.capture_end(origin.handle)
+    assert caught.value.code == 507903
+    backend.op_destroy(executor)
+
+
+def test_a_task_group_is_updated_in_stream_order(ascend: Device):
+    backend = ascend.backend
+    origin, updater = ascend.create_stream(), ascend.create_stream()
+    first, second = ascend.upload(np.ones(16, np.float32)), ascend.upload(np.full(16, 3, np.float32))
+    backend.capture_begin(origin.handle)
+    backend.capture_task_group_begin(origin.handle)
+    old = _double(ascend, origin, first.address, 16)
+    group = backend.capture_task_group_end(origin.handle)
+    model = backend.capture_end(origin.handle)
+    backend.capture_task_update_begin(updater.handle, group)
+    new = _double(ascend, updater, second.address, 16)
+    backend.capture_task_update_end(updater.handle)
+    updater.sync(TIMEOUT)
+    backend.model_execute(model, origin.handle)
+    origin.sync(TIMEOUT)
+    assert (ascend.download(first, "float32", (16,)) == 1).all()
+    assert (ascend.download(second, "float32", (16,)) == 6).all()
+    backend.model_destroy(model)
+    for executor in (old, new):
+        backend.op_destroy(executor)
+
+
+@pytest.mark.parametrize("product", ["200i-a2"], indirect=True)
+def test_a_product_without_capture_says_so(product: Device):
+    assert not product.capabilities.graph_capture
+    assert product.capabilities.max_streams <= 512
+
+
+# -- the pipeline on the binding ---------------------------------------------------------------------
+def _graph() -> Graph:
+    g = Graph("chain")
+    x = g.input("x", shape=(4, 16))
+    g.output("y", g.relu(g.add(g.relu(x), x)))
+    return g
+
+
+def test_a_static_workspace_pipeline_replays_captured_models(ascend: Device, hooks):
+    graph = _graph()
+    x = np.arange(64, dtype=np.float32).reshape(4, 16) - 30
+
+    async def run() -> list[np.ndarray]:
+        async with Pipeline(graph, ascend, streams=2, depth=2, workspace="static") as pipe:
+            results = [(await pipe.run(x=x))["y"] for _ in range(4)]
+            assert all(slot.graph is not None for entry in pipe._res.cache for slot in entry.program.slots)
+            return results
+
+    hooks.clear_trace()
+    for result in anyio.run(run):
+        np.testing.assert_allclose(result, np.maximum(np.maximum(x, 0) + x, 0))
+    assert any(line.startswith("aclmdlRICaptureEnd") for line in hooks.trace())
