@@ -18,6 +18,7 @@ from .errors import (
     DeviceFault,
     DeviceOutOfMemory,
     DevicesUnavailableError,
+    EventLoopError,
     ExecutionError,
     GraphError,
     HazardError,
@@ -26,7 +27,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .graph import BoundGraph, Graph, LoadLimits, load_graph
-from .pipeline import Pipeline, PipelineStats
+from .pipeline import Pipeline, PipelineStats, load_model, run
 from .plan import ArenaRule, Plan, PlannedNode, ValuePlacement, make_plan
 from .runtime import (
     CachedWorkspace,
@@ -68,6 +69,7 @@ __all__ = [
     "DeviceOutOfMemory",
     "DevicesUnavailableError",
     "Event",
+    "EventLoopError",
     "ExecutionError",
     "ExecutorCache",
     "Format",
@@ -100,11 +102,13 @@ __all__ = [
     "WorkspaceStats",
     "device_count",
     "load_graph",
+    "load_model",
     "load_onnx",
     "make_plan",
     "make_workspace_strategy",
     "open_device",
     "record_trace",
+    "run",
     "trace",
 ]
 

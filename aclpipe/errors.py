@@ -21,6 +21,7 @@ __all__ = [
     "DeviceFault",
     "DeviceOutOfMemory",
     "DevicesUnavailableError",
+    "EventLoopError",
     "ExecutionError",
     "GraphError",
     "HazardError",
@@ -176,6 +177,12 @@ class ClosedResourceError(AclpipeError, anyio.ClosedResourceError):
     Also an :class:`anyio.ClosedResourceError`, so code that already catches anyio's (the
     same situation on a stream or socket) catches aclpipe's too.
     """
+
+
+class EventLoopError(AclpipeError, RuntimeError):
+    """A call from a thread or event loop that cannot be served there: a second thread or event
+    loop while another one has work in a pipeline, or a blocking call (``run_sync``) from
+    inside a running event loop (``await pipe.run(...)`` there instead)."""
 
 
 @dataclass(frozen=True)

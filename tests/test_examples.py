@@ -46,7 +46,8 @@ def test_server_selftest_answers_concurrent_requests():
     out = run_example("server.py", "--selftest", "24", "--connections", "4", "--depth", "3")
     assert "24 requests over 4 connections" in out
     assert "all 24 answers match numpy" in out
-    assert "2 input signatures" in out  # single rows and 3-row batches share one pipeline
+    # Requests of 1 to 12 rows (seven sizes here) padded to the buckets 1, 2, 4, 8 and 16.
+    assert "runs of 7 batch sizes on 5 input signatures" in out
 
 
 def test_op_runner():

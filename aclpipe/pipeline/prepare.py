@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import error_from_code
 from ..graph.signature import Signature
 from ..plan import Plan, make_plan
+from .cache import LruDict
 from .program import Program, events_per_slot
 
 if TYPE_CHECKING:
@@ -51,16 +52,19 @@ class Preparer:
         Slots per program.
     max_streams:
         At most this many compute streams in a plan.
+    plans:
+        Plans kept (per input signature; the least recently used go first).
     """
 
-    def __init__(self, graph: Graph, device: Device, streams: list[Stream], *, depth: int, max_streams: int):
+    def __init__(self, graph: Graph, device: Device, streams: list[Stream], *, depth: int, max_streams: int,
+                 plans: int = 64):
         self.graph = graph
         self.device = device
         self.streams = streams
         self.depth = depth
         self.max_streams = max_streams
         self.constants: dict[str, DeviceBuffer] = {}
-        self._plans: dict[Signature, Plan] = {}
+        self._plans: LruDict[Signature, Plan] = LruDict(plans)
 
     def signature(self, inputs: Mapping[str, Any]) -> Signature:
         """The signature of these inputs: shapes (tuples, or arrays whose shape is used) and the
@@ -74,7 +78,8 @@ class Preparer:
         key = inputs if isinstance(inputs, Signature) else self.signature(inputs)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+            plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+            self._plans[key] = plan
         return plan
 
     def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy,

@@ -124,7 +124,10 @@ class Program:
     # -- building --------------------------------------------------------------------------------
     def _build_slot(self, index: int) -> Slot:
         plan, device = self.plan, self.device
-        arena = device.alloc(plan.arena_size, label=f"arena slot {index}") if plan.arena_size else None
+        # Zero-size activations (a batch of 0 rows) still need an address inside a live
+        # allocation: their arena then holds the smallest block the device gives.
+        needs_arena = plan.arena_size or any(v.arena_offset is not None for v in plan.values.values())
+        arena = device.alloc(max(plan.arena_size, 1), label=f"arena slot {index}") if needs_arena else None
         slot = self._building = Slot(index, arena, {}, {})
         for name in plan.inputs:
             desc = plan.values[name].desc

@@ -32,6 +32,7 @@ from ..errors import ClosedResourceError, DeviceFault, DevicesUnavailableError, 
 from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device
+from .batches import check_inputs, empty_result, has_empty_input
 from .devices import open_devices, sum_counters
 from .pipeline import Pipeline, PipelineStats, _aiter
 from .slots import Ticket
@@ -196,14 +197,26 @@ class ReplicaPipeline(Pipeline):
             async for batch in _aiter(batches):
                 if not isinstance(batch, Mapping):
                     raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
+                arrays = check_inputs(self.graph, batch)
+                empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+                if empty is not None:  # nothing to run: in order after the runs ahead of it
+                    while pending:
+                        yield await self._finish_on(*pending.popleft())
+                    yield empty
+                    continue
                 work = self._work_of(batch)
                 replica = self._dispatch(work)
                 try:
-                    program, arrays = replica.pipeline._accept(dict(batch))
-                    # As Pipeline.stream: never wait for a slot while holding runs we could finish.
-                    while pending and not replica.pipeline._queues[id(program)].ready:
-                        yield await self._finish_on(*pending.popleft())
-                    ticket = await replica.pipeline._start(program, arrays)
+                    engine = replica.pipeline
+                    accepted = engine._accept(arrays)
+                    try:
+                        # As Pipeline.stream: never wait for a slot while holding runs we could finish.
+                        while pending and not accepted[0].queue.ready:
+                            yield await self._finish_on(*pending.popleft())
+                    except BaseException:
+                        engine._unpin(accepted[0])
+                        raise
+                    ticket = await engine._start(*accepted)
                 except BaseException:
                     self._done(replica, work)
                     raise
@@ -303,6 +316,8 @@ def _sum_stats(stats: Sequence[PipelineStats]) -> dict[str, Any]:
             totals[item.name] = sum(known) if known else None
         elif values and isinstance(values[0], Mapping):
             totals[item.name] = sum_counters(values)
+        elif values and isinstance(values[0], bool):  # closed: every device's pipeline is
+            totals[item.name] = all(values)
         else:
             totals[item.name] = sum(values)
     return totals

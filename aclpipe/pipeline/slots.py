@@ -18,6 +18,7 @@ import anyio
 from ..errors import ClosedResourceError
 
 if TYPE_CHECKING:
+    from .cache import CacheEntry
     from .program import Program, Slot
 
 __all__ = ["FifoLock", "SlotQueue", "Ticket"]
@@ -28,13 +29,15 @@ SlotT = TypeVar("SlotT")
 
 @dataclass
 class Ticket:
-    """One enqueued run: its number, program and slot, and the D2H lane value that marks it
-    complete."""
+    """One enqueued run: its number, program and slot, the D2H lane value that marks it
+    complete, the cache entry it pins, and the real row count of a batch padded to a bucket."""
 
     run: int
     program: Program
     slot: Slot
     value: int
+    entry: CacheEntry | None = None
+    rows: int | None = None
 
 
 class SlotQueue(Generic[SlotT]):
@@ -43,11 +46,11 @@ class SlotQueue(Generic[SlotT]):
     def __init__(self, slots: list[SlotT]):
         self.free = collections.deque(slots)
         self.waiters: collections.deque[tuple[anyio.Event, list[SlotT]]] = collections.deque()
-        self.closed = False
+        self.closed: str | None = None  # why, once closed
 
     async def acquire(self) -> SlotT:
         if self.closed:
-            raise ClosedResourceError("the pipeline is closed")
+            raise ClosedResourceError(self.closed)
         if self.free and not self.waiters:
             return self.free.popleft()
         event = anyio.Event()
@@ -62,12 +65,14 @@ class SlotQueue(Generic[SlotT]):
                 self.waiters.remove((event, box))
             raise
         if not box:  # woken by close()
-            raise ClosedResourceError("the pipeline was closed while this run waited for a slot")
+            raise ClosedResourceError(self.closed or "the pipeline was closed while this run waited for a slot")
         return box[0]
 
-    def close(self) -> None:
-        """Wake every waiter with :class:`ClosedResourceError`; slots still come back."""
-        self.closed = True
+    def close(self, reason: str = "the pipeline was closed while this run waited for a slot") -> None:
+        """Wake every waiter with :class:`ClosedResourceError` saying ``reason``; slots still
+        come back."""
+        if not self.closed:
+            self.closed = reason
         while self.waiters:
             event, _ = self.waiters.popleft()
             event.set()

@@ -8,6 +8,7 @@ no current device or stream.  ``close()`` is idempotent everywhere and backed by
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import weakref
@@ -20,7 +21,8 @@ import numpy as np
 from ..backends import get_backend_class, parse_device
 from ..backends.protocol import Backend, Capabilities, FailureMode, PeerAccess, fault_injection, peer_access
 from ..dtypes import as_dtype
-from ..errors import BackendError, ClosedResourceError, error_from_code
+from ..errors import AclpipeError, BackendError, ClosedResourceError, error_from_code
+from . import lanes
 from .buffer import DeviceBuffer, HostBuffer
 from .event import Event, _ms
 from .stream import Stream
@@ -40,8 +42,32 @@ class MemInfo:
         return self.total - self.free
 
 
-def _close_backend(backend: Backend) -> None:
-    backend.close()
+_OPEN: weakref.WeakSet[Device] = weakref.WeakSet()
+_EXIT_HOOKED = False
+_EXIT_SYNC_MS = 2000  # at interpreter exit, how long to wait for each device's streams
+
+
+def _sync_at_exit() -> None:
+    """At interpreter exit, before ``weakref.finalize`` frees what is still alive in creation
+    order (a buffer before the pool that must first wait for it), wait for every open device's
+    streams: the frees that follow are then ordered after the device's work."""
+    for device in list(_OPEN):
+        if not device.closed:
+            try:
+                device.backend.device_sync(_EXIT_SYNC_MS)
+            except AclpipeError:
+                pass  # a sticky error nobody is left to read, or a device that did not finish in time
+
+
+def _close_backend(backend: Backend, name: str) -> None:
+    # Waiters for work on this device stop waiting first (they get ClosedResourceError at
+    # once, whoever closes and however long the backend takes); closing stops the streams,
+    # after which lane states they passed can be released.
+    lanes.device_closed(backend, name)
+    try:
+        backend.close()
+    finally:
+        lanes.sweep()
 
 
 class Device:
@@ -55,7 +81,14 @@ class Device:
         self._events_lock = threading.Lock()
         self._live_events = 0
         self._stop_on_failure = False
-        self._finalizer = weakref.finalize(self, _close_backend, backend)
+        self._finalizer = weakref.finalize(self, _close_backend, backend, name)
+        global _EXIT_HOOKED
+        if not _EXIT_HOOKED:
+            # Registered after weakref's own exit hook (the finalizer above made sure of it), so
+            # atexit, last in first out, runs this one first.
+            atexit.register(_sync_at_exit)
+            _EXIT_HOOKED = True
+        _OPEN.add(self)
 
     # -- lifetime ---------------------------------------------------------------------------
     @property
@@ -67,7 +100,11 @@ class Device:
             raise ClosedResourceError(f"device {self.name} is closed")
 
     def close(self) -> None:
-        """Stop every stream and release the device; idempotent."""
+        """Stop every stream and release the device; idempotent.
+
+        Work still in flight is abandoned: whoever awaits it (a pipeline run, a timeline
+        wait) gets :class:`ClosedResourceError` at once rather than waiting for ever.
+        """
         self._finalizer()
 
     def __enter__(self) -> Self:
