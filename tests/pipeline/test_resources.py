@@ -3,6 +3,7 @@ the device has passed everything enqueued."""
 
 from __future__ import annotations
 
+import anyio
 import numpy as np
 import pytest
 from pipeline_graphs import live_device_state, mlp
@@ -40,5 +41,5 @@ async def test_a_dropped_pipeline_parks_its_resources_until_the_device_passed_th
     gate.set()
     deadline = time.monotonic() + 30  # a watcher thread frees it once the device passed its work
     while not resources.released and time.monotonic() < deadline:
-        time.sleep(0.01)
+        await anyio.sleep(0.01)
     assert resources.released and live_device_state(device) == before
