@@ -39,7 +39,12 @@ async def test_a_dropped_pipeline_parks_its_resources_until_the_device_passed_th
     gc.collect()  # the finalizer parks the bundle: nothing may be freed under the held run
     assert resources.parked and not resources.released
     gate.set()
-    deadline = time.monotonic() + 30  # a watcher thread frees it once the device passed its work
-    while not resources.released and time.monotonic() < deadline:
-        await anyio.sleep(0.01)
+
+    def released_in_time() -> bool:  # a watcher thread frees it once the device passed its work
+        deadline = time.monotonic() + 30
+        while not resources.released and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return resources.released
+
+    assert await anyio.to_thread.run_sync(released_in_time)
     assert resources.released and live_device_state(device) == before
