@@ -1,7 +1,7 @@
 """aclpipe: run DAGs of Ascend NPU (aclnn) operators asynchronously from Python.
 
 The public surface is :data:`__all__`; the layers beneath it, each importing only the ones
-below (tests/test_public_api.py keeps it so): ``cli`` -> ``pipeline`` -> ``onnx`` ->
+below (tests/test_public_api.py keeps it so): ``ray`` (optional) -> ``cli`` -> ``pipeline`` -> ``onnx`` ->
 ``eager`` -> ``trace`` -> ``plan`` -> ``graph`` -> ``testing`` -> ``runtime`` ->
 ``backends`` -> ``ops``; ``errors``, ``dtypes`` and ``tensor`` serve them all.
 """
@@ -17,6 +17,8 @@ from .errors import (
     ClosedResourceError,
     DeviceFault,
     DeviceOutOfMemory,
+    DevicesUnavailableError,
+    EventLoopError,
     ExecutionError,
     GraphError,
     HazardError,
@@ -25,7 +27,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .graph import BoundGraph, Graph, LoadLimits, load_graph
-from .pipeline import Pipeline, PipelineStats
+from .pipeline import Pipeline, PipelineStats, load_model, run
 from .plan import ArenaRule, Plan, PlannedNode, ValuePlacement, make_plan
 from .runtime import (
     CachedWorkspace,
@@ -65,7 +67,9 @@ __all__ = [
     "DeviceBuffer",
     "DeviceFault",
     "DeviceOutOfMemory",
+    "DevicesUnavailableError",
     "Event",
+    "EventLoopError",
     "ExecutionError",
     "ExecutorCache",
     "Format",
@@ -98,11 +102,13 @@ __all__ = [
     "WorkspaceStats",
     "device_count",
     "load_graph",
+    "load_model",
     "load_onnx",
     "make_plan",
     "make_workspace_strategy",
     "open_device",
     "record_trace",
+    "run",
     "trace",
 ]
 

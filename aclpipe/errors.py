@@ -20,6 +20,8 @@ __all__ = [
     "ClosedResourceError",
     "DeviceFault",
     "DeviceOutOfMemory",
+    "DevicesUnavailableError",
+    "EventLoopError",
     "ExecutionError",
     "GraphError",
     "HazardError",
@@ -131,14 +133,29 @@ class ExecutionError(AclpipeError):
         Where it failed.
     cause:
         The underlying error (usually a :class:`BackendError`), also set as ``__cause__``.
+    device:
+        The device it failed on, when the pipeline drives several (``"sim:1"``).
     """
 
     def __init__(self, message: str, *, node: str | None = None, op: str | None = None,
-                 stream: str | None = None, cause: BaseException | None = None):
+                 stream: str | None = None, cause: BaseException | None = None, device: str | None = None):
         self.node = node
         self.op = op
         self.stream = stream
         self.cause = cause
+        self.device = device
+        super().__init__(message)
+
+
+class DevicesUnavailableError(AclpipeError):
+    """Every device of a pipeline with several devices is out of rotation after a fault.
+
+    ``faults`` maps each device name to the error that took it out; put a device back with
+    ``pipe.restore(name)`` once the cause is fixed.
+    """
+
+    def __init__(self, message: str, *, faults: dict[str, BaseException] | None = None):
+        self.faults = dict(faults or {})
         super().__init__(message)
 
 
@@ -160,6 +177,12 @@ class ClosedResourceError(AclpipeError, anyio.ClosedResourceError):
     Also an :class:`anyio.ClosedResourceError`, so code that already catches anyio's (the
     same situation on a stream or socket) catches aclpipe's too.
     """
+
+
+class EventLoopError(AclpipeError, RuntimeError):
+    """A call from a thread or event loop that cannot be served there: a second thread or event
+    loop while another one has work in a pipeline, or a blocking call (``run_sync``) from
+    inside a running event loop (``await pipe.run(...)`` there instead)."""
 
 
 @dataclass(frozen=True)

@@ -100,16 +100,16 @@ async def _pipeline_host_cost(device: aclpipe.Device, graph: Graph, runs: int) -
         enqueue, whole, cpu = [], [], []
         for _ in range(runs):
             started, cpu_started = time.perf_counter(), time.thread_time()
-            program, arrays = pipe._accept({"x": x})  # what run() does, timed in two parts
-            ticket = await pipe._start(program, arrays)
+            accepted = pipe._accept({"x": x})  # what run() does, timed in two parts
+            ticket = await pipe._start(*accepted)
             enqueued = time.perf_counter()
             await pipe._finish(ticket)
             whole.append(time.perf_counter() - started)
             enqueue.append(enqueued - started)
             cpu.append(time.thread_time() - cpu_started)
-        program = next(iter(pipe._programs.values()))
+        program = next(iter(pipe._res.cache)).program
         captured = program.slots[0].graph is not None
-        alone = _backend_alone(device, program, pipe._streams, runs)
+        alone = _backend_alone(device, program, pipe._res.streams, runs)
     return {"enqueue": statistics.median(enqueue), "run": statistics.median(whole), "cpu": statistics.median(cpu),
             "captured": float(captured), "alone": alone}
 
@@ -411,13 +411,13 @@ async def _workspace_cost(device: aclpipe.Device, graph: Graph, strategy: str, r
         enqueue, whole = [], []
         for _ in range(runs):
             started = time.perf_counter()
-            program, arrays = pipe._accept({"x": x})
-            ticket = await pipe._start(program, arrays)
+            accepted = pipe._accept({"x": x})
+            ticket = await pipe._start(*accepted)
             enqueue.append(time.perf_counter() - started)
             await pipe._finish(ticket)
             whole.append(time.perf_counter() - started)
         stats = pipe.stats().workspace
-        captured = next(iter(pipe._programs.values())).slots[0].graph is not None
+        captured = next(iter(pipe._res.cache)).program.slots[0].graph is not None
     return {"enqueue": statistics.median(enqueue), "run": statistics.median(whole),
             "waits": (stats["waits"] - waits_before) / runs, "peak": stats["peak"], "captured": float(captured)}
 

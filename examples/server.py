@@ -9,6 +9,11 @@ Every request is one ``await pipe.run(x=rows)`` on the same :class:`aclpipe.Pipe
 from different connections share its prepared programs and slots, and when all ``depth``
 slots are busy a request waits for one (backpressure) instead of piling work on the device.
 
+Clients send any number of rows, and every batch size would need its own prepared program,
+so the pipeline pads each request up to a *shape bucket* (1, 2, 4, ... 64 rows) and slices the
+answer back: at most seven programs, prepared once (``buckets=BUCKETS``); ``max_programs``
+bounds what stays prepared, and requests of more than ``MAX_ROWS`` rows are refused.
+
 Run: ``python examples/server.py [--port 8765]`` and, in another shell,
 ``echo '{"id": 1, "x": [[0.5, ...64 numbers...]]}' | nc 127.0.0.1 8765``;
 or ``python examples/server.py --selftest 64``: start on a free port, send 64 concurrent
@@ -28,6 +33,9 @@ import numpy as np
 import aclpipe
 
 FEATURES, HIDDEN, CLASSES = 64, 128, 10
+#: Batch sizes requests are padded up to: a handful of programs serve every request size.
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+MAX_ROWS = BUCKETS[-1]
 
 
 class Model:
@@ -47,6 +55,12 @@ class Model:
         logits = np.maximum(x.astype(np.float64) @ self.w1, 0) @ self.w2
         e = np.exp(logits - logits.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True)
+
+
+def make_pipeline(model: Model, depth: int) -> aclpipe.Pipeline:
+    """The one pipeline every connection shares."""
+    return aclpipe.Pipeline(model.graph, "sim", streams=2, depth=depth, buckets=BUCKETS,
+                            max_programs=len(BUCKETS))
 
 
 class InferenceServer:
@@ -77,8 +91,9 @@ class InferenceServer:
             request = json.loads(line)
             request_id = request.get("id")
             rows = np.asarray(request["x"], dtype=np.float32)
-            if rows.ndim != 2 or rows.shape[1] != FEATURES:
-                raise ValueError(f"x must be a list of rows of {FEATURES} numbers, got shape {list(rows.shape)}")
+            if rows.ndim != 2 or rows.shape[1] != FEATURES or not 1 <= rows.shape[0] <= MAX_ROWS:
+                raise ValueError(f"x must be a list of 1 to {MAX_ROWS} rows of {FEATURES} numbers, got shape "
+                                 f"{list(rows.shape)}")
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             try:
@@ -96,7 +111,7 @@ class InferenceServer:
 
 async def serve(port: int, depth: int) -> None:
     model = Model()
-    async with aclpipe.Pipeline(model.graph, "sim", streams=2, depth=depth) as pipe:
+    async with make_pipeline(model, depth) as pipe:
         server = InferenceServer(pipe)
         listener = await asyncio.start_server(server.handle, "127.0.0.1", port)
         host, bound_port = listener.sockets[0].getsockname()[:2]
@@ -125,9 +140,10 @@ async def _client(port: int, requests: list[tuple[int, np.ndarray]]) -> dict[int
 async def selftest(count: int, connections: int, depth: int) -> int:
     model = Model()
     rng = np.random.default_rng(1)
-    # Mostly single rows, some small batches: several input signatures share one pipeline.
-    requests = [(i, rng.standard_normal((1 if i % 4 else 3, FEATURES)).astype(np.float32)) for i in range(count)]
-    async with aclpipe.Pipeline(model.graph, "sim", streams=2, depth=depth) as pipe:
+    # Mostly single rows, some batches of 2 to 12: five buckets (1, 2, 4, 8, 16) serve them all.
+    sizes = [1 if i % 4 else 2 + i % 11 for i in range(count)]
+    requests = [(i, rng.standard_normal((rows, FEATURES)).astype(np.float32)) for i, rows in enumerate(sizes)]
+    async with make_pipeline(model, depth) as pipe:
         server = InferenceServer(pipe)
         listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
@@ -150,8 +166,9 @@ async def selftest(count: int, connections: int, depth: int) -> int:
             wrong.append(f"request {request_id}: max |difference| {difference:.2e}")
     print(f"selftest: {count} requests over {connections} connections on port {port} answered in "
           f"{elapsed:.2f} s ({count / elapsed:,.0f} requests/s)")
-    print(f"pipeline: {stats.runs} runs, {stats.signatures} input signatures, up to {server.peak_in_flight} "
-          f"requests awaiting at once (depth {depth}: the rest waited for a slot)")
+    print(f"pipeline: {stats.runs} runs of {len(set(sizes))} batch sizes on {stats.prepared} input signatures "
+          f"(buckets {list(BUCKETS)}), up to {server.peak_in_flight} requests awaiting at once (depth {depth}: the "
+          "rest waited for a slot)")
     if wrong:
         print(f"FAILED: {len(wrong)} wrong answers: " + "; ".join(wrong[:5]))
         return 1

@@ -21,7 +21,8 @@ def run_example(name: str, *args: str, timeout: float = 120) -> str:
 
 
 def test_every_example_is_tested():
-    tested = {"quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py", "onnx_compare.py"}
+    tested = {"quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py", "onnx_compare.py",
+              "ray_serve.py"}
     assert {path.name for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -45,7 +46,8 @@ def test_server_selftest_answers_concurrent_requests():
     out = run_example("server.py", "--selftest", "24", "--connections", "4", "--depth", "3")
     assert "24 requests over 4 connections" in out
     assert "all 24 answers match numpy" in out
-    assert "2 input signatures" in out  # single rows and 3-row batches share one pipeline
+    # Requests of 1 to 12 rows (seven sizes here) padded to the buckets 1, 2, 4, 8 and 16.
+    assert "runs of 7 batch sizes on 5 input signatures" in out
 
 
 def test_op_runner():
@@ -64,3 +66,16 @@ def test_onnx_model_runs_or_skips_clearly(model):
         return
     difference = float(re.search(r"max \|difference\| from .*?: (\S+)", out).group(1))
     assert difference < 1e-4
+
+
+@pytest.mark.slow
+def test_ray_serve_selftest_answers_through_two_replicas():
+    pytest.importorskip("ray.serve", reason="needs the ray extra")
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = run_example("ray_serve.py", "--selftest", "16", "--port", str(port), timeout=300)
+    assert "16 requests answered by 2 replicas" in out
+    assert "all 16 answers match the local pipeline" in out

@@ -15,7 +15,8 @@ import aclpipe
 
 PACKAGE = Path(aclpipe.__file__).resolve().parent
 #: Layers from the top down (ARCHITECTURE.md 2): a module may import only its own layer and those below.
-LAYERS = ("cli", "pipeline", "onnx", "eager", "trace", "plan", "graph", "testing", "runtime", "backends", "ops")
+LAYERS = ("ray", "cli", "pipeline", "onnx", "eager", "trace", "plan", "graph", "testing", "runtime", "backends",
+          "ops")
 #: Modules shared by every layer.
 BASE = ("errors", "dtypes", "tensor", "gc_pause")
 
@@ -94,3 +95,14 @@ def test_no_import_goes_up_a_layer():
             if other is not None and LAYERS.index(other) < LAYERS.index(own):
                 wrong.append(f"{module} imports {target}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_pipeline_module_and_the_workspaces_have_their_own_test_file():
+    tests = Path(__file__).resolve().parent
+    missing = []
+    for path in sorted((PACKAGE / "pipeline").glob("*.py")):
+        if path.stem != "__init__" and not list((tests / "pipeline").glob(f"test_{path.stem}*.py")):
+            missing.append(f"aclpipe/pipeline/{path.name}")
+    if not (tests / "runtime" / "test_workspaces.py").exists():
+        missing.append("aclpipe/runtime/workspaces")
+    assert not missing, f"no test file for {missing}"

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_DEVICE", "KNOWN_BACKENDS", "get_backend_class", "parse_device"]
+__all__ = ["DEFAULT_DEVICE", "KNOWN_BACKENDS", "get_backend_class", "is_device_list", "parse_device",
+           "parse_device_list"]
 
 DEFAULT_DEVICE = "sim"
 KNOWN_BACKENDS = {
@@ -38,6 +40,48 @@ def parse_device(spec: str | None) -> tuple[str, int]:
     if index < 0:
         raise ValueError(f"device {spec!r}: the index must be non-negative")
     return name.lower(), index
+
+
+def is_device_list(spec: object) -> bool:
+    """Whether ``spec`` names several devices: a list or tuple of names, or ``"sim:0,1"`` /
+    ``"ascend:0-7"``."""
+    if isinstance(spec, (list, tuple)):
+        return True
+    return isinstance(spec, str) and any(mark in spec.partition(":")[2] for mark in ",-")
+
+
+def parse_device_list(spec: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"sim:0,1"``, ``"ascend:0-7"``, ``"sim:0,2-3"`` or ``["sim:0", "sim:1"]`` ->
+    ``[("sim", 0), ("sim", 1), ...]``; every device once, one backend for all."""
+    if isinstance(spec, str):
+        name, _, indices = spec.strip().partition(":")
+        parts = [part.strip() for part in (indices or "0").split(",")]
+        devices = [(parse_device(f"{name}:{index}")) for part in parts for index in _index_range(spec, part)]
+    elif isinstance(spec, (list, tuple)):
+        devices = [parse_device(item) for item in spec]
+    else:
+        raise TypeError(f"devices must be a list of names or a string such as 'sim:0,1', got {type(spec).__name__}")
+    if not devices:
+        raise ValueError("the device list is empty: name at least one device, e.g. 'sim:0'")
+    if len({name for name, _ in devices}) > 1:
+        raise ValueError(f"devices {spec!r} mix backends; a pipeline drives devices of one backend")
+    seen = set()
+    for device in devices:
+        if device in seen:
+            raise ValueError(f"devices {spec!r} name {device[0]}:{device[1]} twice; list every device once")
+        seen.add(device)
+    return devices
+
+
+def _index_range(spec: str, part: str) -> range:
+    first, dash, last = part.partition("-")
+    try:
+        low, high = int(first), int(last) if dash else int(first)
+    except ValueError:
+        raise ValueError(f"devices {spec!r}: {part!r} is not an index or a range such as 0-7") from None
+    if low < 0 or high < low:
+        raise ValueError(f"devices {spec!r}: the range {part!r} must count up from a non-negative index")
+    return range(low, high + 1)
 
 
 def get_backend_class(name: str) -> Any:

@@ -20,10 +20,11 @@ record; *single-use* ones (``aclrtCreateEventWithFlag``) follow record, wait,
 Optional parts are sub-protocols behind :class:`Capabilities` flags, never found by probing
 for attributes: :class:`GraphCapture` (``capabilities.graph_capture``), :class:`LaunchTables`
 (``capabilities.launch_tables``), :class:`Tracing` (``capabilities.tracing``),
-:class:`FaultInjection` (``capabilities.fault_injection``) and :class:`Latching`
-(``capabilities.latch``).  :func:`graph_capture`, :func:`launch_tables`, :func:`tracing`,
-:func:`fault_injection` and :func:`latching` hand out the typed view of a backend, or
-``None`` when its capabilities say it lacks the part.
+:class:`FaultInjection` (``capabilities.fault_injection``), :class:`Latching`
+(``capabilities.latch``) and :class:`PeerAccess` (``capabilities.peer_access``).
+:func:`graph_capture`, :func:`launch_tables`, :func:`tracing`, :func:`fault_injection`,
+:func:`latching` and :func:`peer_access` hand out the typed view of a backend, or ``None``
+when its capabilities say it lacks the part.
 
 A :class:`LaunchRecord` is one primitive call with its arguments fixed in advance (a wait,
 a record, a kernel launch or a copy); a prepared program keeps each slot's launches as a
@@ -59,6 +60,7 @@ __all__ = [
     "LaunchTables",
     "MemcpyKind",
     "MemoryRules",
+    "PeerAccess",
     "TraceRecord",
     "Tracing",
     "align_up",
@@ -66,6 +68,7 @@ __all__ = [
     "graph_capture",
     "latching",
     "launch_tables",
+    "peer_access",
     "sync_streams",
     "tracing",
 ]
@@ -164,6 +167,7 @@ class Capabilities:
     stream_abort: bool = False  # stream_abort exists (aclrtStreamAbort)
     host_thread_per_stream: bool = False  # each stream runs its host functions on a thread of its own
     launch_tables: bool = False  # the backend is a LaunchTables
+    peer_access: bool = False  # the backend is a PeerAccess
 
 
 class LaunchKind(enum.IntEnum):
@@ -398,6 +402,27 @@ class Latching(Backend, Protocol):
     (``capabilities.latch``)."""
 
     def latch(self, stream: Any) -> threading.Event: ...
+
+
+class PeerAccess(Backend, Protocol):
+    """Optional: copies between this device's memory and a peer's (``capabilities.peer_access``).
+
+    ``aclrtDeviceCanAccessPeer`` / ``aclrtDeviceEnablePeerAccess`` / ``aclrtDeviceDisablePeerAccess``
+    with this device current (``docs/zh/api_ref/04_device_management.md`` of ``hicann/runtime``):
+    enabling is one way, ``flags`` is reserved (0).  Once this device enabled ``peer``,
+    ``memcpy_async(..., DEVICE_TO_DEVICE, stream)`` on a stream of this device may read or write
+    ``peer``'s memory; without it the copy is refused.  A stream may wait on another device's
+    event (the pipeline's stages do so at every boundary).
+    """
+
+    def device_can_access_peer(self, peer: int) -> bool: ...
+    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None: ...
+    def device_disable_peer_access(self, peer: int) -> None: ...
+
+
+def peer_access(backend: Backend) -> PeerAccess | None:
+    """``backend`` as a :class:`PeerAccess`, or None when it cannot reach other devices' memory."""
+    return cast(PeerAccess, backend) if backend.capabilities.peer_access else None
 
 
 def graph_capture(backend: Backend) -> GraphCapture | None:

@@ -25,6 +25,7 @@ from ..runtime.workspaces import STRATEGIES
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
+    MAX_STREAMS,
     add_graph_arguments,
     describe_shapes,
     load_graph_arguments,
@@ -51,6 +52,8 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
     if not values or any(value < 1 for value in values):
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    if max(values) > MAX_STREAMS:  # streams and depths alike: device streams, or prepared copies
+        raise argparse.ArgumentTypeError(f"expected values from 1 to {MAX_STREAMS}, got {text!r}")
     return values
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
+import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,9 @@ from ..errors import AclpipeError, BackendError, ExecutionError, HazardError
 from ..graph import BoundGraph, Graph, load_graph
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "add_command", "add_graph_arguments", "bind_shapes",
-    "describe_shapes", "dim_assignment", "find_load_onnx", "load_any_graph", "load_graph_arguments", "positive_int",
+    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_DEPTH", "MAX_STREAMS", "CommandError", "add_command",
+    "add_graph_arguments", "bind_shapes", "check_writable", "describe_shapes", "dim_assignment", "find_load_onnx",
+    "int_at_most", "load_any_graph", "load_graph_arguments", "open_device_for", "positive_float", "positive_int",
     "random_inputs", "reporting_errors",
 ]
 
@@ -51,6 +54,10 @@ def reporting_errors(run: Callable[..., int]) -> Callable[..., int]:
     def wrapper(*args: Any, **kwargs: Any) -> int:
         try:
             return int(run(*args, **kwargs))
+        except MemoryError as error:  # DeviceOutOfMemory too: what was asked for does not fit
+            print(f"aclpipe: error: out of memory: {_one_line(error)}; use a smaller --batch, --depth or "
+                  "--runs", file=sys.stderr)
+            return EXIT_USAGE
         except (ExecutionError, HazardError, BackendError) as error:
             print(f"aclpipe: error: {_one_line(error)}", file=sys.stderr)
             return EXIT_FAILED
@@ -71,6 +78,50 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+#: Upper bounds of ``--streams`` and ``--depth``: more compute streams than a device offers (the
+#: simulator's 64, less the two copy streams) fail at open, and each slot of depth is a prepared
+#: copy of the graph's memory, so thousands would only spend minutes preparing.
+MAX_STREAMS, MAX_DEPTH = 62, 64
+
+
+def int_at_most(limit: int) -> Callable[[str], int]:
+    """argparse type: an integer from 1 to ``limit``."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"expected at most {limit}, got {value}")
+        return value
+
+    parse.__name__ = f"int_at_most_{limit}"
+    return parse
+
+
+def check_writable(path_text: str, option: str) -> Path:
+    """``path_text`` as a path that can be written, or a CommandError naming ``option`` now, before
+    anything runs (a missing folder, a folder in the way, no permission)."""
+    path = Path(path_text)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise CommandError(f"{option} {path_text}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise CommandError(f"{option} {path_text}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CommandError(f"{option} {path_text}: not writable")
+    return path
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text!r}")
     return value
 
 
@@ -169,12 +220,25 @@ def load_graph_arguments(args: argparse.Namespace) -> tuple[Graph, dict[str, tup
     return graph, shapes, graph.bind(**shapes)
 
 
-def random_inputs(graph: Graph, shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator
-                  ) -> dict[str, np.ndarray]:
-    """Seeded inputs: N(0, 1) for floats, 0 or 1 for integers (valid indices for any table),
-    random booleans."""
+def open_device_for(spec: str | None, **options: Any) -> Any:
+    """Open the device ``--device`` names; a name that does not exist is a usage error (exit 2)."""
+    from ..runtime import open_device
+
+    try:
+        return open_device(spec, **options)
+    except (BackendError, LookupError, ValueError) as error:
+        raise CommandError(f"--device {spec or '(default)'}: {_one_line(error)}") from error
+
+
+def random_inputs(graph: Graph, shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator,
+                  names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Seeded inputs (for ``names``, default every input): N(0, 1) for floats, 0 or 1 for
+    integers (valid indices for any table), random booleans."""
     arrays = {}
+    wanted = set(graph.inputs if names is None else names)
     for name, spec in graph.inputs.items():
+        if name not in wanted:
+            continue
         dtype = as_dtype(spec.dtype).numpy
         shape = shapes[name]
         if np.issubdtype(dtype, np.bool_):

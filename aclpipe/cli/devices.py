@@ -1,4 +1,6 @@
-"""``aclpipe devices``: list the backends, whether they load, and their devices."""
+"""``aclpipe devices``: list the backends, whether they load, and their devices; and which
+completion host function runs (the compiled C one, or the Python fallback of an install that
+had no C compiler)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..backends import KNOWN_BACKENDS, get_backend_class
-from .common import EXIT_OK
+from ..runtime import completion
+from .common import EXIT_OK, say
 
 __all__ = ["HELP", "NAME", "configure", "run"]
 
@@ -47,4 +50,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     for name in KNOWN_BACKENDS:
         table.add_row(*_backend_row(name))
     console.print(table)
+    if completion.COMPILED:
+        say(console, "completion host function: compiled C (no Python on runtime threads)")
+    else:
+        say(console, "completion host function: Python fallback (the C helper was not built: no C compiler at "
+                     "install?); reinstall with a C compiler for the faster one", style="yellow")
     return EXIT_OK

@@ -4,7 +4,7 @@ device timeline (a :class:`~aclpipe.trace.Trace`) when the device can record one
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,13 +19,15 @@ __all__ = ["Measurement", "can_trace", "measure", "percentile"]
 @dataclass
 class Measurement:
     """What :func:`measure` saw: per-run host latency (submit to result, seconds), the wall time
-    of the whole stream, the trace (None when not recorded), and the pipeline's counters."""
+    of the whole stream, the trace (None when not recorded), the pipeline's counters, every
+    run's outputs (when kept) and the last run's."""
 
     latencies: list[float]
     wall: float
     stats: PipelineStats
     trace: Trace | None = None
     outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    last: dict[str, np.ndarray] | None = None
 
     @property
     def trace_stats(self) -> TraceStats | None:
@@ -42,7 +44,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
 
 
-async def measure(pipe: Pipeline, batches: Sequence[Mapping[str, Any]], *, trace: bool = True,
+async def measure(pipe: Pipeline, batches: Iterable[Mapping[str, Any]], *, trace: bool = True,
                   keep_outputs: bool = False, on_result: Callable[[], None] | None = None) -> Measurement:
     """Run every batch through ``pipe.stream`` (``depth`` in flight) and measure it.
 
@@ -52,6 +54,7 @@ async def measure(pipe: Pipeline, batches: Sequence[Mapping[str, Any]], *, trace
     taken: list[float] = []
     latencies: list[float] = []
     outputs: list[dict[str, np.ndarray]] = []
+    last: dict[str, np.ndarray] | None = None
 
     async def feed() -> AsyncIterator[Mapping[str, Any]]:
         for batch in batches:
@@ -63,6 +66,7 @@ async def measure(pipe: Pipeline, batches: Sequence[Mapping[str, Any]], *, trace
     try:
         async for result in pipe.stream(feed()):
             latencies.append(time.perf_counter() - taken[len(latencies)])
+            last = result
             if keep_outputs:
                 outputs.append(result)
             if on_result is not None:
@@ -70,4 +74,4 @@ async def measure(pipe: Pipeline, batches: Sequence[Mapping[str, Any]], *, trace
     finally:
         wall = time.perf_counter() - start
         recorded = recording.stop() if recording is not None else None
-    return Measurement(latencies, wall, pipe.stats(), recorded, outputs)
+    return Measurement(latencies, wall, pipe.stats(), recorded, outputs, last)

@@ -11,7 +11,6 @@ node's phase one asks for, and write the plan as Graphviz DOT.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -24,11 +23,13 @@ from ..plan.render import format_bytes
 from ..trace import plan_dot
 from .common import (
     EXIT_OK,
+    MAX_STREAMS,
     add_graph_arguments,
+    check_writable,
     describe_shapes,
+    int_at_most,
     load_graph_arguments,
     output_console,
-    positive_int,
     reporting_errors,
     say,
 )
@@ -42,7 +43,8 @@ HELP = "print a graph's plan (streams, events, memory, workspaces) and write it 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``plan`` arguments to ``parser``."""
     add_graph_arguments(parser, batch=8)
-    parser.add_argument("--streams", type=positive_int, default=4, help="compute streams at most (default 4)")
+    parser.add_argument("--streams", type=int_at_most(MAX_STREAMS), default=4,
+                        help=f"compute streams at most, 1 to {MAX_STREAMS} (default 4)")
     parser.add_argument("--dot", metavar="OUT.dot", help="write the plan as Graphviz DOT (render: dot -Tsvg)")
 
 
@@ -81,6 +83,7 @@ def workspace_table(plan: Plan, sizes: dict[str, int | str]) -> Table:
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe plan``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
     console = output_console(console)
+    dot_path = check_writable(args.dot, "--dot") if args.dot else None  # before any work
     _, shapes, bound = load_graph_arguments(args)
     plan = make_plan(bound, streams=args.streams)
     say(console, f"inputs {describe_shapes(shapes)}")
@@ -94,8 +97,8 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     for name, size in sizes.items():
         if isinstance(size, str):
             say(console, f"node {name!r}: phase one {size}", style="yellow")
-    if args.dot:
-        path = Path(args.dot)
+    if dot_path is not None:
+        path = dot_path
         path.write_text(plan_dot(plan), encoding="utf-8")
         say(console, f"dot: {path} ({plan.stream_count} stream clusters, {plan.num_waits} event edges; "
                      f"render with: dot -Tsvg {path} -o {path.with_suffix('.svg')})")

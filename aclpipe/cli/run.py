@@ -1,15 +1,24 @@
-"""``aclpipe run GRAPH``: run a graph file on a device with seeded random inputs and report
-latency, throughput, engine use and overlap (from a device trace), memory and sync counts.
+"""``aclpipe run GRAPH``: run a graph file on a device and show its outputs, with latency,
+throughput, engine use and overlap (from a device trace), memory and sync counts.
+
+Inputs come from ``--input NAME=FILE.npy`` / ``--input FILE.npz`` (every run feeds the same
+arrays), else they are seeded random batches of ``--batch`` rows.  Each output's name, shape,
+dtype and first values are printed; ``--output out.npz`` saves them.  Every argument, output
+path and the memory one run needs are checked before the device is opened or anything runs.
 
 .. code-block:: text
 
-    aclpipe run graphs/mlp.yaml --batch 32 --runs 20 --streams 4 --depth 2 --timing \\
-        --trace mlp.json --gantt mlp.png
+    aclpipe run graphs/mlp.yaml --input x=batch.npy --output out.npz --runs 20 --streams 4 \\
+        --depth 2 --timing --trace mlp.json --gantt mlp.png
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,19 +34,28 @@ from rich.progress import (
 from rich.table import Table
 
 from ..backends import parse_device
+from ..graph import Graph
 from ..pipeline import Pipeline
-from ..plan import Plan
+from ..plan import Plan, make_plan
 from ..plan.render import format_bytes
-from ..runtime import Device, open_device
+from ..runtime import Device
 from ..runtime.workspaces import STRATEGIES
 from ..trace import format_seconds
+from .arrays import input_assignment, load_inputs, outputs_table, save_outputs
 from .common import (
     EXIT_OK,
+    MAX_DEPTH,
+    MAX_STREAMS,
     CommandError,
     add_graph_arguments,
+    bind_shapes,
+    check_writable,
     describe_shapes,
-    load_graph_arguments,
+    int_at_most,
+    load_any_graph,
+    open_device_for,
     output_console,
+    positive_float,
     positive_int,
     random_inputs,
     reporting_errors,
@@ -57,10 +75,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="device, e.g. 'sim' or 'ascend:0' (default: "
                                                        "$ACLPIPE_DEVICE, else sim)")
     parser.add_argument("--runs", type=positive_int, default=20, help="batches to run (default 20)")
-    parser.add_argument("--streams", type=positive_int, default=4, help="compute streams at most (default 4)")
-    parser.add_argument("--depth", type=positive_int, default=2, help="runs in flight (default 2)")
+    parser.add_argument("--streams", type=int_at_most(MAX_STREAMS), default=4,
+                        help=f"compute streams at most, 1 to {MAX_STREAMS} (default 4)")
+    parser.add_argument("--depth", type=int_at_most(MAX_DEPTH), default=2,
+                        help=f"runs in flight, 1 to {MAX_DEPTH} (default 2)")
     parser.add_argument("--workspace", choices=STRATEGIES, default="pool", help="workspace strategy")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--input", type=input_assignment, action="append", default=[], metavar="NAME=FILE.npy",
+                        help="feed input NAME from a .npy file, or every input from a .npz (FILE.npz); "
+                             "repeatable; inputs not given are seeded random")
+    parser.add_argument("--output", metavar="OUT.npz", help="save the outputs of the last run as one .npz")
     add_sim_arguments(parser)
     parser.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (open in ui.perfetto.dev)")
     parser.add_argument("--gantt", metavar="OUT.png", help="draw a Gantt chart (needs matplotlib)")
@@ -69,7 +93,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timing", action="store_true",
                         help="sim: turn the timing model on (times are then modelled device time)")
-    parser.add_argument("--time-scale", type=float, default=1000.0, metavar="X",
+    parser.add_argument("--time-scale", type=positive_float, default=1000.0, metavar="X",
                         help="sim with --timing: wall seconds per modelled device second (default 1000)")
     parser.add_argument("--sanitizer", action="store_true", help="sim: check every access for happens-before")
 
@@ -82,8 +106,6 @@ def device_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]
         if args.timing or args.sanitizer:
             raise CommandError(f"--timing and --sanitizer apply to the sim backend only, not {backend!r}")
         return args.device, {}
-    if args.time_scale <= 0:
-        raise CommandError(f"--time-scale must be positive, got {args.time_scale}")
     options: dict[str, Any] = {"timing": args.timing, "time_scale": args.time_scale}
     if args.sanitizer:
         options["sanitizer"] = True
@@ -94,34 +116,95 @@ def device_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe run``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
     console = output_console(console)
-    graph, shapes, _ = load_graph_arguments(args)  # shape errors now, before a device is opened
-    if args.gantt:
-        _need_matplotlib()
+    graph, shapes, given = _graph_and_inputs(args)  # shape errors now, before a device is opened
+    outputs_path = _check_output_paths(args)
     name, options = device_options(args)
-    rng = np.random.default_rng(args.seed)
-    batches = [random_inputs(graph, shapes, rng) for _ in range(args.runs)]
-    device = open_device(name, **options)
+    device = open_device_for(name, **options)
     try:
         if (args.trace or args.gantt) and not device.capabilities.tracing:
             raise CommandError(f"--trace and --gantt need a device that records timelines (sim), not {device.name}")
+        plan = make_plan(graph.bind(**shapes), streams=args.streams)
+        _check_fits(plan, device, args.depth)
         say(console, f"{graph.name} ({args.graph}) on {device.describe()}", style="bold")
-        say(console, f"inputs {describe_shapes(shapes)}; {args.runs} runs, {args.streams} stream(s) at most, "
-                     f"depth {args.depth}, workspace {args.workspace}")
+        source = (f"{', '.join(given)} from --input" + (", the rest seeded random" if len(given) < len(shapes) else "")
+                  if given else "seeded random")
+        say(console, f"inputs {describe_shapes(shapes)} ({source}); {args.runs} runs, {args.streams} stream(s) "
+                     f"at most, depth {args.depth}, workspace {args.workspace}")
+        batches = _batches(graph, shapes, given, args)
         plan, measured = anyio.run(_run_pipeline, graph, device, args, shapes, batches, console)
     finally:
         device.close()
     console.print(report_table(graph.name, plan, measured, args, options, batch=_samples(shapes)))
+    _show_outputs(measured, args, console, outputs_path)
     _write_outputs(measured, args, console, title=f"{graph.name}: {describe_shapes(shapes)}")
     return EXIT_OK
 
 
+def _graph_and_inputs(args: argparse.Namespace) -> tuple[Graph, dict[str, tuple[int, ...]], dict[str, np.ndarray]]:
+    """The graph, every input's shape (given arrays fix theirs and the named dims they carry),
+    and the arrays ``--input`` named."""
+    graph = load_any_graph(args.graph)
+    given, notes = load_inputs(graph, args.input)
+    dims = dict(args.dim)
+    for input_name, array in given.items():
+        for dim, size in zip(graph.inputs[input_name].shape, array.shape):
+            if isinstance(dim, str):
+                dims.setdefault(dim, int(size))
+    shapes = bind_shapes(graph, args.batch, dims)
+    shapes.update({input_name: tuple(array.shape) for input_name, array in given.items()})
+    graph.bind(**shapes)
+    for note in notes:
+        print(f"aclpipe: note: {note}", file=sys.stderr)
+    return graph, shapes, given
+
+
+def _check_output_paths(args: argparse.Namespace) -> Path | None:
+    if args.gantt:
+        _need_matplotlib()
+    for option, value in (("--trace", args.trace), ("--gantt", args.gantt)):
+        if value:
+            check_writable(value, option)
+    return check_writable(args.output, "--output") if args.output else None
+
+
+def _check_fits(plan: Plan, device: Device, depth: int) -> None:
+    """Refuse a run that cannot fit before allocating any of it (a huge --batch, say)."""
+    need = plan.arena_size * depth + sum(int(np.asarray(array).nbytes) for array in plan.constants.values())
+    total = device.mem_info().total
+    if need > total:
+        raise CommandError(f"one run needs {format_bytes(need)} of device memory ({depth} slot(s) of "
+                           f"{format_bytes(plan.arena_size)} plus constants), more than {device.name}'s "
+                           f"{format_bytes(total)}; use a smaller --batch or --depth")
+    staged = sum(plan.values[name].desc.nbytes for name in plan.inputs) * (depth + 1)
+    available = _host_memory()
+    if available is not None and staged > available:
+        raise CommandError(f"one batch of inputs staged {depth + 1} times needs {format_bytes(staged)} of host "
+                           f"memory, more than the {format_bytes(available)} available; use a smaller --batch")
+
+
+def _host_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _batches(graph: Graph, shapes: dict[str, tuple[int, ...]], given: dict[str, np.ndarray],
+             args: argparse.Namespace) -> Iterator[dict[str, np.ndarray]]:
+    """One batch per run, made as it is needed: the given arrays, random ones for the rest."""
+    rng = np.random.default_rng(args.seed)
+    missing = [name for name in graph.inputs if name not in given]
+    for _ in range(args.runs):
+        yield {**given, **random_inputs(graph, shapes, rng, missing)}
+
+
 async def _run_pipeline(graph: Any, device: Device, args: argparse.Namespace, shapes: dict[str, tuple[int, ...]],
-                        batches: list[dict[str, np.ndarray]], console: Console) -> tuple[Plan, Measurement]:
+                        batches: Iterable[dict[str, np.ndarray]], console: Console) -> tuple[Plan, Measurement]:
     async with Pipeline(graph, device, streams=args.streams, depth=args.depth, workspace=args.workspace) as pipe:
         plan = pipe.prepare(**shapes)
         columns = (TextColumn("running"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("runs", total=len(batches))
+            task = progress.add_task("runs", total=args.runs)
             measured = await measure(pipe, batches, trace=True,
                                      on_result=lambda: progress.advance(task))
     return plan, measured
@@ -183,6 +266,16 @@ def _need_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise CommandError("--gantt needs matplotlib: pip install 'aclpipe[plot]'") from None
+
+
+def _show_outputs(measured: Measurement, args: argparse.Namespace, console: Console, path: Path | None) -> None:
+    last = measured.last
+    if last is None:
+        return
+    console.print(outputs_table(last, title=f"outputs of run {len(measured.latencies)}"))
+    if path is not None:
+        save_outputs(path, last)
+        say(console, f"outputs: {path} ({', '.join(last)}; read with numpy.load)")
 
 
 def _write_outputs(measured: Measurement, args: argparse.Namespace, console: Console, title: str) -> None:

@@ -5,13 +5,32 @@
 - :mod:`.program`: prepared programs (per slot: arena, staging, events, bound executors).
 - :mod:`.slots`: the slot queue, the FIFO enqueue lock, run tickets.
 - :mod:`.faults`: fault windows and which runs raise :class:`~aclpipe.ExecutionError`.
+- :mod:`.resources`: what the device touches, freed by ``aclose`` or once the device passed it.
+- :mod:`.cache`: programs per input signature, least recently used evicted (``max_programs``).
+- :mod:`.batches`: shape buckets (pad, run, slice) and batches with no rows.
+- :mod:`.affinity`: one thread and event loop at a time; others get :class:`~aclpipe.EventLoopError`.
+- :mod:`.oneshot`: :func:`run`, the blocking one-shot for scripts (``aclpipe.run(graph, x=batch)``).
+- :mod:`.stats`: :class:`PipelineStats`.
+- :mod:`.replicas`: one graph on several devices, runs to the least loaded (``device=[...]``).
+- :mod:`.devices`: what pipelines over several devices share (opening them, adding up counters).
+- :mod:`.stages`, :mod:`.stage_program`: one graph cut across devices (``split="stages"``).
 """
 
+from .affinity import LoopAffinity
+from .batches import ShapeBuckets, empty_result
+from .cache import CacheEntry, LruDict, ProgramCache
 from .faults import Fault, FaultLog
-from .pipeline import Pipeline, PipelineStats
+from .oneshot import load_model, run
+from .pipeline import Pipeline
 from .prepare import Preparer
 from .program import Program, Slot, Step
+from .replicas import DeviceStats, ReplicaPipeline, ReplicaStats
+from .resources import Resources
 from .slots import FifoLock, SlotQueue, Ticket
+from .stages import StagePipeline, StageStats
+from .stats import PipelineStats
 
-__all__ = ["Fault", "FaultLog", "FifoLock", "Pipeline", "PipelineStats", "Preparer", "Program", "Slot",
-           "SlotQueue", "Step", "Ticket"]
+__all__ = ["CacheEntry", "DeviceStats", "Fault", "FaultLog", "FifoLock", "LoopAffinity", "LruDict", "Pipeline",
+           "PipelineStats", "Preparer", "Program", "ProgramCache", "ReplicaPipeline", "ReplicaStats", "Resources",
+           "ShapeBuckets", "Slot", "SlotQueue", "StagePipeline", "StageStats", "Step", "Ticket", "empty_result",
+           "load_model", "run"]

@@ -5,7 +5,7 @@ busy: backpressure), copies the inputs into the slot's pinned staging, enqueues 
 prepared program (H2D copies, every node with its waits and records, D2H copies) and one
 completion host function, and awaits it.  ``async for out in pipe.stream(batches)`` keeps
 ``depth`` runs in flight so that batch i+1's H2D, batch i's compute and batch i-1's D2H
-overlap, and yields results in order.
+overlap, and yields results in order.  ``pipe.run_sync(x=batch)`` is the blocking one-shot.
 
 Errors.  Device faults are sticky on their stream, which goes on with its later tasks
 (CANN's default, continue-on-failure).  Every launch carries its run number, so when a run
@@ -19,81 +19,55 @@ A run cancelled while enqueueing (waiting for a workspace) stops there; whatever
 enqueued is completed.  Once work is enqueued, the slot (and the workspaces of its nodes)
 return only after the device has passed it: the cancelled task waits for that, shielded, up
 to ``cancel_grace`` seconds, then reports the slot lost rather than risk a use-after-free.
+
+Lifecycle.  What the device touches lives in :class:`~aclpipe.pipeline.resources.Resources`:
+freed by ``aclose()`` once the device passed every run, or, when the pipeline is dropped
+without ``aclose()`` or its ``aclose()`` is cancelled, freed by whichever thread sees the
+device pass it (never blocking the event loop, never sooner).  Closing the device fails
+every waiter at once with :class:`ClosedResourceError`.  One thread and event loop at a time
+(:mod:`~aclpipe.pipeline.affinity`); programs per input signature are bounded
+(:mod:`~aclpipe.pipeline.cache`); batches may be padded to buckets (:mod:`~aclpipe.pipeline.batches`).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Self
+import weakref
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, Self, cast
 
 import anyio
 import numpy as np
 
-from ..dtypes import as_dtype
+from ..backends import is_device_list
 from ..errors import AclpipeError, BackendError, ClosedResourceError, GraphError
 from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device, Stream, open_device
 from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
+from .affinity import LoopAffinity, refuse_inside_event_loop
+from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
+from .cache import CacheEntry, ProgramCache, check_capacity
 from .faults import FaultLog
 from .prepare import Preparer
-from .program import Program
-from .slots import FifoLock, SlotQueue, Ticket
+from .resources import Resources
+from .slots import FifoLock, Ticket
+from .stats import PipelineStats
 
-__all__ = ["Pipeline", "PipelineStats"]
+__all__ = ["SPLITS", "Pipeline", "PipelineStats"]
+
+#: How a pipeline given several devices uses them: ``"replicas"`` (default: the whole graph on
+#: each, runs go to the least loaded) or ``"stages"`` (the graph cut into one stage per device).
+SPLITS = ("replicas", "stages")
 
 #: Host functions that return pool blocks: one per this many releases per stream (and one at
 #: the end of each run), so streams do not stall after every node.
 _POOL_BATCH = 8
 
-
-@dataclass(frozen=True)
-class PipelineStats:
-    """What :meth:`Pipeline.stats` reports.
-
-    Attributes
-    ----------
-    runs, failed_runs:
-        Runs enqueued so far, and runs that raised :class:`ExecutionError`.
-    signatures, prepare_hits:
-        Programs prepared (one per input signature), and runs that found theirs prepared.
-    executors:
-        Executors held (one per compute node per slot, over every program).
-    events_per_run, waits_per_run:
-        Events recorded and waits enqueued by one run (the largest program's).
-    arena_bytes, constant_bytes:
-        Device bytes of all slots' activation arenas, and of the uploaded weights.
-    workspace:
-        The workspace strategy's counters (:class:`~aclpipe.runtime.workspaces.WorkspaceStats`
-        as a dict: ``strategy``, ``in_use``, ``peak``, ``reserved``, ``acquires``,
-        ``allocations``, ``waits``, ``limit`` and ``outstanding``: blocks not yet back).
-    device_peak_bytes:
-        The device's peak memory use, when the backend reports it.
-    in_flight:
-        Runs enqueued whose results have not been read or abandoned yet.
-    lost_slots:
-        Slots of cancelled runs the device had not passed within ``cancel_grace``; never reused.
-    """
-
-    runs: int
-    failed_runs: int
-    signatures: int
-    prepare_hits: int
-    executors: int
-    events_per_run: int
-    waits_per_run: int
-    arena_bytes: int
-    constant_bytes: int
-    workspace: Mapping[str, Any]
-    device_peak_bytes: int | None
-    in_flight: int
-    lost_slots: int = 0  # slots of cancelled runs the device had not passed within cancel_grace
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+#: An accepted batch: its cache entry (pinned), the arrays to write, the real row count when
+#: the batch was padded to a bucket (else None).
+_Accepted = tuple[CacheEntry, dict[str, np.ndarray], int | None]
 
 
 class Pipeline:
@@ -105,7 +79,9 @@ class Pipeline:
         A :class:`Graph` (or anything :func:`aclpipe.load_graph` returns).
     device:
         A :class:`Device`, a device name (``"sim"``, ``"ascend:0"``) or ``None`` for the default.
-        A device the pipeline opened is closed by :meth:`aclose`.
+        A device the pipeline opened is closed by :meth:`aclose`.  Several devices (a list, or
+        ``"sim:0,1"``, ``"ascend:0-7"``) make a pipeline of the same API over all of them:
+        see ``split``.
     streams:
         At most this many compute streams (plus one H2D and one D2H copy stream).
     depth:
@@ -117,10 +93,32 @@ class Pipeline:
         Size of the workspace pool (default: twice the largest workspaces of all streams).
     cancel_grace:
         Seconds a cancelled run waits, shielded, for the device to pass its enqueued work.
+    max_programs:
+        Programs (one per input signature) kept prepared at once; the least recently used one
+        with nothing in flight is freed when a new signature would exceed it.
+    buckets:
+        Batch sizes to pad batches up to (see :mod:`aclpipe.pipeline.batches`), so that a
+        server meets a few input signatures instead of one per batch size.
+    split:
+        With several devices: ``"replicas"`` (default; :class:`~aclpipe.pipeline.replicas.ReplicaPipeline`)
+        or ``"stages"`` (:class:`~aclpipe.pipeline.stages.StagePipeline`).
+
+    Notes
+    -----
+    Not thread-safe: a pipeline serves one thread and event loop at a time, and refuses calls
+    from another one meanwhile with :class:`EventLoopError` (see
+    :mod:`aclpipe.pipeline.affinity`).
     """
 
-    def __init__(self, graph: Graph, device: Device | str | None = None, *, streams: int = 4, depth: int = 2,
-                 workspace: str = "pool", pool_bytes: int = 0, cancel_grace: float = 30.0):
+    def __new__(cls, graph: Graph, device: object = None, *args: Any, **options: Any) -> Self:
+        # Several devices: the same API, carried out by a subclass that drives one engine per device.
+        target = _several_devices_class(options.get("split")) if cls is Pipeline and is_device_list(device) else cls
+        return cast(Self, object.__new__(target))
+
+    def __init__(self, graph: Graph, device: Device | str | Sequence[Device | str] | None = None, *,
+                 streams: int = 4, depth: int = 2, workspace: str = "pool", pool_bytes: int = 0,
+                 cancel_grace: float = 30.0, max_programs: int = 16, buckets: Sequence[int] | None = None,
+                 split: str | None = None):
         if not isinstance(graph, Graph):
             raise TypeError(f"Pipeline needs a Graph, got {type(graph).__name__}; build one with "
                             "aclpipe.Graph or load one with aclpipe.load_graph / aclpipe.load_onnx")
@@ -131,78 +129,120 @@ class Pipeline:
             raise ValueError(f"workspace must be one of {STRATEGIES}, got {workspace!r}")
         if not graph.outputs:
             raise GraphError(f"graph {graph.name!r} has no outputs: mark results with g.output(name, value)")
+        if split is not None and split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS} (or None), got {split!r}")
+        if not (device is None or isinstance(device, (Device, str))):
+            raise TypeError(f"device must be a Device, a name or a list of them, got {type(device).__name__}")
+        self.buckets = ShapeBuckets(graph, buckets) if buckets is not None else None
+        cache = ProgramCache(check_capacity(max_programs))
         self.graph = graph
-        self._owns_device = not isinstance(device, Device)
+        owns_device = not isinstance(device, Device)
         self.device = device if isinstance(device, Device) else open_device(device)
         self.max_streams = streams
         self.depth = depth
         self.workspace = workspace
         self.cancel_grace = cancel_grace
-        self._streams: list[Stream] = [self.device.create_stream() for _ in range(streams + 2)]
-        self._timeline = Timeline(len(self._streams))
-        for lane, stream in enumerate(self._streams):
-            self._timeline.assign(stream, lane)
-        self._workspaces = self._make_workspaces(workspace, pool_bytes)
-        self._preparer = Preparer(graph, self.device, self._streams, depth=depth, max_streams=streams)
-        self._programs: dict[Signature, Program] = {}
-        self._queues: dict[int, SlotQueue] = {}
+        try:
+            self._res = self._make_resources(owns_device, pool_bytes, cache)
+        except BaseException:
+            if owns_device:
+                self.device.close()
+            raise
+        # Dropped without aclose(): what the device may still touch is freed once it passed it.
+        self._finalizer = weakref.finalize(self, Resources.park, self._res)
+        self._affinity = LoopAffinity(f"pipeline {graph.name!r}")
         self._enqueue_lock = FifoLock()
         self._faults = FaultLog()
         self._runs = 0
         self._prepare_hits = 0
         self._lost_slots = 0
         self._closed = False
-        self._freed = False  # aclose freed the device memory: late tickets only retire
         self._finishing = 0  # callers between awaiting completion and having their result
         self._finished: anyio.Event | None = None
-        self._closing: anyio.Event | None = None  # set once aclose has freed everything
+        self._closing: anyio.Event | None = None  # set once aclose has settled
 
-    def _make_workspaces(self, name: str, pool_bytes: int) -> WorkspaceStrategy:
+    def _make_resources(self, owns_device: bool, pool_bytes: int, cache: ProgramCache) -> Resources:
+        streams: list[Stream] = [self.device.create_stream() for _ in range(self.max_streams + 2)]
+        timeline = Timeline(len(streams))
+        for lane, stream in enumerate(streams):
+            timeline.assign(stream, lane)
         # The pool is sized by the programs it serves unless pool_bytes fixes it, and reports
         # its releases in batches: a host function per node would stall the streams.
-        options: dict[str, Any] = {"limit": pool_bytes or None, "batch": _POOL_BATCH} if name == "pool" else {}
-        return make_workspace_strategy(self.device, name, timeline=self._timeline, **options)
+        options: dict[str, Any] = ({"limit": pool_bytes or None, "batch": _POOL_BATCH}
+                                   if self.workspace == "pool" else {})
+        workspaces: WorkspaceStrategy = make_workspace_strategy(self.device, self.workspace, timeline=timeline,
+                                                                **options)
+        preparer = Preparer(self.graph, self.device, streams, depth=self.depth, max_streams=self.max_streams)
+        return Resources(self.device, owns_device, streams, timeline, workspaces, preparer, cache)
 
     # -- planning and preparing ----------------------------------------------------------------
     def plan_for(self, **inputs: Any) -> Plan:
         """The plan for these input shapes (``x=(32, 784)``; an imported model's host-value
         inputs take their contents: ``shape=np.array([4, -1])``); prepares nothing.  Plans are
         cached per input signature, so the first run with these inputs does not plan again."""
-        return self._preparer.plan_for(inputs)
+        with self._affinity.use("plan_for"):
+            return self._res.preparer.plan_for(inputs)
 
     def prepare(self, **inputs: Any) -> Plan:
         """Plan, allocate and run phase one for these inputs now (as :meth:`plan_for` takes
         them; otherwise done at the first run with them).  Returns the plan."""
-        return self._program_for(self._preparer.signature(inputs)).plan
+        with self._affinity.use("prepare"):
+            entry = self._entry_for(self._res.preparer.signature(inputs))
+            self._trim()
+            return entry.program.plan
 
-    def _program_for(self, key: Signature) -> Program:
+    def _entry_for(self, key: Signature) -> CacheEntry:
         self._check_open()
-        program = self._programs.pop(key, None)
-        if program is not None:
-            self._programs[key] = program  # most recently used last: idle programs go first (events)
+        cache = self._res.cache
+        entry = cache.get(key)
+        if entry is not None:
             self._prepare_hits += 1
-            return program
-        program = self._preparer.prepare(key, self._workspaces, self._evict_idle_program)
-        self._programs[key] = program
-        self._queues[id(program)] = SlotQueue(list(program.slots))
-        return program
+            return entry
+        return cache.add(key, self._res.preparer.prepare(key, self._res.workspaces, self._evict_idle_program))
 
     def _evict_idle_program(self) -> bool:
-        """Close the least recently used program whose slots are all free (the device has
-        passed its runs), freeing its events; False when every program is busy."""
-        for key, program in self._programs.items():
-            queue = self._queues[id(program)]
-            if len(queue.free) == len(program.slots) and not queue.waiters:
-                del self._programs[key], self._queues[id(program)]
-                program.close()
-                return True
-        return False
+        """Close the least recently used program with nothing in flight, freeing its events (the
+        preparer asks when the device's event limit is near); False when every program is busy."""
+        program = self._res.cache.evict_one()
+        if program is None:
+            return False
+        program.close()
+        return True
+
+    def _trim(self) -> None:
+        """Free the least recently used idle programs beyond ``max_programs``."""
+        for program in self._res.cache.trim():
+            program.close()  # idle: every slot is back, so the device passed all its runs
 
     # -- running ---------------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the graph once; returns ``{output name: array}``."""
-        program, arrays = self._accept(inputs)
-        return await self._finish(await self._start(program, arrays))
+        self._affinity.enter("run")  # not a with-block: this is the hot path
+        try:
+            arrays = self._check_inputs(inputs)
+            empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+            if empty is not None:
+                return empty
+            accepted = self._accept(arrays)
+            return await self._finish(await self._start(*accepted))
+        finally:
+            self._affinity.leave()
+
+    def run_sync(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> dict[str, np.ndarray]:
+        """Run the graph once and wait, from code with no event loop (as ``InferenceSession.run``).
+
+        Inputs by name (``pipe.run_sync(x=batch)``) or as one mapping (``pipe.run_sync({"x":
+        batch})``, for names that are not Python identifiers).  Each call runs an event loop of
+        its own; inside a running event loop use ``await pipe.run(...)`` instead.
+
+        Raises
+        ------
+        EventLoopError
+            When called from a thread that runs an event loop.
+        """
+        refuse_inside_event_loop("Pipeline.run_sync")
+        merged = {**(inputs or {}), **named}
+        return anyio.run(lambda: self.run(**merged))
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
@@ -212,50 +252,85 @@ class Pipeline:
         ``contextlib.aclosing(pipe.stream(...))`` to give their slots back at once.
         """
         pending: collections.deque[Ticket] = collections.deque()
+        self._affinity.enter("stream")
         try:
             async for batch in _aiter(batches):
                 if not isinstance(batch, Mapping):
                     raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
-                program, arrays = self._accept(dict(batch))
+                arrays = self._check_inputs(dict(batch))
+                empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+                if empty is not None:  # nothing to enqueue: in order after the runs ahead of it
+                    while pending:
+                        yield await self._finish(pending.popleft())
+                    yield empty
+                    continue
+                accepted = self._accept(arrays)
                 # Never wait for a slot while holding runs this generator could finish itself: two
                 # streams (or a stream and a caller that holds slots) would each keep some and
                 # wait for the other's.
-                while pending and not self._queues[id(program)].ready:
-                    yield await self._finish(pending.popleft())
-                pending.append(await self._start(program, arrays))
+                try:
+                    while pending and not accepted[0].queue.ready:
+                        yield await self._finish(pending.popleft())
+                except BaseException:
+                    self._unpin(accepted[0])
+                    raise
+                pending.append(await self._start(*accepted))
                 if len(pending) >= self.depth:
                     yield await self._finish(pending.popleft())
             while pending:
                 yield await self._finish(pending.popleft())
         finally:
-            with anyio.CancelScope(shield=True):
-                while pending:
-                    await self._abandon(pending.popleft())
+            try:
+                with anyio.CancelScope(shield=True):
+                    while pending:
+                        await self._abandon(pending.popleft())
+            finally:
+                self._affinity.leave()
 
-    def _accept(self, inputs: Mapping[str, Any]) -> tuple[Program, dict[str, np.ndarray]]:
-        """Check the inputs and find (or prepare) their program; nothing is enqueued.  Host
-        values (see :mod:`aclpipe.graph.signature`) pick the program and are not copied."""
-        arrays = self._check_inputs(inputs)
-        key = self._preparer.signature(arrays)
+    def _accept(self, arrays: dict[str, np.ndarray]) -> _Accepted:
+        """Pad to a bucket and find (or prepare) the program; nothing is enqueued.  Host values
+        (see :mod:`aclpipe.graph.signature`) pick the program and are not copied.  The entry is
+        pinned (never evicted) until the run finishes or is abandoned."""
+        rows = None
+        if self.buckets is not None:
+            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs)
+        key = self._res.preparer.signature(arrays)
+        entry = self._entry_for(key)
+        self._res.cache.pin(entry)
+        try:
+            size = self.buckets.bucket(rows) if self.buckets is not None and rows is not None else None
+            if size is not None and size not in entry.checked:
+                ShapeBuckets.check_outputs(entry.program.plan, size)
+                entry.checked.add(size)
+            self._trim()
+        except BaseException:
+            self._unpin(entry)
+            raise
         host = key.host
-        return self._program_for(key), {name: array for name, array in arrays.items() if name not in host}
+        return entry, {name: array for name, array in arrays.items() if name not in host}, rows
 
-    async def _start(self, program: Program, arrays: Mapping[str, np.ndarray]) -> Ticket:
+    async def _start(self, entry: CacheEntry, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> Ticket:
         """Take a slot (awaiting one: backpressure) and enqueue a run on it."""
-        queue = self._queues[id(program)]
-        slot = await queue.acquire()
+        queue, program = entry.queue, entry.program
+        try:
+            slot = await queue.acquire()
+        except BaseException:
+            self._unpin(entry)
+            raise
         try:
             program.write_inputs(slot, arrays)
             await self._enqueue_lock.acquire()
         except BaseException:
             queue.release(slot)
+            self._unpin(entry)
             raise
         try:
-            if self._closed:  # closed while this run waited for the lock
+            if self._closed or self.device.closed:  # closed while this run waited for the lock
                 queue.release(slot)
-                raise ClosedResourceError("the pipeline is closed")
+                self._unpin(entry)
+                self._check_open()
             self._runs += 1
-            ticket = Ticket(self._runs, program, slot, 0)
+            ticket = Ticket(self._runs, program, slot, 0, entry=entry, rows=rows)
             # Live from the moment it has a number: faults collected meanwhile must cover it.
             self._faults.start(ticket.run)
             # Not shielded: a cancel while enqueueing waits for a workspace stops further
@@ -275,23 +350,26 @@ class Pipeline:
         the first task is on a stream the run must be completed, or the slot would come back
         while the device still used it.  Returns what stopped the run part way, if anything."""
         failure: BaseException | None = None
+        res = self._res
         try:
-            await ticket.program.enqueue(ticket.slot, ticket.run, self._workspaces)
+            await ticket.program.enqueue(ticket.slot, ticket.run, res.workspaces)
         except BaseException as error:  # noqa: BLE001 - re-raised by the caller once the run is settled
             failure = error
         try:
-            ticket.value = ticket.program.enqueue_completion(ticket.slot, self._workspaces, self._timeline,
+            ticket.value = ticket.program.enqueue_completion(ticket.slot, res.workspaces, res.timeline,
                                                              self._d2h_lane)
         except BaseException:
             # No completion to wait for: the slot can never safely come back.
-            self._retire(ticket.run)
+            self._release_ticket(ticket)
             self._lost_slots += 1
+            if self.device.closed:
+                self._device_lost()
             raise
         return failure
 
     @property
     def _d2h_lane(self) -> int:
-        return len(self._streams) - 1
+        return len(self._res.streams) - 1
 
     async def _finish(self, ticket: Ticket) -> dict[str, np.ndarray]:
         self._finishing += 1
@@ -303,71 +381,85 @@ class Pipeline:
                 self._finished.set()
 
     async def _result(self, ticket: Ticket) -> dict[str, np.ndarray]:
+        res = self._res
         try:
-            await self._timeline.wait(self._d2h_lane, ticket.value)
+            await res.timeline.wait(self._d2h_lane, ticket.value)
+        except ClosedResourceError as error:  # the device was closed with the run in flight
+            self._device_lost()
+            self._release_ticket(ticket)
+            raise ClosedResourceError(f"run {ticket.run} was abandoned: {error}") from error
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._abandon(ticket)
             raise
-        if self._freed:  # a stream() generator resumed after aclose: its results are gone
-            self._retire(ticket.run)
-            raise ClosedResourceError("the pipeline was closed before this run's result was read")
         try:
-            self._collect_faults()
-            self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
-            return ticket.program.read_outputs(ticket.slot)
+            with res.lock:
+                if res.released or res.parked:  # aclose gave everything up before this result was read
+                    raise ClosedResourceError(f"the pipeline was closed before run {ticket.run}'s result was read")
+                self._collect_faults()
+                self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
+                outputs = ticket.program.read_outputs(ticket.slot)
         finally:
-            self._retire(ticket.run)
-            self._queues[id(ticket.program)].release(ticket.slot)
+            self._release_ticket(ticket, slot_back=True)
+        return ShapeBuckets.slice(outputs, ticket.rows) if ticket.rows is not None else outputs
 
     async def _abandon(self, ticket: Ticket) -> None:
         """Give the slot back once the device has passed the ticket's work (shielded caller)."""
-        with anyio.move_on_after(self.cancel_grace) as scope:
-            await self._timeline.wait(self._d2h_lane, ticket.value)
+        try:
+            with anyio.move_on_after(self.cancel_grace) as scope:
+                await self._res.timeline.wait(self._d2h_lane, ticket.value)
+        except ClosedResourceError:  # the device was closed: nothing will pass it any more
+            self._device_lost()
+            self._release_ticket(ticket)
+            return
         if scope.cancelled_caught:
-            self._retire(ticket.run)
+            self._release_ticket(ticket)
             self._lost_slots += 1  # never reused: the device may still touch it
             return
-        if self._freed:
-            self._retire(ticket.run)
+        if not (self._res.released or self._res.parked):
+            self._collect_faults()
+        self._release_ticket(ticket, slot_back=True)
+
+    def _release_ticket(self, ticket: Ticket, slot_back: bool = False) -> None:
+        """The run is over for the pipeline: retire its fault window, unpin its program and, when
+        the device passed it, give its slot back."""
+        self._faults.retire(ticket.run, self._runs)
+        if ticket.entry is None:
             return
-        self._collect_faults()
-        self._retire(ticket.run)
-        self._queues[id(ticket.program)].release(ticket.slot)
+        if slot_back:
+            ticket.entry.queue.release(ticket.slot)
+        self._unpin(ticket.entry)
 
-    def _retire(self, run: int) -> None:
-        self._faults.retire(run, self._runs)
+    def _unpin(self, entry: CacheEntry) -> None:
+        self._res.cache.unpin(entry)
+        if not entry.pins and not self._closed and not self._res.released:
+            self._trim()
 
-    def _collect_faults(self) -> None:
-        """Charge stream errors to the runs they spoiled; later runs go to fresh device streams."""
-        failed = self._faults.collect(self._streams, self._runs)
-        if failed:
-            for stream in failed:
-                stream.renew()
-            for program in self._programs.values():
-                program.rebind()
+    def _device_lost(self) -> None:
+        """The device was closed under the pipeline: every run waiting for a slot fails too."""
+        self._res.cache.close_queues(f"device {self.device.name} was closed")
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         self._check_open()
-        expected = self.graph.inputs
-        missing = [name for name in expected if name not in inputs]
-        unknown = [name for name in inputs if name not in expected]
-        if missing or unknown:
-            raise ValueError(f"graph {self.graph.name!r} takes inputs {list(expected)}; "
-                             f"missing {missing}, unknown {unknown}")
-        arrays: dict[str, np.ndarray] = {}
-        for name, spec in expected.items():
-            array = np.asarray(inputs[name])
-            want = as_dtype(spec.dtype)
-            if array.dtype != want.numpy:
-                raise TypeError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
-                                f"{array.dtype}; convert with array.astype('{want.name}')")
-            arrays[name] = array
-        return arrays
+        return check_inputs(self.graph, inputs)
+
+    def _collect_faults(self) -> None:
+        """Charge stream errors to the runs they spoiled; later runs go to fresh device streams."""
+        failed = self._faults.collect(self._res.streams, self._runs)
+        if failed:
+            for stream in failed:
+                stream.renew()
+            for entry in self._res.cache:
+                entry.program.rebind()
 
     # -- reporting and closing ------------------------------------------------------------------
     def stats(self) -> PipelineStats:
-        programs = list(self._programs.values())
+        """The pipeline's counters (see :class:`PipelineStats`); also after :meth:`aclose`."""
+        res = self._res
+        with res.lock:
+            programs = [entry.program for entry in res.cache]
+            workspace = res.workspaces.stats().as_dict()
+            constant_bytes = res.preparer.constant_bytes
         return PipelineStats(
             runs=self._runs, failed_runs=self._faults.failed, signatures=len(programs),
             prepare_hits=self._prepare_hits,
@@ -375,13 +467,17 @@ class Pipeline:
             events_per_run=max((p.plan.num_events for p in programs), default=0),
             waits_per_run=max((p.plan.num_waits for p in programs), default=0),
             arena_bytes=sum(p.plan.arena_size * len(p.slots) for p in programs),
-            constant_bytes=self._preparer.constant_bytes,
-            workspace=self._workspaces.stats().as_dict(), device_peak_bytes=self.device.backend.mem_peak(),
-            in_flight=len(self._faults.live), lost_slots=self._lost_slots)
+            constant_bytes=constant_bytes, workspace=workspace,
+            device_peak_bytes=self.device.backend.mem_peak(), in_flight=len(self._faults.live),
+            lost_slots=self._lost_slots, prepared=res.cache.prepared, evicted=res.cache.evicted,
+            closed=self._closed)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedResourceError("the pipeline is closed")
+        if self.device.closed:
+            raise ClosedResourceError(f"the pipeline's device {self.device.name} is closed; open a new "
+                                      "device and a new Pipeline")
 
     async def aclose(self) -> None:
         """Refuse new runs, wait for runs in flight, then free everything; idempotent.
@@ -390,49 +486,66 @@ class Pipeline:
         finishes enqueueing; then this waits until the device has passed every enqueued run
         (every host function included: the completion pipe and counters must outlive them)
         and every caller awaiting a run has its result.
-        """
-        if self._closed:
-            if not self._freed and self._closing is not None:  # another task is closing: wait for it
-                with anyio.CancelScope(shield=True):
-                    await self._closing.wait()
-            return
-        self._closed = True
-        self._closing = anyio.Event()
-        try:
-            await self._close()
-        finally:
-            self._closing.set()
 
-    async def _close(self) -> None:
-        with anyio.CancelScope(shield=True):
-            for queue in self._queues.values():
-                queue.close()
-            await self._enqueue_lock.acquire()  # a run being enqueued finishes enqueueing first
-            self._enqueue_lock.release()
-            self._workspaces.publish()
-            await self._timeline.drain()
-            while self._finishing:
-                self._finished = anyio.Event()
-                await self._finished.wait()
-            await anyio.to_thread.run_sync(self._drain)
-        self._freed = True
-        for program in self._programs.values():
-            program.close()
-        self._programs.clear()
-        self._workspaces.close()
-        self._preparer.close()
-        for stream in self._streams:
-            stream.close()
-        self._timeline.close()
-        if self._owns_device:
-            self.device.close()
+        Cancelling it (``with anyio.move_on_after(5): await pipe.aclose()``) returns at once:
+        the pipeline stays closed and hands what the device may still touch over to be freed
+        once the device passes it; callers still awaiting runs then get
+        :class:`ClosedResourceError`.
+        """
+        with self._affinity.use("aclose"):
+            if self._closed:
+                if self._closing is not None:  # another task is closing: wait for it (cancellable)
+                    await self._closing.wait()
+                return
+            self._closed = True
+            self._closing = closing = anyio.Event()
+            self._res.cache.close_queues("the pipeline was closed while this run waited for a slot")
+            try:
+                await self._settle()
+            except BaseException:
+                self._finalizer()  # park: freed once the device has passed it, never waited for here
+                raise
+            else:
+                self._finalizer.detach()
+                self._res.release()
+            finally:
+                closing.set()
+
+    async def _settle(self) -> None:
+        """Wait (cancellably) until the device has passed every run and every caller has read."""
+        await self._enqueue_lock.acquire()  # a run being enqueued finishes enqueueing first
+        self._enqueue_lock.release()
+        if self.device.closed:
+            return  # nothing runs any more: frees are no-ops on a closed device
+        self._res.workspaces.publish()
+        try:
+            await self._res.timeline.drain()
+        except ClosedResourceError:
+            if not self.device.closed:
+                raise
+            return
+        while self._finishing:
+            self._finished = anyio.Event()
+            await self._finished.wait()
+        await anyio.to_thread.run_sync(self._drain, abandon_on_cancel=True)
 
     def _drain(self) -> None:
-        for stream in self._streams:
+        for stream in self._res.streams:
             try:
                 stream.sync()
             except (BackendError, AclpipeError):
                 pass  # its run already reported it, or nobody is left to tell
+
+    def close(self) -> None:
+        """:meth:`aclose` from code with no event loop (pairs with :meth:`run_sync`)."""
+        refuse_inside_event_loop("Pipeline.close")
+        anyio.run(self.aclose)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -442,7 +555,18 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return (f"<Pipeline {self.graph.name!r} on {self.device.name} streams={self.max_streams} "
-                f"depth={self.depth} workspace={self.workspace}>")
+                f"depth={self.depth} workspace={self.workspace}{' closed' if self._closed else ''}>")
+
+
+def _several_devices_class(split: object) -> type[Pipeline]:
+    # Imported here: both modules build on this one.
+    if split == "stages":
+        from .stages import StagePipeline
+
+        return StagePipeline
+    from .replicas import ReplicaPipeline
+
+    return ReplicaPipeline
 
 
 async def _aiter(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
@@ -452,4 +576,3 @@ async def _aiter(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[A
     else:
         for batch in batches:
             yield batch
-

@@ -28,6 +28,7 @@ from ..errors import error_from_code
 from ..gc_pause import paused_gc
 from ..graph.signature import Signature
 from ..plan import Plan, make_plan
+from .cache import LruDict
 from .program import Program, events_per_slot
 
 if TYPE_CHECKING:
@@ -53,16 +54,19 @@ class Preparer:
         Slots per program.
     max_streams:
         At most this many compute streams in a plan.
+    plans:
+        Plans kept (per input signature; the least recently used go first).
     """
 
-    def __init__(self, graph: Graph, device: Device, streams: list[Stream], *, depth: int, max_streams: int):
+    def __init__(self, graph: Graph, device: Device, streams: list[Stream], *, depth: int, max_streams: int,
+                 plans: int = 64):
         self.graph = graph
         self.device = device
         self.streams = streams
         self.depth = depth
         self.max_streams = max_streams
         self.constants: dict[str, DeviceBuffer] = {}
-        self._plans: dict[Signature, Plan] = {}
+        self._plans: LruDict[Signature, Plan] = LruDict(plans)
 
     def signature(self, inputs: Mapping[str, Any]) -> Signature:
         """The signature of these inputs: shapes (tuples, or arrays whose shape is used) and the
@@ -77,7 +81,8 @@ class Preparer:
         plan = self._plans.get(key)
         if plan is None:
             with paused_gc():  # binding and planning build an object or more per node, all kept
-                plan = self._plans[key] = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+                plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+            self._plans[key] = plan
         return plan
 
     def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy,

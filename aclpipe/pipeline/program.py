@@ -137,7 +137,10 @@ class Program:
     # -- building --------------------------------------------------------------------------------
     def _build_slot(self, index: int) -> Slot:
         plan, device = self.plan, self.device
-        arena = device.alloc(plan.arena_size, label=f"arena slot {index}") if plan.arena_size else None
+        # Zero-size activations (a batch of 0 rows) still need an address inside a live
+        # allocation: their arena then holds the smallest block the device gives.
+        needs_arena = plan.arena_size or any(v.arena_offset is not None for v in plan.values.values())
+        arena = device.alloc(max(plan.arena_size, 1), label=f"arena slot {index}") if needs_arena else None
         slot = self._building = Slot(index, arena, {}, {})
         for name in plan.inputs:
             desc = plan.values[name].desc
@@ -404,6 +407,41 @@ class Program:
         for name, array in arrays.items():
             desc = self.plan.values[name].desc
             slot.staging_in[name].numpy(desc.dtype, desc.shape)[...] = array
+
+    # -- stage boundaries (pipeline/stages.py) ---------------------------------------------------
+    def push_output(self, slot: Slot, output: str, address: int, sent: Event) -> None:
+        """Send ``output`` to another device instead of the host: the slot's copy of it becomes a
+        device-to-device copy to ``address`` (a peer's memory, over the link this device enabled),
+        followed by a record of ``sent``.  Call before :meth:`capture`."""
+        step = self._copy_step(slot, "D2H", "output", output)
+        assert step.copy is not None and step.record is None  # nothing on this device waits for a D2H
+        _, source, nbytes, _ = step.copy
+        step.copy = (address, source, nbytes, MemcpyKind.DEVICE_TO_DEVICE)
+        step.record = sent.handle
+        self._steps_changed(slot)
+
+    def pull_input(self, slot: Slot, name: str, received: Event) -> None:
+        """Take input ``name`` from another device instead of the host: the slot's copy of it
+        becomes a wait for ``received`` (recorded after the sender's copy into this slot)."""
+        step = self._copy_step(slot, "H2D", "input", name)
+        assert step.copy is not None
+        target, source, _, kind = step.copy
+        step.copy = (target, source, 0, kind)  # no bytes from the host
+        step.waits = (received.handle, *step.waits)
+        self._steps_changed(slot)
+
+    def _steps_changed(self, slot: Slot) -> None:
+        if slot.graph is not None:
+            raise RuntimeError("a captured slot cannot change its steps: rewire stages before capture")
+        if slot.body is not None:
+            self._build_tables(slot)
+
+    @staticmethod
+    def _copy_step(slot: Slot, op: str, attr: str, name: str) -> Step:
+        for step in slot.steps:
+            if step.node.op == op and step.node.attrs[attr] == name:
+                return step
+        raise KeyError(f"the program has no {op} copy of {name!r}")
 
     def close(self) -> None:
         """Free everything; the caller has synchronized the streams."""

@@ -11,44 +11,50 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 
 from ..errors import ClosedResourceError
 
 if TYPE_CHECKING:
+    from .cache import CacheEntry
     from .program import Program, Slot
 
 __all__ = ["FifoLock", "SlotQueue", "Ticket"]
 
+#: What a queue hands out: a program's slot (or, for stages, a slot on every stage's device).
+SlotT = TypeVar("SlotT")
+
 
 @dataclass
 class Ticket:
-    """One enqueued run: its number, program and slot, and the D2H lane value that marks it
-    complete."""
+    """One enqueued run: its number, program and slot, the D2H lane value that marks it
+    complete, the cache entry it pins, and the real row count of a batch padded to a bucket."""
 
     run: int
     program: Program
     slot: Slot
     value: int
+    entry: CacheEntry | None = None
+    rows: int | None = None
 
 
-class SlotQueue:
+class SlotQueue(Generic[SlotT]):
     """Slots of one program, handed to waiters first come first served."""
 
-    def __init__(self, slots: list[Slot]):
+    def __init__(self, slots: list[SlotT]):
         self.free = collections.deque(slots)
-        self.waiters: collections.deque[tuple[anyio.Event, list[Slot]]] = collections.deque()
-        self.closed = False
+        self.waiters: collections.deque[tuple[anyio.Event, list[SlotT]]] = collections.deque()
+        self.closed: str | None = None  # why, once closed
 
-    async def acquire(self) -> Slot:
+    async def acquire(self) -> SlotT:
         if self.closed:
-            raise ClosedResourceError("the pipeline is closed")
+            raise ClosedResourceError(self.closed)
         if self.free and not self.waiters:
             return self.free.popleft()
         event = anyio.Event()
-        box: list[Slot] = []  # the slot handed over, if any
+        box: list[SlotT] = []  # the slot handed over, if any
         self.waiters.append((event, box))
         try:
             await event.wait()
@@ -59,12 +65,14 @@ class SlotQueue:
                 self.waiters.remove((event, box))
             raise
         if not box:  # woken by close()
-            raise ClosedResourceError("the pipeline was closed while this run waited for a slot")
+            raise ClosedResourceError(self.closed or "the pipeline was closed while this run waited for a slot")
         return box[0]
 
-    def close(self) -> None:
-        """Wake every waiter with :class:`ClosedResourceError`; slots still come back."""
-        self.closed = True
+    def close(self, reason: str = "the pipeline was closed while this run waited for a slot") -> None:
+        """Wake every waiter with :class:`ClosedResourceError` saying ``reason``; slots still
+        come back."""
+        if not self.closed:
+            self.closed = reason
         while self.waiters:
             event, _ = self.waiters.popleft()
             event.set()
@@ -74,7 +82,7 @@ class SlotQueue:
         """Whether :meth:`acquire` would return at once."""
         return bool(self.free) and not self.waiters
 
-    def release(self, slot: Slot) -> None:
+    def release(self, slot: SlotT) -> None:
         if self.waiters:
             event, box = self.waiters.popleft()
             box.append(slot)

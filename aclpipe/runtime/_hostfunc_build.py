@@ -1,9 +1,13 @@
 """cffi build script for the C host function that completes work (compiled at install).
 
 ``aclpipe_advance(args)`` is what streams run when they pass a completion point: it stores
-a new value into a per-lane counter and writes one byte to a wake pipe.  It is plain C so
-that no Python runs on a runtime thread (ARCHITECTURE.md 3.2, 6); the simulator's callback
-thread calls the very same function, so both backends exercise one completion path.
+a new value into a per-lane counter (``counter[0]``), writes one byte to a wake pipe, and
+last stores the value again into ``counter[1]``: once the host sees ``counter[1]`` reach a
+value, that call touches nothing of the host's any more (neither the pipe nor the counter),
+so the pipe may be closed.  It is plain C so that no Python runs on a runtime thread
+(ARCHITECTURE.md 3.2, 6); the simulator's callback thread calls the very same function, so
+both backends exercise one completion path.  ``aclpipe_advance_version()`` tells a stale
+build (one without ``counter[1]``) from the current one.
 """
 
 from cffi import FFI
@@ -16,6 +20,7 @@ typedef struct {
 } aclpipe_advance_args;
 
 void aclpipe_advance(void *args);
+int aclpipe_advance_version(void);
 """
 
 SOURCE = r"""
@@ -24,10 +29,24 @@ SOURCE = r"""
 #include <errno.h>
 
 typedef struct {
-    int64_t *counter;
+    int64_t *counter;  /* counter[0]: passed; counter[1]: returned (nothing touched after) */
     int64_t value;
     int wake_fd;
 } aclpipe_advance_args;
+
+static void store_max(int64_t *target, int64_t value)
+{
+    int64_t seen = __atomic_load_n(target, __ATOMIC_ACQUIRE);
+    /* Monotonic: a late host function never moves a lane backwards. */
+    while (seen < value &&
+           !__atomic_compare_exchange_n(target, &seen, value, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+    }
+}
+
+int aclpipe_advance_version(void)
+{
+    return 2;
+}
 
 void aclpipe_advance(void *raw)
 {
@@ -36,11 +55,7 @@ void aclpipe_advance(void *raw)
     int64_t *counter = args->counter;
     int64_t value = args->value;
     int fd = args->wake_fd;
-    int64_t seen = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
-    /* Monotonic: a late host function never moves a lane backwards. */
-    while (seen < value &&
-           !__atomic_compare_exchange_n(counter, &seen, value, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
-    }
+    store_max(counter, value);
     if (fd >= 0) {
         char byte = 1;
         ssize_t written;
@@ -49,6 +64,8 @@ void aclpipe_advance(void *raw)
         } while (written < 0 && errno == EINTR);
         /* EAGAIN means the pipe is already full of wake-ups: the reader will look anyway. */
     }
+    /* The last touch: from here on the host may close the pipe and free the counter. */
+    store_max(counter + 1, value);
 }
 """
 

@@ -8,6 +8,7 @@ no current device or stream.  ``close()`` is idempotent everywhere and backed by
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import weakref
@@ -18,9 +19,10 @@ from typing import Any, Self
 import numpy as np
 
 from ..backends import get_backend_class, parse_device
-from ..backends.protocol import Backend, Capabilities, FailureMode, fault_injection
+from ..backends.protocol import Backend, Capabilities, FailureMode, PeerAccess, fault_injection, peer_access
 from ..dtypes import as_dtype
-from ..errors import BackendError, ClosedResourceError, error_from_code
+from ..errors import AclpipeError, BackendError, ClosedResourceError, error_from_code
+from . import lanes
 from .buffer import DeviceBuffer, HostBuffer
 from .event import Event, _ms
 from .stream import Stream
@@ -40,8 +42,32 @@ class MemInfo:
         return self.total - self.free
 
 
-def _close_backend(backend: Backend) -> None:
-    backend.close()
+_OPEN: weakref.WeakSet[Device] = weakref.WeakSet()
+_EXIT_HOOKED = False
+_EXIT_SYNC_MS = 2000  # at interpreter exit, how long to wait for each device's streams
+
+
+def _sync_at_exit() -> None:
+    """At interpreter exit, before ``weakref.finalize`` frees what is still alive in creation
+    order (a buffer before the pool that must first wait for it), wait for every open device's
+    streams: the frees that follow are then ordered after the device's work."""
+    for device in list(_OPEN):
+        if not device.closed:
+            try:
+                device.backend.device_sync(_EXIT_SYNC_MS)
+            except AclpipeError:
+                pass  # a sticky error nobody is left to read, or a device that did not finish in time
+
+
+def _close_backend(backend: Backend, name: str) -> None:
+    # Waiters for work on this device stop waiting first (they get ClosedResourceError at
+    # once, whoever closes and however long the backend takes); closing stops the streams,
+    # after which lane states they passed can be released.
+    lanes.device_closed(backend, name)
+    try:
+        backend.close()
+    finally:
+        lanes.sweep()
 
 
 class Device:
@@ -55,7 +81,14 @@ class Device:
         self._events_lock = threading.Lock()
         self._live_events = 0
         self._stop_on_failure = False
-        self._finalizer = weakref.finalize(self, _close_backend, backend)
+        self._finalizer = weakref.finalize(self, _close_backend, backend, name)
+        global _EXIT_HOOKED
+        if not _EXIT_HOOKED:
+            # Registered after weakref's own exit hook (the finalizer above made sure of it), so
+            # atexit, last in first out, runs this one first.
+            atexit.register(_sync_at_exit)
+            _EXIT_HOOKED = True
+        _OPEN.add(self)
 
     # -- lifetime ---------------------------------------------------------------------------
     @property
@@ -67,7 +100,11 @@ class Device:
             raise ClosedResourceError(f"device {self.name} is closed")
 
     def close(self) -> None:
-        """Stop every stream and release the device; idempotent."""
+        """Stop every stream and release the device; idempotent.
+
+        Work still in flight is abandoned: whoever awaits it (a pipeline run, a timeline
+        wait) gets :class:`ClosedResourceError` at once rather than waiting for ever.
+        """
         self._finalizer()
 
     def __enter__(self) -> Self:
@@ -222,6 +259,36 @@ class Device:
             result.reshape(-1).view(np.uint8)[...] = staging.numpy()
             staging.close()
         return result
+
+    # -- several devices ------------------------------------------------------------------------
+    def _peer(self, peer: Device, what: str) -> PeerAccess:
+        self._check()
+        if not isinstance(peer, Device):
+            raise TypeError(f"{what} takes a Device, got {type(peer).__name__}")
+        peer._check()
+        if peer.backend.name != self.backend.name:
+            raise ValueError(f"{what}: {self.name} and {peer.name} are devices of different backends")
+        access = peer_access(self.backend)
+        if access is None:
+            raise NotImplementedError(f"{self.name} cannot reach other devices' memory (no peer access)")
+        return access
+
+    def can_access_peer(self, peer: Device) -> bool:
+        """Whether this device can copy to and from ``peer``'s memory (``aclrtDeviceCanAccessPeer``);
+        False for a backend without peer access."""
+        if peer_access(self.backend) is None:
+            return False
+        return self._peer(peer, "can_access_peer").device_can_access_peer(peer.backend.index)
+
+    def enable_peer_access(self, peer: Device) -> None:
+        """Let this device's streams copy to and from ``peer``'s memory (one way:
+        ``aclrtDeviceEnablePeerAccess``).  ``stream.memcpy(peer_buffer, buffer)`` on a stream of
+        this device then pushes over the peer link."""
+        self._peer(peer, "enable_peer_access").device_enable_peer_access(peer.backend.index, 0)
+
+    def disable_peer_access(self, peer: Device) -> None:
+        """Undo :meth:`enable_peer_access` (``aclrtDeviceDisablePeerAccess``)."""
+        self._peer(peer, "disable_peer_access").device_disable_peer_access(peer.backend.index)
 
     # -- simulator extras --------------------------------------------------------------------
     def inject_fault(self, kind: str, match: str | None = None, **options: Any) -> Any:

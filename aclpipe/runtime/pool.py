@@ -377,7 +377,9 @@ def _wait_for_device(block: _Block) -> None:
         return
     # A failed stream still completes its events (carrying the error): its tasks were skipped,
     # so the device is done with the block either way; the stream keeps its own sticky error.
-    with contextlib.suppress(BackendError):
+    # An event already closed only happens at interpreter exit, where finalizers run newest
+    # first (the pool's events before the pool), after the exit hook synchronized the device.
+    with contextlib.suppress(BackendError, ClosedResourceError):
         event.sync()
 
 

@@ -2,9 +2,9 @@
 
 Each lane (normally one per stream) owns a monotonic counter.  To learn that a stream
 passed a point, the host enqueues :meth:`Timeline.enqueue_advance`: a C host function
-(``aclpipe_advance``, compiled at install from :mod:`aclpipe.runtime._hostfunc_build`) that
-stores the new value and writes one byte to a wake pipe.  No Python runs on the runtime
-thread (ARCHITECTURE.md 3.2, 6).
+(``aclpipe_advance``, compiled at install from :mod:`aclpipe.runtime._hostfunc_build`; see
+:mod:`aclpipe.runtime.completion`) that stores the new value and writes one byte to a wake
+pipe.  No Python runs on the runtime thread (ARCHITECTURE.md 3.2, 6).
 
 Waiting:
 
@@ -19,124 +19,41 @@ Waiting:
 
 Lifetime.  The counters, the host functions' arguments and the wake pipe are what a host
 function touches on a runtime thread, so they must outlive every host function already
-enqueued, whatever happens to the Python objects.  They live in a :class:`_LaneState`; when
-the timeline is closed or collected while the device has not passed everything enqueued,
-the state is parked and released only once every lane has passed its last value (a device
-that never passes them, a hung one, keeps its two pipe descriptors: a leak, never a write
-into freed memory or into a descriptor number the process has reused).
+enqueued, whatever happens to the Python objects: they live in a
+:class:`~aclpipe.runtime.lanes.LaneState`, released only once the device has passed (and
+returned from) every host function enqueued and no task waits; until then a closed or
+collected timeline's state is parked and watched (see :mod:`aclpipe.runtime.lanes`).  An
+owner may attach its own device memory to that release (:meth:`Timeline.close`).
+
+Closing the device.  Lanes whose work went to a device that is closed with that work not
+done are *lost*: their waiters get :class:`ClosedResourceError` at once.
 """
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
 import os
-import threading
 import weakref
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import BackendError, ClosedResourceError
-from ._hostfunc import ffi, lib
+from ..errors import ClosedResourceError
+from .completion import HOST_FUNC_ADDRESS, ffi
+from .lanes import LaneState, parked_states, retire, sweep, try_release
 
 if TYPE_CHECKING:
     from ..backends.protocol import Backend
     from .stream import Stream
 
-__all__ = ["HOST_FUNC_ADDRESS", "Timeline"]
-
-#: Address of ``aclpipe_advance``: an ``aclrtHostFunc`` (``void (*)(void *)``).
-HOST_FUNC_ADDRESS: int = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_advance")))
-
-
-@dataclass(eq=False)
-class _Lane:
-    """One counter and what its host functions need until the device passes them."""
-
-    counter: Any  # cdata int64_t[1], written by the C host function
-    enqueued: int = 0  # the newest value enqueued
-    pending: collections.deque[tuple[int, Any]] = field(default_factory=collections.deque)  # (value, args cdata)
-    backend: Backend | None = None  # where the lane's latest host function went
-    stream: Any = None  # that stream's handle
-    event: Any = None  # reused by wait_blocking: recorded behind the host functions
-
-    @property
-    def value(self) -> int:
-        return int(self.counter[0])
-
-    def forget_passed(self) -> None:
-        passed = self.counter[0]
-        pending = self.pending
-        while pending and pending[0][0] <= passed:
-            pending.popleft()
-
-
-class _LaneState:
-    """Everything runtime threads may touch: counters, host-function args, the wake pipe."""
-
-    def __init__(self, wake: bool):
-        self.lanes: list[_Lane] = []
-        self.read_fd, self.write_fd = os.pipe() if wake else (-1, -1)
-        if wake:
-            os.set_blocking(self.read_fd, False)
-            os.set_blocking(self.write_fd, False)
-        self.lock = threading.RLock()  # lanes are added, and advanced, from any thread
-
-    def add_lane(self) -> int:
-        with self.lock:
-            self.lanes.append(_Lane(ffi.new("int64_t[1]")))
-            return len(self.lanes) - 1
-
-    def all_passed(self) -> bool:
-        return all(lane.value >= lane.enqueued for lane in self.lanes)
-
-    def release(self) -> None:
-        """Close the pipe and destroy the wait events; only once every lane passed."""
-        for lane in self.lanes:
-            if lane.event is not None and lane.backend is not None and not lane.backend.closed:
-                try:
-                    lane.backend.event_destroy(lane.event)
-                except BackendError:
-                    pass  # the device is going away; nothing waits on it any more
-            lane.event = None
-            lane.pending.clear()
-        if self.read_fd >= 0:
-            os.close(self.read_fd)
-            os.close(self.write_fd)
-            self.read_fd = self.write_fd = -1
-
-
-_PARKED: list[_LaneState] = []
-_PARKED_LOCK = threading.Lock()
-
-
-def _retire(state: _LaneState) -> None:
-    """Release ``state`` now if the device passed it, else park it until it has."""
-    _release_parked()
-    if state.all_passed():
-        state.release()
-    else:
-        with _PARKED_LOCK:
-            _PARKED.append(state)
-
-
-def _release_parked() -> None:
-    with _PARKED_LOCK:
-        ready = [state for state in _PARKED if state.all_passed()]
-        for state in ready:
-            _PARKED.remove(state)
-    for state in ready:
-        state.release()
+__all__ = ["HOST_FUNC_ADDRESS", "Timeline", "parked_timelines"]
 
 
 def parked_timelines() -> int:
     """How many closed timelines still wait for the device to pass their host functions."""
-    _release_parked()
-    with _PARKED_LOCK:
-        return len(_PARKED)
+    return parked_states()
 
 
 class _Waiter:
@@ -169,8 +86,8 @@ class Timeline:
     def __init__(self, lanes: int = 1, *, wake: bool = True):
         if lanes <= 0:
             raise ValueError(f"a timeline needs at least one lane, got {lanes}")
-        _release_parked()
-        self._state = _LaneState(wake)
+        sweep()
+        self._state = LaneState(wake)
         for _ in range(lanes):
             self._state.add_lane()
         self._lanes = self._state.lanes  # shared list: add_lane appends to it
@@ -180,7 +97,7 @@ class Timeline:
         self._pumping = False
         self.closed = False
         self.wakeups = 0
-        self._finalizer = weakref.finalize(self, _retire, self._state)
+        self._finalizer = weakref.finalize(self, retire, self._state)
 
     @property
     def lanes(self) -> int:
@@ -235,6 +152,7 @@ class Timeline:
             backend.host_func_c(stream, HOST_FUNC_ADDRESS, int(ffi.cast("uintptr_t", args)))
             state.enqueued = value
             state.backend, state.stream = backend, stream
+            state.lost = None  # new work on a device that is open again (a reopened backend)
         return value
 
     def advance(self, stream: Stream) -> tuple[int, int]:
@@ -251,50 +169,65 @@ class Timeline:
         so once the event completes the counter has moved.  A stream error does not stop the
         wait: it belongs to whoever synchronizes that stream.
         """
-        state = self._lanes[lane]
-        if state.value >= value:
-            return True
-        if value > state.enqueued:
-            raise ValueError(f"lane {lane} will never reach {value}: only {state.enqueued} is enqueued")
-        backend, stream = state.backend, state.stream
-        assert backend is not None  # value <= enqueued: an advance went to this backend
-        with self._state.lock:
-            if state.event is None:
-                state.event = backend.event_create(False)
-            event = state.event
-            backend.event_record(event, stream)
-        try:
-            backend.event_sync(event, -1 if timeout is None else max(0, int(timeout * 1000)))
-        except BackendError:
-            pass  # a timeout (checked below) or the stream's error (not ours to consume)
-        return state.value >= value
+        return self._state.wait_blocking(lane, value, timeout)
 
     # -- loop side: await --------------------------------------------------------------------
     async def wait(self, lane: int, value: int) -> None:
-        """Return once ``lane`` has reached ``value``."""
+        """Return once ``lane`` has reached ``value``.
+
+        Raises
+        ------
+        ClosedResourceError
+            The lane's device was closed before it got there (the work is abandoned).
+        """
         if self._lanes[lane].counter[0] >= value:
             return
-        if self._state.read_fd < 0:
+        state = self._state
+        with state.lock:
+            state.waiting += 1  # the pipe stays open while this task may read it
+        try:
+            if state.read_fd < 0:
+                await self._wait_in_thread(lane, value)
+            else:
+                await self._wait_on_pipe(lane, value)
+        finally:
+            with state.lock:
+                state.waiting -= 1
+                last = state.closed and not state.waiting
+            if last:
+                try_release(state)  # closed while this task waited: it may be the last user
+
+    async def _wait_in_thread(self, lane: int, value: int) -> None:
+        state = self._lanes[lane]
+        while state.value < value:
+            self._check_lost(lane, value)
             await anyio.to_thread.run_sync(self.wait_blocking, lane, value, abandon_on_cancel=True)
-            return
+
+    async def _wait_on_pipe(self, lane: int, value: int) -> None:
         counter = self._lanes[lane].counter
         while counter[0] < value:
+            self._check_lost(lane, value)
             if self._pumping:
                 promoted = await self._wait_as_follower(lane, value)
-                if promoted and counter[0] >= value and not self._pumping:
-                    # Promoted to pump, but this task's own value arrived meanwhile: pass the role
-                    # on, or the waiters behind it would sleep with nobody reading the pipe.
+                if promoted and (counter[0] >= value or self._lanes[lane].lost) and not self._pumping:
+                    # Promoted to pump, but this task is done meanwhile: pass the role on, or the
+                    # waiters behind it would sleep with nobody reading the pipe.
                     self._promote_one()
                 continue
             self._pumping = True
             try:
-                while counter[0] < value:
+                while counter[0] < value and self._lanes[lane].lost is None:
                     await anyio.wait_readable(self._state.read_fd)
                     self._drain()
                     self._wake_satisfied()
             finally:
                 self._pumping = False
                 self._promote_one()
+
+    def _check_lost(self, lane: int, value: int) -> None:
+        reason = self._lanes[lane].lost
+        if reason is not None and self._lanes[lane].value < value:
+            raise ClosedResourceError(f"{reason}: lane {lane} will not reach {value}")
 
     async def drain(self) -> None:
         """Return once every lane has passed everything enqueued on it so far."""
@@ -325,7 +258,8 @@ class Timeline:
     def _wake_satisfied(self) -> None:
         for lane, heap in enumerate(self._heaps):
             reached = self._lanes[lane].counter[0]
-            while heap and (heap[0].value <= reached or not heap[0].live):
+            lost = self._lanes[lane].lost is not None
+            while heap and (lost or heap[0].value <= reached or not heap[0].live):
                 waiter = heapq.heappop(heap)
                 if waiter.live:
                     waiter.live = False
@@ -351,10 +285,21 @@ class Timeline:
         """Whether every lane has passed everything enqueued on it."""
         return self._state.all_passed()
 
-    def close(self) -> None:
+    @property
+    def lost(self) -> bool:
+        """Whether a lane's device was closed with work on it not done."""
+        return any(lane.lost is not None for lane in self._lanes)
+
+    def close(self, on_release: Callable[[], None] | None = None) -> None:
         """Refuse further advances.  The pipe and counters are released once the device has
-        passed every host function already enqueued (at once when it has)."""
+        passed every host function already enqueued and no task waits (at once when that is
+        so already); ``on_release`` runs first then, on whichever thread releases: an owner
+        hands over memory the device may still touch this way (the pipeline does when it is
+        dropped, or its ``aclose`` is cancelled, with runs in flight)."""
         if self.closed:
+            if on_release is not None:
+                raise ClosedResourceError("the timeline is already closed: nothing can be attached to it")
             return
         self.closed = True
-        self._finalizer()
+        self._finalizer.detach()
+        retire(self._state, on_release)

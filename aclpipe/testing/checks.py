@@ -257,6 +257,7 @@ def sanitizer_race(device: Device) -> str:
     with latch(writer):
         writer.memset(data, 1)
         error = expect_raises(HazardError, "an unordered read on another stream", reader.memcpy, copy, data)
+    writer.sync(TIMEOUT)  # else the buffers, freed as this returns, may race the memset the latch let go
     text = f"{error.first} {error.second}"
     expect(writer.name in text and reader.name in text,
            f"the hazard does not name both streams ({writer.name}, {reader.name}): {error}")

@@ -28,7 +28,9 @@ __all__ = ["FAILED", "PASSED", "SKIPPED", "CheckResult", "ConformanceReport", "c
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _STYLES = {PASSED: "green", FAILED: "bold red", SKIPPED: "yellow"}
 _HINTS = {
-    "sanitizer": "open the device with sanitizer=True (or ACLPIPE_SANITIZER=1)",
+    # Only the simulator has a sanitizer: telling a hardware user to switch it on would mislead.
+    "sanitizer": "the sanitizer is a simulator feature (on 'sim', open the device with sanitizer=True or set "
+                 "ACLPIPE_SANITIZER=1); other backends cannot run this check",
     "fault_injection": "only backends that can plant faults (the simulator) run it",
     "host_callbacks": "the backend cannot run host functions",
     "event_timing": "the backend cannot time events",

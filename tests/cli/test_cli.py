@@ -8,6 +8,7 @@ import sys
 import pytest
 from rich.console import Console
 
+import aclpipe
 from aclpipe import cli
 
 
@@ -21,6 +22,7 @@ def test_devices_lists_every_backend(capsys):
     status, out, _ = run_main(capsys, "devices")
     assert status == 0
     assert "sim" in out and "ascend" in out and "simulated atlas-a2" in out
+    assert "completion host function: compiled C" in out  # the suite runs with the helper built
 
 
 def test_selftest_on_the_simulator_passes(capsys):
@@ -33,6 +35,17 @@ def test_selftest_on_the_simulator_passes(capsys):
 def test_selftest_without_the_sanitizer_reports_skips(capsys):
     status, out, _ = run_main(capsys, "selftest", "--no-sanitizer", "--timing")
     assert status == 0 and "skipped" in out and "timing x1" in " ".join(out.split())
+
+
+def test_the_sanitizer_skip_hint_does_not_promise_a_sanitizer_on_hardware():
+    import aclpipe.testing as kit
+
+    report = kit.check_backend(lambda: aclpipe.open_device("sim", sanitizer=False))
+    details = {row.detail for row in report.skipped if row.name.startswith("sanitizer")}
+    assert len(details) == 1
+    detail = details.pop()
+    # A hardware user must not be sent to an environment variable that cannot help them.
+    assert "simulator feature" in detail and "other backends cannot run this check" in detail
 
 
 def test_selftest_exits_1_when_a_check_fails(capsys, monkeypatch):
@@ -93,3 +106,25 @@ def test_a_command_module_plugs_into_the_parser(capsys):
     args = parser.parse_args(["hello", "--who", "npu"])
     assert args.run(args, Console()) == 0
     assert "hello npu" in capsys.readouterr().out
+
+
+def test_the_readme_synopsis_lists_every_option_of_every_command():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Command line", 1)[1]
+    synopsis = re.search(r"```\n(.*?)```", section, flags=re.S).group(1)
+    per_command: dict[str, str] = {}
+    for line in synopsis.splitlines():
+        match = re.match(r"aclpipe (\w+)", line)
+        if match:
+            current = match.group(1)
+        per_command[current] = per_command.get(current, "") + line
+    parser = cli.build_parser()
+    subparsers = next(action for action in parser._actions if action.dest == "command")
+    for name, subparser in subparsers.choices.items():
+        options = {option for action in subparser._actions for option in action.option_strings
+                   if option not in ("-h", "--help")}
+        missing = sorted(option for option in options if option not in per_command.get(name, ""))
+        assert not missing, f"README synopsis of 'aclpipe {name}' lacks {missing}"

@@ -43,7 +43,7 @@ def test_run_reports_and_writes_a_trace_and_a_gantt_chart(capsys, tmp_path):
     for measure in ("latency p50 / p99", "throughput", "engine busy", "overlap", "events per run", "memory",
                     "device peak", "executors", "prepare cache", "workspace"):
         assert measure in out
-    assert "inputs x[4, 784]; 3 runs" in out and "host, batch taken to result" in out
+    assert "inputs x[4, 784] (seeded random); 3 runs" in out and "host, batch taken to result" in out
     events = json.loads(trace_path.read_text())["traceEvents"]
     kernels = [e for e in events if e["pid"] == 1 and e.get("cat") == "kernel"]
     assert len(kernels) == 3 * 9 and {e["args"]["run"] for e in kernels} == {1, 2, 3}
@@ -83,10 +83,36 @@ def _write(path: Path, text: str) -> str:
     ("op", "unknown op 'Frobnicate'"),
     ("dim", "--dim seq: graph 'mlp' has no dim of that name"),
     ("device", "no backend named 'nosuch'"),
-    ("scale", "--time-scale must be positive"),
+    ("device_index", "--device sim:99: ACL_ERROR_RT_INVALID_DEVICEID"),
+    ("scale", "--time-scale: expected a finite positive number, got '0'"),
+    ("scale_inf", "--time-scale: expected a finite positive number, got 'inf'"),
+    ("scale_nan", "--time-scale: expected a finite positive number, got 'nan'"),
+    ("batch", "more than sim:0's 64.0 GiB; use a smaller --batch"),
+    ("dim_huge", "use a smaller --batch"),
+    ("trace", "--trace"),
+    ("gantt", "--gantt"),
+    ("output", "--output"),
+    ("output_folder", "is a folder"),
+    ("input_missing", "no such file"),
+    ("input_name", "graph 'mlp' has no input 'q'"),
+    ("input_form", "expected NAME=FILE.npy or FILE.npz"),
+    ("input_dtype", "input 'x' is complex64, the graph takes float32"),
+    ("input_pickle", "object (pickled) data, which is never loaded"),
+    ("input_rank", "x"),
+    ("input_twice", "given twice"),
+    ("bench_scale", "--time-scale: expected a finite positive number"),
+    ("plan_dot", "--dot"),
+    ("depth", "--depth: expected at most 64, got 100000"),
+    ("streams", "--streams: expected at most 62, got 100000"),
+    ("check_streams", "expected values from 1 to 62"),
 ])
 def test_run_errors_are_one_line_with_exit_2(capsys, tmp_path, case, message):
     mlp = str(GRAPHS / "mlp.yaml")
+    np.save(tmp_path / "complex.npy", np.ones((2, 784), np.complex64))
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.save(tmp_path / "flat.npy", np.ones(784, np.float32))
+    np.save(tmp_path / "x.npy", np.ones((2, 784), np.float32))
+    np.savez(tmp_path / "x.npz", x=np.ones((2, 784), np.float32))
     argv = {
         "missing": ["run", str(tmp_path / "nope.yaml")],
         "suffix": ["run", _write(tmp_path / "graph.txt", "nodes: []")],
@@ -95,7 +121,28 @@ def test_run_errors_are_one_line_with_exit_2(capsys, tmp_path, case, message):
                                                   "inputs: [x]}]\noutputs: {y: n}\n")],
         "dim": ["run", mlp, "--dim", "seq=4"],
         "device": ["run", mlp, "--device", "nosuch"],
+        "device_index": ["run", mlp, "--device", "sim:99"],
         "scale": ["run", mlp, "--timing", "--time-scale", "0"],
+        "scale_inf": ["run", mlp, "--time-scale", "inf"],
+        "scale_nan": ["run", mlp, "--time-scale", "nan"],
+        "batch": ["run", mlp, "--batch", "100000000000"],
+        "dim_huge": ["run", str(GRAPHS / "transformer.yaml"), "--dim", "batch=100000000"],
+        "trace": ["run", mlp, "--trace", str(tmp_path / "no" / "t.json")],
+        "gantt": ["run", mlp, "--gantt", str(tmp_path / "no" / "g.png")],
+        "output": ["run", mlp, "--output", str(tmp_path / "no" / "o.npz")],
+        "output_folder": ["run", mlp, "--output", str(tmp_path)],
+        "input_missing": ["run", mlp, "--input", f"x={tmp_path / 'nope.npy'}"],
+        "input_name": ["run", mlp, "--input", f"q={tmp_path / 'x.npy'}"],
+        "input_form": ["run", mlp, "--input", str(tmp_path / "x.npy")],
+        "input_dtype": ["run", mlp, "--input", f"x={tmp_path / 'complex.npy'}"],
+        "input_pickle": ["run", mlp, "--input", f"x={tmp_path / 'objects.npy'}"],
+        "input_rank": ["run", mlp, "--input", f"x={tmp_path / 'flat.npy'}"],
+        "input_twice": ["run", mlp, "--input", f"x={tmp_path / 'x.npy'}", "--input", str(tmp_path / "x.npz")],
+        "bench_scale": ["bench", "--time-scale", "inf"],
+        "plan_dot": ["plan", mlp, "--dot", str(tmp_path / "no" / "p.dot")],
+        "depth": ["run", mlp, "--depth", "100000"],
+        "streams": ["run", mlp, "--streams", "100000"],
+        "check_streams": ["check", mlp, "--streams", "1,1000"],
     }[case]
     status, out, err = run_main(capsys, *argv)
     assert status == 2 and out == ""  # nothing ran, nothing printed but the error

@@ -303,6 +303,7 @@ aclError aclrtResetDevice(int32_t deviceId)
         if (--devices[deviceId].refs == 0) {
             devices[deviceId].primary->alive = false; /* kept allocated: other threads may point at it */
             free_device_memory(deviceId);
+            rt_peer_forget(deviceId);
         }
         if (rt_current && rt_current->device == deviceId && !rt_current->alive)
             rt_current = NULL;
@@ -465,6 +466,14 @@ int rt_memory_check(const void *address, uint64_t nbytes, int want, char *why, s
         return 1;
     return 0;
 }
+
+int rt_memory_device(const void *address)
+{
+    allocation *a = find_allocation(address);
+    return a ? a->device : -2;
+}
+
+int rt_device_count(void) { return device_count; }
 
 void fakecann_touch_padding(const void *address, uint64_t nbytes)
 {

@@ -155,5 +155,15 @@ int rt_capture_wait(fake_stream *s, fake_event *e);
 int rt_capture_forbid(struct capture *c, int code, const char *what);
 int rt_capture_forbid_device_sync(int device);
 int rt_update_store(fake_stream *s, task *t, const char *api);
+/* With rt_lock held: the device whose memory holds address (-1: pinned host memory, -2: none). */
+int rt_memory_device(const void *address);
+int rt_device_count(void);
+/* With rt_lock held (acl_peer.c): whether device enabled peer access to peer; forget a reset
+ * device's grants. */
+int rt_peer_enabled(int device, int peer);
+void rt_peer_forget(int device);
+/* With rt_lock held: 0, or the error for a copy on a stream of device that reaches another
+ * device's memory without peer access (11-03_memory_copy_and_set.md). */
+int rt_peer_check(int device, const void *dst, const void *src, int kind);
 
 #endif

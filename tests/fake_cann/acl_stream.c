@@ -654,6 +654,8 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
                            "asynchronously (11-03_memory_copy_and_set.md, EP form)");
     if (rc == ACL_SUCCESS && count > 0)
         rc = check_copy(dst, src, count, kind);
+    if (rc == ACL_SUCCESS && count > 0)
+        rc = rt_peer_check(s->device, dst, src, kind);
     if (rc == ACL_SUCCESS && count > 0) {
         task *t = rt_new_task(TASK_COPY, "aclrtMemcpyAsync");
         t->dst = dst;

@@ -47,7 +47,7 @@ def build_fake_cann(directory: Path | str, *, launch_host_func: bool = True, com
     directory.mkdir(parents=True, exist_ok=True)
     runtime, nnopbase = directory / "libascendcl.so", directory / "libnnopbase.so"
     defines = ["-DFAKE_HAVE_LAUNCH_HOST_FUNC"] if launch_host_func else []
-    _compile(compiler, runtime, ["acl_core.c", "acl_stream.c", "acl_capture.c"], defines)
+    _compile(compiler, runtime, ["acl_core.c", "acl_stream.c", "acl_capture.c", "acl_peer.c"], defines)
     _compile(compiler, nnopbase, ["nnopbase.c"], [str(runtime)])
     _compile(compiler, directory / "libopapi.so", ["opapi.c"], [str(nnopbase), str(runtime), "-lm"])
     return directory

@@ -116,10 +116,6 @@ def test_node_case_through_the_pipeline(name: str, outcomes: dict[str, Any]) -> 
     if isinstance(outcome, UnsupportedOpError):
         _skip(group, _feature(outcome))
     TALLY.setdefault(group, Counter())["failed"] += 1  # undone below when the case passes
-    if isinstance(outcome, AssertionError) and _has_empty_tensor(_feeds(case), case.data_sets):
-        # A known Pipeline defect, not the importer's: issue 15 ("a zero-size batch raises a bare
-        # AssertionError"); these cases pass on the eager path.
-        pytest.xfail("a zero-element tensor: the Pipeline's zero-size defect (issue 15)")
     if isinstance(outcome, BaseException):
         raise outcome
     for result, (_, expected) in zip(outcome, case.data_sets):
@@ -131,12 +127,6 @@ def test_node_case_through_the_pipeline(name: str, outcomes: dict[str, Any]) -> 
 
 def _ranks(model: Any) -> list[int]:
     return [len(value.type.tensor_type.shape.dim) for value in model.graph.input]
-
-
-def _has_empty_tensor(feeds: list[dict[str, np.ndarray]], data_sets: Any) -> bool:
-    arrays = [array for batch in feeds for array in batch.values()]
-    arrays += [_array(want) for _, expected in data_sets for want in expected]
-    return any(array.size == 0 for array in arrays)
 
 
 def pipeline_summary() -> dict[str, Any]:

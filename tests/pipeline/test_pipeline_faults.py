@@ -292,7 +292,7 @@ async def test_runs_after_a_failure_go_to_a_fresh_device_stream(device):
     run is computed behind the failed task."""
     graph = mixed40()
     async with Pipeline(graph, device, streams=2, depth=2) as pipe:
-        streams = pipe._streams
+        streams = pipe._res.streams
         assert all(stream.failure_mode == "continue" for stream in streams)
         before = [stream.handle for stream in streams]
         device.inject_fault("kernel", match="n21")

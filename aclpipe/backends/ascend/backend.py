@@ -110,7 +110,8 @@ class AscendBackend:
             graph_capture=library.has_capture and self.product.graph_capture,
             # aclrtLaunchHostFunc runs each stream's functions on that stream's thread; the
             # fallback serves every stream from one report thread.
-            host_thread_per_stream=self.host_func_mode == "launch_host_func", launch_tables=True)
+            host_thread_per_stream=self.host_func_mode == "launch_host_func", launch_tables=True,
+            peer_access=library.has_peer_access)
         #: Advanced by every stream, event and executor destruction: launch tables made at an
         #: older epoch check their handles again before they run.
         self._epoch = 0
@@ -403,6 +404,27 @@ class AscendBackend:
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         sync_streams(self.stream_sync, self.streams.all(), timeout_ms)
+
+    # -- peer access (several devices; 04_device_management.md) ---------------------------------
+    def device_can_access_peer(self, peer: int) -> bool:
+        """``aclrtDeviceCanAccessPeer(&can, index, peer)``."""
+        self._enter()
+        can = ffi.new("int32_t *")
+        self.library.check(self.library.runtime.aclrtDeviceCanAccessPeer(can, self.index, peer),
+                           f"aclrtDeviceCanAccessPeer({self.index}, {peer})")
+        return bool(can[0])
+
+    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None:
+        """``aclrtDeviceEnablePeerAccess(peer, flags)`` with this device's context current."""
+        self._enter()
+        self.library.check(self.library.runtime.aclrtDeviceEnablePeerAccess(peer, flags),
+                           f"aclrtDeviceEnablePeerAccess({peer}) on device {self.index}")
+
+    def device_disable_peer_access(self, peer: int) -> None:
+        """``aclrtDeviceDisablePeerAccess(peer)`` with this device's context current."""
+        self._enter()
+        self.library.check(self.library.runtime.aclrtDeviceDisablePeerAccess(peer),
+                           f"aclrtDeviceDisablePeerAccess({peer}) on device {self.index}")
 
     # -- operators (aclnn two-phase) --------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from cffi import FFI
 
-__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_REQUIRED",
-           "RUNTIME_RULES", "ffi"]
+__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_PEER",
+           "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
 
 RUNTIME_CDEF = """
 typedef int aclError;
@@ -210,8 +210,18 @@ NNOPBASE_OPTIONAL = ("aclSetAclOpExecutorRepeatable", "aclDestroyAclOpExecutor",
 NNOPBASE_REQUIRED = ("aclCreateTensor", "aclCreateScalar", "aclCreateIntArray", "aclDestroyTensor",
                      "aclDestroyScalar", "aclDestroyIntArray")
 
+#: Peer access between devices (04_device_management.md); resolved when present, and required
+#: only by pipelines split into stages across devices.
+PEER_CDEF = """
+aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
+aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
+aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId);
+"""
+RUNTIME_PEER = ("aclrtDeviceCanAccessPeer", "aclrtDeviceEnablePeerAccess", "aclrtDeviceDisablePeerAccess")
+
 ffi = FFI()
 ffi.cdef(RUNTIME_CDEF)
+ffi.cdef(PEER_CDEF)
 ffi.cdef(NNOPBASE_CDEF)
 ffi.cdef(_opapi_cdef())
 

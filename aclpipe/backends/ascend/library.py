@@ -26,6 +26,7 @@ from .cdefs import (
     NNOPBASE_REQUIRED,
     RUNTIME_CAPTURE,
     RUNTIME_OPTIONAL,
+    RUNTIME_PEER,
     RUNTIME_REQUIRED,
     RUNTIME_RULES,
     ffi,
@@ -104,6 +105,7 @@ class CannLibrary:
         self.has_stream_abort = hasattr(self.runtime, "aclrtStreamAbort")
         self.has_capture = not _missing(self.runtime, RUNTIME_CAPTURE)
         self.has_soc_name = hasattr(self.runtime, RUNTIME_RULES[-1])
+        self.has_peer_access = not _missing(self.runtime, RUNTIME_PEER)
         self._lock = threading.Lock()
         self._users = 0
         self._owns_init = False

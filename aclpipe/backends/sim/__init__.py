@@ -13,5 +13,8 @@ if TYPE_CHECKING:  # the simulator implements the whole contract, every optional
 
     _check: tuple[type[GraphCapture], type[Tracing], type[FaultInjection], type[Latching]] = (
         SimBackend, SimBackend, SimBackend, SimBackend)
+    from ..protocol import PeerAccess
+
+    _peers: type[PeerAccess] = SimBackend
 
 __all__ = ["ATLAS_A2", "SPECS", "Cost", "DeviceSpec", "FaultRule", "SimBackend", "backend_class"]

@@ -29,6 +29,7 @@ from .event import SimEvent
 from .executor import SimExecutor, prepare_executor
 from .faults import FaultInjector, FaultRule
 from .memory import POISON_BYTE, Allocation, DeviceMemory
+from .peer import WINDOW_BYTES, PeerLinks, claim_window, release_window
 from .recorder import TraceRecorder
 from .sanitizer import Sanitizer
 from .stream import (
@@ -53,6 +54,11 @@ _NO_COST = Cost()
 
 #: Casts a C function address to something callable (ABI mode: nothing is compiled).
 _FFI = cffi.FFI()
+
+#: Stream and event names are unique in the process: one sanitizer clock may hold several devices'
+#: streams, and a stream may wait on another device's event.
+_STREAM_NAMES = itertools.count()
+_EVENT_NAMES = itertools.count()
 
 #: ``(address, nbytes)`` of one region a kernel reads or writes.
 Access = tuple[int, int]
@@ -130,7 +136,8 @@ class SimBackend:
         self.spec = spec
         timing = _env_flag("ACLPIPE_SIM_TIMING", False) if timing is None else timing
         sanitize = _env_flag("ACLPIPE_SANITIZER", True) if sanitizer is None else sanitizer
-        self.memory = DeviceMemory(capacity if capacity is not None else spec.memory_bytes)
+        self.memory = DeviceMemory(capacity if capacity is not None else spec.memory_bytes, claim_window(self),
+                                   WINDOW_BYTES)
         self.engines = Engines(spec, timing, time_scale)
         self.sanitizer: Sanitizer | None = Sanitizer() if sanitize else None
         self.faults = FaultInjector()
@@ -138,7 +145,9 @@ class SimBackend:
             host_callbacks=True, event_timing=True, max_streams=max_streams or spec.max_streams, sanitizer=sanitize,
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=spec.graph_capture,
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
-            stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_stream=True)
+            stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_stream=True,
+            peer_access=True)
+        self.peers = PeerLinks(self)
         #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
         self.stop_on_failure = False
         self.captures = Captures(self)
@@ -169,6 +178,7 @@ class SimBackend:
         for stream in list(self._streams) + list(self._model_streams):
             self._stop_stream(stream)
         THREAD_LIMIT.release()
+        release_window(self)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -221,6 +231,9 @@ class SimBackend:
                      context: Mapping[str, Any] | None = None) -> None:
         self._check_stream(stream)
         kind = MemcpyKind(kind)
+        if kind == MemcpyKind.DEVICE_TO_DEVICE and self.peers.crosses(dst, src):
+            self.peers.copy(dst, src, nbytes, stream, context)
+            return
         what = f"memcpy {kind.name}"
         self._check_copy_rules(dst, src, kind, what)
         src_device, dst_device = kind in (MemcpyKind.DEVICE_TO_HOST, MemcpyKind.DEVICE_TO_DEVICE), kind in (
@@ -367,7 +380,10 @@ class SimBackend:
             finally:
                 engines.cores.release(task.cores)
             return
-        lock = engines.h2d if task.engine == "h2d" else engines.d2h
+        if task.engine.startswith("peer:"):
+            lock = self.peers.link(int(task.engine[len("peer:"):]))
+        else:
+            lock = engines.h2d if task.engine == "h2d" else engines.d2h
         with lock:
             self._mark_began(task)
             engines.hold(task.engine, task.seconds, task.run)
@@ -411,7 +427,7 @@ class SimBackend:
         if not 0 <= priority <= 7:
             raise error_from_code(107000, f"stream priority must be 0..7 (aclrtCreateStreamWithConfig), "
                                           f"got {priority}")
-        return self._new_stream(f"s{next(self._names)}", priority, self._streams)
+        return self._new_stream(f"s{next(_STREAM_NAMES)}", priority, self._streams)
 
     def model_stream(self, name: str) -> SimStream:
         """A stream a captured model owns (captured streams consume stream resources, 15_...)."""
@@ -445,6 +461,8 @@ class SimBackend:
             for streams in (self._streams, self._model_streams):
                 if stream in streams:
                     streams.remove(stream)
+        if self.sanitizer is not None and stream.completed >= stream.enqueued:
+            self.sanitizer.retire(stream.name)  # joined with all its work done: the host knows it all
 
     def _check_stream(self, stream: SimStream) -> None:
         self._check_open()
@@ -532,7 +550,7 @@ class SimBackend:
                                               "events per device (07_event_management.md); destroy unused events")
             self._live_events += 1
             created = {stream.name: stream.executed for stream in self._streams}
-        return SimEvent(f"e{next(self._names)}", timing, reusable, created)
+        return SimEvent(f"e{next(_EVENT_NAMES)}", timing, reusable, created)
 
     def event_destroy(self, event: SimEvent) -> None:
         if not event.destroyed:
@@ -648,6 +666,23 @@ class SimBackend:
     def device_sync(self, timeout_ms: int = -1) -> None:
         self.captures.forbid_device_sync()
         sync_streams(self.stream_sync, list(self._streams) + list(self._model_streams), timeout_ms)
+
+    # -- peer access (several devices) ----------------------------------------------------------
+    def device_can_access_peer(self, peer: int) -> bool:
+        """``aclrtDeviceCanAccessPeer(&can, self.index, peer)``; see :mod:`.peer`."""
+        self._check_open()
+        return self.peers.can_access(peer)
+
+    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None:
+        """``aclrtDeviceEnablePeerAccess(peer, flags)`` with this device current: one way, this
+        device's streams may then copy to and from ``peer``'s memory."""
+        self._check_open()
+        self.peers.enable(peer, flags)
+
+    def device_disable_peer_access(self, peer: int) -> None:
+        """``aclrtDeviceDisablePeerAccess(peer)`` with this device current."""
+        self._check_open()
+        self.peers.disable(peer)
 
     # -- operators --------------------------------------------------------------------------
     def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],

@@ -8,7 +8,8 @@ default in unit tests) tasks run as fast as numpy does and engines are not model
 The default :data:`ATLAS_A2` figures are those published for an Ascend 910B3 in an Atlas
 800T A2 training server: 20 AI cores (cube units), about 313 TFLOPS fp16 cube throughput,
 64 GB HBM2e at about 1.6 TB/s, and a PCIe 5.0 x16 host link (64 GB/s raw per direction;
-we model about 50 GB/s achieved).  Vector throughput is taken as one eighth of cube
+we model about 50 GB/s achieved); between NPUs, an HCCS peer link of 56 GB/s (see
+:attr:`DeviceSpec.peer_bytes_per_s`).  Vector throughput is taken as one eighth of cube
 throughput, and launch latency as the few microseconds host-launched kernels cost.
 These are modelling figures, not a promise about any specific board.
 
@@ -51,6 +52,9 @@ class DeviceSpec:
     async_host_copies:
         ``aclrtMemcpyAsync(HOST_TO_HOST)`` is accepted (``11-03_memory_copy_and_set.md``: in
         the EP form, every product we model, it returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT).
+    peer_bytes_per_s:
+        One device-to-device peer link, per direction; 0 where the product has no peer access
+        (``04_device_management.md``, ``aclrtDeviceEnablePeerAccess``: not on 200I/500 A2).
     """
 
     name: str
@@ -68,6 +72,9 @@ class DeviceSpec:
     stream_abort: bool = True
     graph_capture: bool = True
     async_host_copies: bool = False
+    #: The default is the figure published for the 910B in an Atlas 800T A2: eight NPUs in an
+    #: HCCS full mesh, 392 GB/s per NPU over seven links, so 56 GB/s between any two NPUs.
+    peer_bytes_per_s: float = 56e9
 
 
 ATLAS_A2 = DeviceSpec(
@@ -100,10 +107,11 @@ ATLAS_310P = DeviceSpec(
     max_events=1023,
     max_streams=1024,
     stream_abort=False,
+    peer_bytes_per_s=25e9,  # cards reach each other over PCIe, at the host link's rate
 )
 
-#: Atlas 200I/500 A2 (Ascend 310B): a small inference module without graph capture or stream
-#: abort, 512 streams per device.  Speeds are rough modelling figures.
+#: Atlas 200I/500 A2 (Ascend 310B): a small inference module without graph capture, stream
+#: abort or peer access, 512 streams per device.  Speeds are rough modelling figures.
 ATLAS_200I_A2 = DeviceSpec(
     name="atlas-200i-a2",
     ai_cores=2,
@@ -118,6 +126,7 @@ ATLAS_200I_A2 = DeviceSpec(
     max_streams=512,
     stream_abort=False,
     graph_capture=False,
+    peer_bytes_per_s=0.0,
 )
 
 #: A small part, handy in tests: 4 cores and 1 GiB, so capacity errors are easy to reach (A2 rules).
@@ -200,7 +209,7 @@ class Engines:
         if remaining > 0:
             time.sleep(remaining)
         with self._busy_lock:
-            self.busy[engine] += device_seconds
+            self.busy[engine] = self.busy.get(engine, 0.0) + device_seconds
 
     def copy_seconds(self, nbytes: int, direction: str) -> float:
         rate = {"h2d": self.spec.h2d_bytes_per_s, "d2h": self.spec.d2h_bytes_per_s}.get(

@@ -61,12 +61,15 @@ def _round(nbytes: int) -> int:
 class DeviceMemory:
     """Address space of one simulated device plus its pinned host buffers."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, base: int = DEVICE_BASE, window: int = 1 << 40):
         self.capacity = capacity
         self.in_use = 0
         self.peak = 0
         self._lock = threading.Lock()
-        self._next = DEVICE_BASE
+        # Several devices in one process each own a window of addresses (see peer.py).
+        self.base = base
+        self._end = base + window
+        self._next = base
         self._starts: list[int] = []  # sorted starts of live device allocations
         self._by_start: dict[int, Allocation] = {}
         # (start, size, description) of recent frees, for messages about stale addresses.
@@ -85,6 +88,8 @@ class DeviceMemory:
         with self._lock:
             if self.in_use + rounded > self.capacity:
                 raise DeviceOutOfMemory(207001, requested=nbytes, in_use=self.in_use, limit=self.capacity)
+            if self._next + rounded > self._end:  # addresses are never reused: the window can run out
+                raise DeviceOutOfMemory(207001, "this simulated device used up its address window; open a new one")
             start = self._next
             # Leave a guard gap so that an overrun never lands in the next allocation.
             self._next += -(-(rounded + 4096) // START_ALIGNMENT) * START_ALIGNMENT
@@ -135,7 +140,7 @@ class DeviceMemory:
 
     # -- lookups ---------------------------------------------------------------------------
     def is_device(self, address: int) -> bool:
-        return address >= DEVICE_BASE and address < self._next
+        return self.base <= address < self._next
 
     def _containing(self, address: int) -> Allocation | None:
         """The live allocation whose bytes include ``address``: a device allocation for an address

@@ -23,6 +23,14 @@ synchronizations guarantee.  Rules (ARCHITECTURE.md 3.1):
 Accesses are tracked per allocation and byte range.  A range keeps its last write and, per
 actor, its last read: a later read by the same actor is ordered after an earlier one, so
 the older record can go, which keeps the tables as small as the number of live ranges.
+
+Several devices.  The host is one: every device's sanitizer shares one host clock (and one
+lock), and stream names are unique in the process, so a clock may carry ticks of streams of
+several devices.  A peer copy that one device's stream makes into another device's memory,
+and a wait on another device's event, are then checked like any other access and wait.  A
+stream that is destroyed has finished all its work under the host's eyes (its worker was
+joined): it is *retired*, its ticks count as known to everyone and leave the host clock, so
+the shared clock holds only live streams.
 """
 
 from __future__ import annotations
@@ -66,6 +74,13 @@ class _RangeState:
         self.reads: dict[str, Access] = {}
 
 
+#: Shared by every device's sanitizer: the host's clock, the lock guarding all clocks, and the
+#: streams retired so far (see the module docstring).
+_LOCK = threading.Lock()
+_HOST_CLOCK: Clock = {HOST: 0}
+_RETIRED: set[str] = set()
+
+
 def _merge(into: Clock, other: Clock) -> None:
     for actor, tick in other.items():
         if into.get(actor, 0) < tick:
@@ -76,8 +91,8 @@ class Sanitizer:
     """Vector-clock race detector for one device."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._clocks: dict[str, Clock] = {HOST: {HOST: 0}}
+        self._lock = _LOCK
+        self._clocks: dict[str, Clock] = {HOST: _HOST_CLOCK}
         self.checked = 0
         self._seq = 0
 
@@ -85,6 +100,13 @@ class Sanitizer:
     def add_stream(self, stream: str) -> None:
         with self._lock:
             self._clocks[stream] = {stream: 0}
+
+    def retire(self, stream: str) -> None:
+        """``stream`` was destroyed after finishing all its work (see the module docstring)."""
+        with self._lock:
+            self._clocks.pop(stream, None)
+            _HOST_CLOCK.pop(stream, None)
+            _RETIRED.add(stream)
 
     def enqueue(self, stream: str) -> Clock:
         """Tick ``stream`` for a new task enqueued by the host; returns the task's clock (a copy)."""
@@ -168,6 +190,8 @@ class Sanitizer:
             earlier.extend(state.reads.values())
         for previous in earlier:
             if previous.actor == access.actor or clock.get(previous.actor, 0) >= previous.tick:
+                continue
+            if previous.actor in _RETIRED:
                 continue
             raise HazardError(
                 f"data race on {allocation.describe()}: {access.describe()} is not ordered after "

@@ -270,7 +270,7 @@ def test_a_static_workspace_pipeline_replays_captured_models(ascend: Device, hoo
     async def run() -> list[np.ndarray]:
         async with Pipeline(graph, ascend, streams=2, depth=2, workspace="static") as pipe:
             results = [(await pipe.run(x=x))["y"] for _ in range(4)]
-            assert all(slot.graph is not None for program in pipe._programs.values() for slot in program.slots)
+            assert all(slot.graph is not None for entry in pipe._res.cache for slot in entry.program.slots)
             return results
 
     hooks.clear_trace()

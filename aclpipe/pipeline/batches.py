@@ -1,0 +1,153 @@
+"""Batch shapes a pipeline is fed: shape buckets, and batches with no rows.
+
+Shape buckets.  A server answering requests of any size would prepare one program per batch
+size it ever sees.  With ``Pipeline(..., buckets=(1, 4, 16, 64))`` a batch of ``n`` rows is
+padded up to the smallest bucket that holds it (repeating its last row, so the padding holds
+values the real rows already have), run with that bucket's program, and every output is
+sliced back to its first ``n`` rows; a batch larger than the largest bucket runs at its own
+size.  The *batch* is the first dim of every input whose first dim is dynamic (``None`` or a
+name).  This is only right for graphs whose rows are independent (each output row depends on
+its own input row alone, as in per-sample inference) and whose outputs all lead with the
+batch dim; the latter is checked, the former is the caller's promise.
+
+Inputs.  :func:`check_inputs` checks one run's inputs against the graph (names, dtypes).
+
+Empty batches.  A batch with a zero-size dim whose outputs are all empty too (the usual case:
+an empty batch) runs nothing: the result is empty arrays of the bound shapes and dtypes, and
+no program is prepared for it.  When an output would still hold values (a reduction over
+the empty dim), the batch runs on the device like any other: zero-size tensors there take no
+bytes, and the reduction gives its identity (0 for a sum).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from ..errors import GraphError
+
+if TYPE_CHECKING:
+    from ..graph import Graph
+    from ..plan import Plan
+
+__all__ = ["ShapeBuckets", "check_inputs", "empty_result", "has_empty_input"]
+
+
+class ShapeBuckets:
+    """Pad batches up to prepared sizes, and slice the results back.
+
+    Parameters
+    ----------
+    graph:
+        The graph; its inputs with a dynamic first dim carry the batch.
+    sizes:
+        Bucket sizes (positive ints, any order, no duplicates needed).
+    """
+
+    def __init__(self, graph: Graph, sizes: Iterable[int]):
+        try:
+            values = list(sizes)
+        except TypeError:
+            raise TypeError(f"buckets must be a sequence of positive ints, got {sizes!r}") from None
+        bad = [size for size in values if isinstance(size, bool) or not isinstance(size, (int, np.integer))
+               or size < 1]
+        if not values or bad:
+            raise ValueError(f"buckets must be positive ints (batch sizes to prepare), got {values!r}")
+        self.sizes: tuple[int, ...] = tuple(sorted({int(size) for size in values}))
+        self.inputs = tuple(name for name, spec in graph.inputs.items()
+                            if spec.shape and not isinstance(spec.shape[0], int))
+        if not self.inputs:
+            declared = {name: spec.shape for name, spec in graph.inputs.items()}
+            raise ValueError(f"buckets need an input whose first dim is dynamic (None or a name); graph "
+                             f"{graph.name!r} has none: {declared}")
+
+    def bucket(self, rows: int) -> int | None:
+        """The bucket a batch of ``rows`` runs in; None when it runs at its own size."""
+        index = bisect.bisect_left(self.sizes, rows)
+        return self.sizes[index] if index < len(self.sizes) else None
+
+    def pad(self, arrays: Mapping[str, np.ndarray], skip: Collection[str] = ()
+            ) -> tuple[dict[str, np.ndarray], int | None]:
+        """The arrays padded to their bucket, and the real row count to slice back to (None
+        when nothing was padded).  Inputs in ``skip`` (host values: their contents are part
+        of the program) are never padded."""
+        names = [name for name in self.inputs if name not in skip]
+        if not names:
+            return dict(arrays), None
+        rows = {name: int(arrays[name].shape[0]) for name in names}
+        if len(set(rows.values())) > 1:
+            raise ValueError(f"with buckets, inputs {list(self.inputs)} share the batch (their first dim), "
+                             f"so they must have as many rows; got {rows}")
+        count = next(iter(rows.values()))
+        size = self.bucket(count)
+        if size is None or size == count or count == 0:
+            return dict(arrays), None
+        padded = dict(arrays)
+        for name in names:
+            array = arrays[name]
+            # Repeat the last real row: padding then holds values the real rows already have.
+            filler = np.repeat(array[-1:], size - count, axis=0)
+            padded[name] = np.concatenate([array, filler], axis=0)
+        return padded, count
+
+    @staticmethod
+    def check_outputs(plan: Plan, size: int) -> None:
+        """Refuse a graph whose outputs do not all lead with the batch (``size`` rows)."""
+        for output, value in plan.outputs.items():
+            shape = plan.values[value].desc.shape
+            if not shape or shape[0] != size:
+                raise GraphError(f"buckets pad the batch to {size} rows, but output {output!r} has shape "
+                                 f"{tuple(shape)}: its first dim is not the batch, so the padding cannot be "
+                                 "sliced off; use buckets only with graphs whose outputs lead with the batch")
+
+    @staticmethod
+    def slice(outputs: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+        """Each output's first ``rows`` rows (copies, so the padded arrays can go)."""
+        return {name: array[:rows].copy() for name, array in outputs.items()}
+
+    def __repr__(self) -> str:
+        return f"<ShapeBuckets {list(self.sizes)} over {list(self.inputs)}>"
+
+
+def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The inputs of one run as arrays; a ValueError or TypeError naming what the graph takes
+    when one is missing, unknown or of another dtype."""
+    expected = graph.inputs
+    missing = [name for name in expected if name not in inputs]
+    unknown = [name for name in inputs if name not in expected]
+    if missing or unknown:
+        raise ValueError(f"graph {graph.name!r} takes inputs {list(expected)}; missing {missing}, unknown {unknown}")
+    arrays: dict[str, np.ndarray] = {}
+    for name, spec in expected.items():
+        array = np.asarray(inputs[name])
+        want = as_dtype(spec.dtype)
+        if array.dtype != want.numpy:
+            raise TypeError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
+                            f"{array.dtype}; convert with array.astype('{want.name}')")
+        arrays[name] = array
+    return arrays
+
+
+def has_empty_input(graph: Graph, arrays: Mapping[str, np.ndarray]) -> bool:
+    """Whether any input copied to the device (not a host value) has a zero-size dim."""
+    host = graph.host_inputs
+    return any(array.size == 0 for name, array in arrays.items() if name not in host)
+
+
+def empty_result(graph: Graph, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The result of a batch with a zero-size dim when every output is empty too (empty arrays of
+    the bound shapes and dtypes, computed without the device); None when an output would hold
+    values, which the device then computes like any other batch."""
+    key = graph.signature(**arrays)
+    bound = graph.bind(**key.bind_arguments())
+    result: dict[str, np.ndarray] = {}
+    for output, value in bound.outputs.items():
+        desc = bound.values[value].desc
+        if int(np.prod(desc.shape, dtype=np.int64)) != 0:
+            return None
+        result[output] = np.empty(desc.shape, dtype=desc.dtype.numpy)
+    return result

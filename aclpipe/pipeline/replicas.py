@@ -1,0 +1,323 @@
+"""Replicas: one graph on several devices, each run sent to the device with the least work.
+
+``Pipeline(graph, device=["sim:0", "sim:1"])`` (or ``"sim:0,1"``, ``"ascend:0-7"``) makes a
+:class:`ReplicaPipeline`: one single-device :class:`Pipeline` per device, each with its own
+constants, programs, slots and streams.  It keeps the Pipeline API; what it adds is policy:
+
+- **Dispatch.**  A run goes to the device in rotation with the least outstanding work: the
+  modelled cost of the runs it has in flight (the plan's node costs, per input signature),
+  then fewer runs dispatched so far.  ``stream()`` keeps up to ``depth`` runs in flight per
+  device and yields results in input order.
+- **Faults.**  A run that fails on the device (:class:`ExecutionError`, :class:`DeviceFault`)
+  raises naming the device and the node, and takes the device out of rotation: later runs go
+  to the others.  When every device is out, runs raise :class:`DevicesUnavailableError`.
+  ``pipe.restore("sim:1")`` puts a device back (its pipeline already consumed the fault, so
+  its next runs run normally).
+- **Stats.**  :meth:`stats` sums the devices' figures and lists each device's
+  (:class:`ReplicaStats`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import numpy as np
+
+from ..errors import ClosedResourceError, DeviceFault, DevicesUnavailableError, ExecutionError
+from ..graph import Graph, Signature
+from ..plan import Plan
+from ..runtime import Device
+from .batches import check_inputs, empty_result, has_empty_input
+from .devices import open_devices, sum_counters
+from .pipeline import Pipeline, PipelineStats, _aiter
+from .slots import Ticket
+
+__all__ = ["DeviceStats", "ReplicaPipeline", "ReplicaStats"]
+
+#: Errors that say the device failed (not the caller's inputs): they take a device out.
+DEVICE_FAULTS = (ExecutionError, DeviceFault)
+#: Figures of PipelineStats that describe one run, not a total: the largest is reported.
+_PER_RUN = frozenset({"events_per_run", "waits_per_run"})
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """One device of a :class:`ReplicaPipeline`.
+
+    Attributes
+    ----------
+    name:
+        The device (``"sim:1"``).
+    in_rotation:
+        Whether new runs may go to it.
+    dispatched:
+        Runs sent to it so far.
+    outstanding_runs, outstanding_work:
+        Runs in flight on it, and their modelled cost (µs).
+    fault:
+        What took it out of rotation, if anything.
+    pipeline:
+        Its pipeline's own :class:`PipelineStats`.
+    """
+
+    name: str
+    in_rotation: bool
+    dispatched: int
+    outstanding_runs: int
+    outstanding_work: float
+    fault: str | None
+    pipeline: PipelineStats
+
+
+@dataclass(frozen=True)
+class ReplicaStats(PipelineStats):
+    """:class:`PipelineStats` summed over the devices (``events_per_run`` and ``waits_per_run``:
+    the largest), plus ``devices``: one :class:`DeviceStats` per device."""
+
+    devices: tuple[DeviceStats, ...] = field(default=())
+
+
+@dataclass
+class _Replica:
+    name: str
+    pipeline: Pipeline
+    dispatched: int = 0
+    outstanding_runs: int = 0
+    outstanding_work: float = 0.0
+    fault: BaseException | None = None
+
+
+class ReplicaPipeline(Pipeline):
+    """The whole graph on each of several devices; see the module docstring.
+
+    Parameters are :class:`Pipeline`'s, per device: each device gets ``streams`` compute
+    streams, ``depth`` slots and its own workspaces.  ``device_options`` go to
+    :func:`aclpipe.open_device` for devices given by name.
+    """
+
+    def __init__(self, graph: Graph, device: str | Sequence[Device | str] | None = None, *, streams: int = 4,
+                 depth: int = 2, workspace: str = "pool", pool_bytes: int = 0, cancel_grace: float = 30.0,
+                 split: str | None = None, device_options: Mapping[str, Any] | None = None):
+        if split not in (None, "replicas"):
+            raise ValueError(f"ReplicaPipeline runs whole graphs (split='replicas'), got split={split!r}")
+        if device is None:
+            raise ValueError("name the devices, e.g. device=['sim:0', 'sim:1'] or 'ascend:0-7'")
+        devices, self._opened = open_devices(device, device_options)
+        self._replicas: list[_Replica] = []
+        try:
+            for each in devices:
+                engine = Pipeline(graph, each, streams=streams, depth=depth, workspace=workspace,
+                                  pool_bytes=pool_bytes, cancel_grace=cancel_grace)
+                self._replicas.append(_Replica(each.name, engine))
+        except BaseException:
+            for made in self._opened:
+                made.close()
+            raise
+        self.graph = graph
+        self.devices = devices
+        self.device = devices[0]
+        self.max_streams, self.depth, self.workspace = streams, depth, workspace
+        self.cancel_grace = cancel_grace
+        self._work: dict[Signature, float] = {}
+        self._closed = False
+        self._closing: anyio.Event | None = None
+
+    # -- dispatch ----------------------------------------------------------------------------
+    def _pick(self) -> _Replica:
+        healthy = [replica for replica in self._replicas if replica.fault is None]
+        if not healthy:
+            faults = {replica.name: replica.fault for replica in self._replicas if replica.fault is not None}
+            listing = "; ".join(f"{name}: {error}" for name, error in faults.items())
+            raise DevicesUnavailableError(
+                f"every device of this pipeline is out of rotation after a fault ({listing}); fix the cause and "
+                "put devices back with pipe.restore(name)", faults=faults)
+        return min(healthy, key=lambda r: (r.outstanding_work, r.outstanding_runs, r.dispatched))
+
+    def _work_of(self, inputs: Mapping[str, Any]) -> float:
+        """The modelled cost (µs) of one run with these inputs (1 when they are not valid: the
+        device's own run then reports what is wrong)."""
+        try:
+            key = self.graph.signature(**{name: np.asarray(value) for name, value in inputs.items()})
+            work = self._work.get(key)
+            if work is None:
+                plan = self._pick().pipeline.plan_for(**inputs)
+                work = self._work[key] = max(sum(node.cost for node in plan.nodes), 1.0)
+        except (ValueError, TypeError):
+            return 1.0
+        return work
+
+    def _dispatch(self, work: float) -> _Replica:
+        if self._closed:
+            raise ClosedResourceError("the pipeline is closed")
+        replica = self._pick()
+        replica.dispatched += 1
+        replica.outstanding_runs += 1
+        replica.outstanding_work += work
+        return replica
+
+    def _done(self, replica: _Replica, work: float) -> None:
+        replica.outstanding_runs -= 1
+        replica.outstanding_work -= work
+
+    def _failed(self, replica: _Replica, error: BaseException) -> ExecutionError:
+        """Take ``replica`` out of rotation; the error its failing run raises."""
+        replica.fault = replica.fault or error
+        node, op, stream = (getattr(error, name, None) for name in ("node", "op", "stream"))
+        what = f"node {node!r} ({op})" if node is not None else "a task"
+        return ExecutionError(f"{replica.name}: {what} failed; the device is out of rotation until "
+                              f"pipe.restore({replica.name!r}): {error}", node=node, op=op, stream=stream,
+                              cause=getattr(error, "cause", None) or error, device=replica.name)
+
+    # -- running -----------------------------------------------------------------------------
+    async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the graph once on the least loaded device; returns ``{output name: array}``."""
+        work = self._work_of(inputs)
+        replica = self._dispatch(work)
+        try:
+            return await replica.pipeline.run(**inputs)
+        except DEVICE_FAULTS as error:
+            raise self._failed(replica, error) from error
+        finally:
+            self._done(replica, work)
+
+    async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+                     ) -> AsyncIterator[dict[str, np.ndarray]]:
+        """Run every batch, up to ``depth`` in flight per device, yielding results in order.
+
+        As with :meth:`Pipeline.stream`, wrap it in ``contextlib.aclosing`` when leaving early.
+        """
+        pending: collections.deque[tuple[_Replica, Ticket, float]] = collections.deque()
+        limit = self.depth * len(self._replicas)
+        try:
+            async for batch in _aiter(batches):
+                if not isinstance(batch, Mapping):
+                    raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
+                arrays = check_inputs(self.graph, batch)
+                empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+                if empty is not None:  # nothing to run: in order after the runs ahead of it
+                    while pending:
+                        yield await self._finish_on(*pending.popleft())
+                    yield empty
+                    continue
+                work = self._work_of(batch)
+                replica = self._dispatch(work)
+                try:
+                    engine = replica.pipeline
+                    accepted = engine._accept(arrays)
+                    try:
+                        # As Pipeline.stream: never wait for a slot while holding runs we could finish.
+                        while pending and not accepted[0].queue.ready:
+                            yield await self._finish_on(*pending.popleft())
+                    except BaseException:
+                        engine._unpin(accepted[0])
+                        raise
+                    ticket = await engine._start(*accepted)
+                except BaseException:
+                    self._done(replica, work)
+                    raise
+                pending.append((replica, ticket, work))
+                if len(pending) >= limit:
+                    yield await self._finish_on(*pending.popleft())
+            while pending:
+                yield await self._finish_on(*pending.popleft())
+        finally:
+            with anyio.CancelScope(shield=True):
+                while pending:
+                    replica, ticket, work = pending.popleft()
+                    try:
+                        await replica.pipeline._abandon(ticket)
+                    finally:
+                        self._done(replica, work)
+
+    async def _finish_on(self, replica: _Replica, ticket: Ticket, work: float) -> dict[str, np.ndarray]:
+        try:
+            return await replica.pipeline._finish(ticket)
+        except DEVICE_FAULTS as error:
+            raise self._failed(replica, error) from error
+        finally:
+            self._done(replica, work)
+
+    def restore(self, device: Device | str | int) -> None:
+        """Put ``device`` (a :class:`Device`, its name such as ``"sim:1"``, or its position in
+        the device list) back into rotation."""
+        self._replica(device).fault = None
+
+    def _replica(self, device: Device | str | int) -> _Replica:
+        if isinstance(device, bool):
+            raise TypeError("name the device to restore: a Device, 'sim:1' or its position")
+        if isinstance(device, int):
+            if not 0 <= device < len(self._replicas):
+                raise ValueError(f"this pipeline has {len(self._replicas)} devices; there is no device {device}")
+            return self._replicas[device]
+        name = device.name if isinstance(device, Device) else device
+        for replica in self._replicas:
+            if replica.name == name or (isinstance(name, str) and ":" not in name and replica.name == f"{name}:0"):
+                return replica
+        raise ValueError(f"{name!r} is not a device of this pipeline: {[r.name for r in self._replicas]}")
+
+    # -- planning ----------------------------------------------------------------------------
+    def plan_for(self, **inputs: Any) -> Plan:
+        """The plan for these inputs (as :meth:`Pipeline.plan_for` takes them; the same on every
+        device)."""
+        return self._replicas[0].pipeline.plan_for(**inputs)
+
+    def prepare(self, **inputs: Any) -> Plan:
+        """Prepare these inputs' program on every device now; returns the plan."""
+        plans = [replica.pipeline.prepare(**inputs) for replica in self._replicas]
+        return plans[0]
+
+    # -- reporting and closing ---------------------------------------------------------------
+    def stats(self) -> ReplicaStats:
+        per_device = [DeviceStats(r.name, r.fault is None, r.dispatched, r.outstanding_runs, r.outstanding_work,
+                                  None if r.fault is None else str(r.fault), r.pipeline.stats())
+                      for r in self._replicas]
+        totals = _sum_stats([d.pipeline for d in per_device])
+        return ReplicaStats(**totals, devices=tuple(per_device))
+
+    async def aclose(self) -> None:
+        """Close every device's pipeline (each waits for its runs), then the devices opened
+        here; idempotent."""
+        if self._closed:
+            if self._closing is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._closing.wait()
+            return
+        self._closed = True
+        self._closing = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                for replica in self._replicas:
+                    await replica.pipeline.aclose()
+        finally:
+            for device in self._opened:
+                device.close()
+            self._closing.set()
+
+    def __repr__(self) -> str:
+        names = ", ".join(r.name + ("" if r.fault is None else " (out)") for r in self._replicas)
+        return f"<Pipeline {self.graph.name!r} replicated on {names} depth={self.depth} workspace={self.workspace}>"
+
+
+def _sum_stats(stats: Sequence[PipelineStats]) -> dict[str, Any]:
+    """Each PipelineStats field over the devices: counts summed, per-run figures the largest,
+    the workspace counters summed key by key."""
+    totals: dict[str, Any] = {}
+    for item in dataclasses.fields(PipelineStats):
+        values = [getattr(each, item.name) for each in stats]
+        if item.name in _PER_RUN:
+            totals[item.name] = max(values)
+        elif item.name == "device_peak_bytes":  # each device's own peak, added up
+            known = [v for v in values if v is not None]
+            totals[item.name] = sum(known) if known else None
+        elif values and isinstance(values[0], Mapping):
+            totals[item.name] = sum_counters(values)
+        elif values and isinstance(values[0], bool):  # closed: every device's pipeline is
+            totals[item.name] = all(values)
+        else:
+            totals[item.name] = sum(values)
+    return totals

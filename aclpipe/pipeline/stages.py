@@ -1,0 +1,384 @@
+"""Stages: one graph cut across several devices (pipeline parallelism).
+
+``Pipeline(graph, device=["sim:0", "sim:1"], split="stages")`` makes a :class:`StagePipeline`.
+Per input signature the planner cuts the graph into one contiguous stage per device,
+balancing modelled cost and fitting each device's memory (:mod:`aclpipe.plan.partition`);
+each device holds only its stages' weights, so a model too big for one device runs on
+several.  Values cross from stage to stage as device-to-device copies over the peer link,
+ordered by events recorded on the sending device and waited on by the receiving one
+(:mod:`.stage_program`); peer access is enabled from every device to the later ones when
+the pipeline opens.
+
+The engine is the single-device one's: per device its streams, completion
+:class:`~aclpipe.runtime.timeline.Timeline`, workspaces and
+:class:`~aclpipe.pipeline.program.Program` s; one :class:`~aclpipe.pipeline.faults.FaultLog`
+over all of them (run numbers are shared).  A run takes a slot on
+every stage at once, enqueues the stages in order and completes once every stage has.  With
+``depth`` runs in flight (default: twice the stages, so that a run's boundary copies and its
+completion overlap the next runs' compute) ``stream()`` keeps every stage busy: while
+stage 1 runs batch i, stage 0 runs batch i+1.
+
+Faults, cancellation and closing follow :class:`Pipeline`: a node that fails on any stage
+makes its run (and the runs in its fault window) raise :class:`ExecutionError` naming the
+node; the stages after it inherit the failure through the boundary events instead of
+computing on garbage; later runs run normally.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import numpy as np
+
+from ..errors import AclpipeError, BackendError, ClosedResourceError, PlanError
+from ..graph import Graph, Signature
+from ..plan import Plan, make_plan
+from ..plan.partition import Partition
+from ..runtime import Device, DeviceBuffer, Stream
+from ..runtime.timeline import Timeline
+from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
+from .devices import open_devices, sum_counters
+from .faults import FaultLog
+from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _aiter
+from .slots import FifoLock, SlotQueue
+from .stage_program import StageProgram, StageSlot
+
+__all__ = ["StagePipeline", "StageStats"]
+
+
+@dataclass(frozen=True)
+class StageStats(PipelineStats):
+    """:class:`PipelineStats` over every stage's device, plus ``stages``: per stage of the
+    latest prepared signature its device, nodes, modelled cost (µs), constant bytes and the
+    bytes it sends to later stages per run."""
+
+    stages: tuple[Mapping[str, Any], ...] = field(default=())
+
+
+@dataclass(eq=False)
+class _Ticket:
+    run: int
+    program: StageProgram
+    slot: StageSlot
+    values: list[int] = field(default_factory=list)  # per stage: the D2H lane value of its completion
+
+
+class StagePipeline(Pipeline):
+    """The graph cut into one stage per device; see the module docstring.
+
+    Parameters are :class:`Pipeline`'s; ``depth`` defaults to twice the number of devices,
+    and ``memory_fraction`` is the share of each device's free memory the cut may plan for.
+    """
+
+    def __init__(self, graph: Graph, device: str | Sequence[Device | str] | None = None, *, streams: int = 4,
+                 depth: int | None = None, workspace: str = "pool", pool_bytes: int = 0,
+                 cancel_grace: float = 30.0, split: str | None = "stages",
+                 device_options: Mapping[str, Any] | None = None, memory_fraction: float = 0.9):
+        if device is None:
+            raise ValueError("name the devices, e.g. device=['sim:0', 'sim:1'] or 'ascend:0-3'")
+        _check_options(graph, split, streams, depth, workspace, memory_fraction)
+        devices, self._opened = open_devices(device, device_options)
+        try:
+            _enable_peers(devices)
+        except BaseException:
+            for made in self._opened:
+                made.close()
+            raise
+        self.graph, self.devices, self.device = graph, devices, devices[0]
+        self.max_streams, self.depth, self.workspace = streams, depth or 2 * len(devices), workspace
+        self.cancel_grace, self.memory_fraction = cancel_grace, memory_fraction
+        # Per device, as a single-device pipeline has: streams, a timeline over them, workspaces.
+        self._stage_streams = [[d.create_stream() for _ in range(streams + 2)] for d in devices]
+        self._timelines = [Timeline(streams + 2) for _ in devices]
+        for timeline, per_device in zip(self._timelines, self._stage_streams):
+            for lane, stream in enumerate(per_device):
+                timeline.assign(stream, lane)
+        options: dict[str, Any] = {"limit": pool_bytes or None, "batch": _POOL_BATCH} if workspace == "pool" else {}
+        self._stage_workspaces: list[WorkspaceStrategy] = [
+            make_workspace_strategy(d, workspace, timeline=t, **options) for d, t in zip(devices, self._timelines)]
+        self._constants: list[dict[str, DeviceBuffer]] = [{} for _ in devices]
+        self._stage_programs: dict[Signature, StageProgram] = {}
+        self._slot_queues: dict[int, SlotQueue[StageSlot]] = {}
+        self._plans: dict[Signature, Plan] = {}
+        self._enqueue_lock = FifoLock()
+        self._faults = FaultLog()
+        self._runs = self._prepare_hits = self._lost_slots = self._finishing = 0
+        self._closed = self._freed = False
+        self._finished: anyio.Event | None = None
+        self._closing: anyio.Event | None = None
+        self._latest: StageProgram | None = None
+
+    # -- planning and preparing --------------------------------------------------------------
+    def plan_for(self, **inputs: Any) -> Plan:
+        """The plan of the whole graph for these input shapes (as :meth:`Pipeline.plan_for` takes
+        them), as one device would run it (see :meth:`stages_for` for the cut)."""
+        self._check_open()
+        key = self.graph.signature(**inputs)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+        return plan
+
+    def stages_for(self, **inputs: Any) -> tuple[Partition, tuple[Plan, ...]]:
+        """The cut for these input shapes and each stage's plan (prepares them)."""
+        program = self._stage_program_for(self.graph.signature(**inputs))
+        return program.partition, program.plans
+
+    def prepare(self, **inputs: Any) -> Plan:
+        """Cut, plan and prepare every stage for these input shapes now; returns :meth:`plan_for`'s
+        plan."""
+        self._stage_program_for(self.graph.signature(**inputs))
+        return self.plan_for(**inputs)
+
+    def _stage_program_for(self, key: Signature) -> StageProgram:
+        self._check_open()
+        program = self._stage_programs.get(key)
+        if program is not None:
+            self._prepare_hits += 1
+            return program
+        program = StageProgram.build(self.graph, key, self.devices, self._stage_streams, self._constants,
+                                     depth=self.depth, max_streams=self.max_streams,
+                                     memory_fraction=self.memory_fraction)
+        try:
+            for workspaces, stage in zip(self._stage_workspaces, program.programs):
+                workspaces.reserve(stage.workspace_sizes)
+        except BaseException:
+            program.close()
+            raise
+        self._stage_programs[key] = self._latest = program
+        self._slot_queues[id(program)] = SlotQueue(list(program.slots))
+        return program
+
+    # -- running -----------------------------------------------------------------------------
+    async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the graph once through every stage; returns ``{output name: array}``."""
+        program, arrays = self._stage_accept(inputs)
+        return await self._complete(await self._begin(program, arrays))
+
+    async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+                     ) -> AsyncIterator[dict[str, np.ndarray]]:
+        """Run every batch, ``depth`` in flight (every stage busy), yielding results in order.
+
+        As with :meth:`Pipeline.stream`, wrap it in ``contextlib.aclosing`` when leaving early.
+        """
+        pending: collections.deque[_Ticket] = collections.deque()
+        try:
+            async for batch in _aiter(batches):
+                if not isinstance(batch, Mapping):
+                    raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
+                program, arrays = self._stage_accept(dict(batch))
+                while pending and not self._slot_queues[id(program)].ready:
+                    yield await self._complete(pending.popleft())
+                pending.append(await self._begin(program, arrays))
+                if len(pending) >= self.depth:
+                    yield await self._complete(pending.popleft())
+            while pending:
+                yield await self._complete(pending.popleft())
+        finally:
+            with anyio.CancelScope(shield=True):
+                while pending:
+                    await self._give_back(pending.popleft())
+
+    def _stage_accept(self, inputs: Mapping[str, Any]) -> tuple[StageProgram, dict[str, np.ndarray]]:
+        """Check the inputs and find (or prepare) their stages; host values pick the program and
+        are not copied (as :meth:`Pipeline._accept`)."""
+        arrays = self._check_inputs(inputs)
+        key = self.graph.signature(**arrays)
+        host = key.host
+        return self._stage_program_for(key), {name: array for name, array in arrays.items() if name not in host}
+
+    async def _begin(self, program: StageProgram, arrays: Mapping[str, np.ndarray]) -> _Ticket:
+        """Take a slot on every stage (awaiting one: backpressure) and enqueue a run on it."""
+        queue = self._slot_queues[id(program)]
+        slot = await queue.acquire()
+        try:
+            program.write_inputs(slot, arrays)
+            await self._enqueue_lock.acquire()
+        except BaseException:
+            queue.release(slot)
+            raise
+        try:
+            if self._closed:
+                queue.release(slot)
+                raise ClosedResourceError("the pipeline is closed")
+            self._runs += 1
+            ticket = _Ticket(self._runs, program, slot)
+            self._faults.start(ticket.run)
+            failure = await self._enqueue_run(ticket)
+        finally:
+            self._enqueue_lock.release()
+        if failure is not None:
+            with anyio.CancelScope(shield=True):
+                await self._give_back(ticket)
+            raise failure
+        return ticket
+
+    async def _enqueue_run(self, ticket: _Ticket) -> BaseException | None:
+        """Enqueue the stages and, whatever happens, every stage's completion (as
+        :meth:`Pipeline._enqueue`); returns what stopped the run part way, if anything."""
+        failure: BaseException | None = None
+        try:
+            await ticket.program.enqueue(ticket.slot, ticket.run, self._stage_workspaces)
+        except BaseException as error:  # noqa: BLE001 - re-raised by the caller once the run is settled
+            failure = error
+        try:
+            for k, (program, stage_slot) in enumerate(zip(ticket.program.programs, ticket.slot.slots)):
+                ticket.values.append(program.enqueue_completion(stage_slot, self._stage_workspaces[k],
+                                                                self._timelines[k], self._d2h_lane))
+        except BaseException:
+            self._faults.retire(ticket.run, self._runs)
+            self._lost_slots += 1  # a stage without a completion: its slot can never safely come back
+            raise
+        return failure
+
+    @property
+    def _d2h_lane(self) -> int:
+        return self.max_streams + 1
+
+    async def _wait_all(self, ticket: _Ticket) -> None:
+        for timeline, value in zip(self._timelines, ticket.values):
+            await timeline.wait(self._d2h_lane, value)
+
+    async def _complete(self, ticket: _Ticket) -> dict[str, np.ndarray]:
+        self._finishing += 1
+        try:
+            try:
+                await self._wait_all(ticket)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._give_back(ticket)
+                raise
+            if self._freed:
+                self._faults.retire(ticket.run, self._runs)
+                raise ClosedResourceError("the pipeline was closed before this run's result was read")
+            try:
+                self._faults.collect(self._all_streams(), self._runs)
+                self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
+                return ticket.program.read_outputs(ticket.slot)
+            finally:
+                self._faults.retire(ticket.run, self._runs)
+                self._slot_queues[id(ticket.program)].release(ticket.slot)
+        finally:
+            self._finishing -= 1
+            if not self._finishing and self._finished is not None:
+                self._finished.set()
+
+    async def _give_back(self, ticket: _Ticket) -> None:
+        """Give the slot back once every stage passed the ticket's work (shielded caller)."""
+        with anyio.move_on_after(self.cancel_grace) as scope:
+            await self._wait_all(ticket)
+        self._faults.retire(ticket.run, self._runs)
+        if scope.cancelled_caught:
+            self._lost_slots += 1  # never reused: a device may still touch it
+            return
+        if not self._freed:
+            self._faults.collect(self._all_streams(), self._runs)
+            self._slot_queues[id(ticket.program)].release(ticket.slot)
+
+    def _all_streams(self) -> list[Stream]:
+        return [stream for per_device in self._stage_streams for stream in per_device]
+
+    # -- reporting and closing ---------------------------------------------------------------
+    def stats(self) -> StageStats:
+        programs = list(self._stage_programs.values())
+        peaks = [d.backend.mem_peak() for d in self.devices]
+        workspace = sum_counters([strategy.stats().as_dict() for strategy in self._stage_workspaces])
+        stages: tuple[Mapping[str, Any], ...] = ()
+        if self._latest is not None:
+            stages = tuple({"device": d.name, **info} for d, info in zip(self.devices, self._latest.describe()))
+        return StageStats(
+            runs=self._runs, failed_runs=self._faults.failed, signatures=len(programs),
+            prepare_hits=self._prepare_hits, executors=sum(p.executors for p in programs),
+            events_per_run=max((sum(plan.num_events for plan in p.plans) for p in programs), default=0),
+            waits_per_run=max((sum(plan.num_waits for plan in p.plans) for p in programs), default=0),
+            arena_bytes=sum(p.arena_bytes for p in programs),
+            constant_bytes=sum(b.nbytes for per_device in self._constants for b in per_device.values()),
+            workspace=workspace, device_peak_bytes=sum(p for p in peaks if p is not None) if any(
+                p is not None for p in peaks) else None,
+            in_flight=len(self._faults.live), lost_slots=self._lost_slots, stages=stages)
+
+    async def aclose(self) -> None:
+        """Refuse new runs, wait for runs in flight, then free everything on every device;
+        idempotent (as :meth:`Pipeline.aclose`)."""
+        if self._closed:
+            if not self._freed and self._closing is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._closing.wait()
+            return
+        self._closed = True
+        self._closing = anyio.Event()
+        try:
+            await self._close_stages()
+        finally:
+            self._closing.set()
+
+    async def _close_stages(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for queue in self._slot_queues.values():
+                queue.close()
+            await self._enqueue_lock.acquire()
+            self._enqueue_lock.release()
+            for workspaces in self._stage_workspaces:
+                workspaces.publish()
+            for timeline in self._timelines:
+                await timeline.drain()
+            while self._finishing:
+                self._finished = anyio.Event()
+                await self._finished.wait()
+            await anyio.to_thread.run_sync(self._sync_all)
+        self._freed = True
+        for program in self._stage_programs.values():
+            program.close()
+        self._stage_programs.clear()
+        for workspaces in self._stage_workspaces:
+            workspaces.close()
+        for per_device in self._constants:
+            for buffer in per_device.values():
+                buffer.close()
+            per_device.clear()
+        for stream in self._all_streams():
+            stream.close()
+        for timeline in self._timelines:
+            timeline.close()
+        for device in self._opened:
+            device.close()
+
+    def _sync_all(self) -> None:
+        for stream in self._all_streams():
+            try:
+                stream.sync()
+            except (BackendError, AclpipeError):
+                pass  # its run already reported it, or nobody is left to tell
+
+    def __repr__(self) -> str:
+        names = " -> ".join(d.name for d in self.devices)
+        return f"<Pipeline {self.graph.name!r} in stages {names} depth={self.depth} workspace={self.workspace}>"
+
+
+def _check_options(graph: Graph, split: str | None, streams: int, depth: int | None, workspace: str,
+                   memory_fraction: float) -> None:
+    if not isinstance(graph, Graph):
+        raise TypeError(f"Pipeline needs a Graph, got {type(graph).__name__}")
+    if split not in (None, "stages"):
+        raise ValueError(f"StagePipeline cuts the graph into stages (split='stages'), got split={split!r}")
+    for label, value in (("streams", streams), ("depth", 1 if depth is None else depth)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive int, got {value!r}")
+    if workspace not in STRATEGIES:
+        raise ValueError(f"workspace must be one of {STRATEGIES}, got {workspace!r}")
+    if not 0 < memory_fraction <= 1:
+        raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}")
+
+
+def _enable_peers(devices: Sequence[Device]) -> None:
+    """Let every device push to every later one (boundaries only ever go forward)."""
+    for k, sender in enumerate(devices):
+        for receiver in devices[k + 1:]:
+            if not sender.can_access_peer(receiver):
+                raise PlanError(f"split='stages' copies values from {sender.name} to {receiver.name}, which cannot "
+                                "access each other's memory (no peer access); use split='replicas'")
+            sender.enable_peer_access(receiver)

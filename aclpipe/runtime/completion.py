@@ -1,0 +1,86 @@
+"""The completion host function: compiled C when it was built at install, else a Python fallback.
+
+``aclpipe_advance(args)`` runs on a runtime thread when a stream passes a completion point.
+``args`` is an ``aclpipe_advance_args``: a pointer to the lane's two counters, the value to
+publish and the wake pipe's write end.  In order, it raises ``counter[0]`` to the value,
+writes one byte to the pipe, and raises ``counter[1]`` to the value: once the host sees
+``counter[1]`` reach the value, that call touches nothing of the host's any more.
+
+The compiled function (:mod:`aclpipe.runtime._hostfunc_build`, built by ``pip install`` or
+``python setup.py build_ext --inplace``; it needs a C compiler) runs no Python on the
+runtime thread (ARCHITECTURE.md 3.2, 6).  Where it is missing (installed without a compiler,
+or a source checkout that was not built), a cffi callback in ABI mode stands in: same
+arguments, same order of effects, but it takes the GIL on the runtime thread, so it is
+slower, and :data:`COMPILED` is False (``aclpipe devices`` says which one is in use).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from typing import Any
+
+__all__ = ["COMPILED", "HOST_FUNC_ADDRESS", "ffi"]
+
+_CDEF = """
+typedef struct {
+    int64_t *counter;
+    int64_t value;
+    int wake_fd;
+} aclpipe_advance_args;
+"""
+
+#: The ABI version of the compiled helper this module expects (``counter[1]`` included).
+_VERSION = 2
+
+
+def _compiled() -> tuple[Any, int] | None:
+    try:
+        from ._hostfunc import ffi as compiled_ffi
+        from ._hostfunc import lib
+    except ImportError:
+        return None
+    if getattr(lib, "aclpipe_advance_version", lambda: 1)() != _VERSION:
+        warnings.warn("aclpipe's compiled completion helper is from an older build; rebuild it with "
+                      "'python setup.py build_ext --inplace' (using the Python fallback meanwhile)",
+                      RuntimeWarning, stacklevel=3)
+        return None
+    return compiled_ffi, int(compiled_ffi.cast("uintptr_t", compiled_ffi.addressof(lib, "aclpipe_advance")))
+
+
+def _fallback() -> tuple[Any, int, Any]:
+    import cffi
+
+    fallback_ffi: Any = cffi.FFI()
+    fallback_ffi.cdef(_CDEF)
+    lock = threading.Lock()  # the max-stores below must not interleave between two runtime threads
+
+    def store_max(counter: Any, index: int, value: int) -> None:
+        with lock:
+            if counter[index] < value:
+                counter[index] = value
+
+    def advance(raw: Any) -> None:
+        args = fallback_ffi.cast("aclpipe_advance_args *", raw)
+        counter, value, fd = args.counter, int(args.value), int(args.wake_fd)
+        store_max(counter, 0, value)
+        if fd >= 0:
+            try:
+                os.write(fd, b"\1")
+            except (BlockingIOError, InterruptedError):
+                pass  # a full pipe already holds wake-ups: the reader will look anyway
+        store_max(counter, 1, value)
+
+    callback = fallback_ffi.callback("void(void *)", advance)
+    return fallback_ffi, int(fallback_ffi.cast("uintptr_t", callback)), callback
+
+
+_found = _compiled()
+COMPILED: bool = _found is not None
+if _found is not None:
+    ffi, HOST_FUNC_ADDRESS = _found
+    _KEEP: Any = None
+else:
+    # Kept for the life of the process: runtime threads may call it until the very end.
+    ffi, HOST_FUNC_ADDRESS, _KEEP = _fallback()

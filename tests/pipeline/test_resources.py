@@ -1,0 +1,50 @@
+"""A pipeline's device-side bundle is freed once: at once when released, or, parked, only once
+the device has passed everything enqueued."""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+from pipeline_graphs import live_device_state, mlp
+
+from aclpipe import Pipeline
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_release_frees_everything_once(device):
+    before = live_device_state(device)
+    pipe = Pipeline(mlp(), device, streams=2, depth=2)
+    await pipe.run(x=np.ones((4, 32), np.float32))
+    resources = pipe._res
+    await pipe.aclose()
+    assert resources.released and live_device_state(device) == before
+    resources.release()  # idempotent
+    resources.park()  # nothing left to park
+    assert live_device_state(device) == before
+
+
+async def test_a_dropped_pipeline_parks_its_resources_until_the_device_passed_them(device):
+    import gc
+    import time
+
+    before = live_device_state(device)
+    pipe = Pipeline(mlp(), device, streams=2, depth=1)
+    await pipe.run(x=np.ones((4, 32), np.float32))  # prepared
+    resources = pipe._res
+    gate = device.backend.latch(resources.streams[0].handle)  # the next run stays on the device
+    ticket = await pipe._start(*pipe._accept({"x": np.ones((4, 32), np.float32)}))
+    del pipe, ticket
+    gc.collect()  # the finalizer parks the bundle: nothing may be freed under the held run
+    assert resources.parked and not resources.released
+    gate.set()
+
+    def released_in_time() -> bool:  # a watcher thread frees it once the device passed its work
+        deadline = time.monotonic() + 30
+        while not resources.released and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return resources.released
+
+    assert await anyio.to_thread.run_sync(released_in_time)
+    assert resources.released and live_device_state(device) == before
