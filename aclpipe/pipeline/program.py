@@ -471,5 +471,7 @@ class Program:
         self.slots.clear()
         self._building = None
         if self._pinned_by is not None:
-            self._pinned_by.unpin(self)
+            # The caller synchronized the streams, or every run of this program completed (its
+            # completion host function ran after all of its launches): the blocks are free now.
+            self._pinned_by.unpin(self, passed=True)
             self._pinned_by = None

@@ -32,6 +32,7 @@ class _Region:
 
     buffer: DeviceBuffer
     free: list[tuple[int, int]] = field(default_factory=list)  # (offset, size), sorted, coalesced
+    dedicated: bool = False  # made for one pin: freed once nothing in it is held
 
     def __post_init__(self) -> None:
         self.free = [(0, self.buffer.nbytes)]
@@ -294,12 +295,17 @@ class WorkspaceStrategy(ABC):
             self._pins.setdefault(owner, {}).update(pinned)
         return pinned
 
-    def unpin(self, owner: Hashable) -> None:
-        """Give back ``owner``'s pinned workspaces once their streams passed what is enqueued."""
+    def unpin(self, owner: Hashable, *, passed: bool = False) -> None:
+        """Give back ``owner``'s pinned workspaces once their streams passed what is enqueued, or
+        at once with ``passed=True`` (the caller knows the streams passed every launch that used
+        them: a program closed after its runs completed)."""
         with self._lock:
             pinned = self._pins.pop(owner, {})
         for stream, workspace in pinned.items():
-            self.release_after(workspace, stream)
+            if passed:
+                self.release_now(workspace)
+            else:
+                self.release_after(workspace, stream)
 
     def _try_pin(self, nbytes: int, stream: Stream, owner: Hashable) -> Workspace | None:
         return self.try_acquire(nbytes, stream, ("pinned", owner))

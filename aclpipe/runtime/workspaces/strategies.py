@@ -137,7 +137,9 @@ class WorkspacePool(WorkspaceStrategy):
         if workspace is None:
             with self._lock:
                 size = self._piece(nbytes)
-                self._regions.append(self._allocate_region(size, f"workspace pool {len(self._regions)} (pinned)"))
+                region = self._allocate_region(size, f"workspace pool {len(self._regions)} (pinned)")
+                region.dedicated = True
+                self._regions.append(region)
                 self._stats.limit = self._stats.reserved
             workspace = super()._try_pin(nbytes, stream, owner)
         return workspace
@@ -186,7 +188,14 @@ class WorkspacePool(WorkspaceStrategy):
 
     def _returned(self, block: _Block) -> None:
         self._stats.in_use -= block.size
-        block.region.give_back(block.offset, block.size)
+        region = block.region
+        region.give_back(block.offset, block.size)
+        if region.dedicated and region.idle and region in self._regions:
+            # Made for a pin that is over: a pool sized by its programs holds what the programs
+            # held now pin, not the most they ever pinned at once.
+            self._regions.remove(region)
+            self._free_region(region)
+            self._stats.limit = self._stats.reserved
 
     def _free_everything(self) -> None:
         for region in self._regions:

@@ -291,7 +291,7 @@ def test_without_capture_a_run_walks_each_slots_launch_table(product: Device):
     async def run() -> list[np.ndarray]:
         async with Pipeline(g, product, streams=2, depth=2, workspace="pool") as pipe:
             results = [(await pipe.run(x=x_value))["y"] for _ in range(4)]
-            (program,) = pipe._programs.values()
+            (program,) = [entry.program for entry in pipe._res.cache]
             assert program.pinned and all(slot.graph is None and slot.body is not None and slot.body.native
                                           for slot in program.slots)
             return results
