@@ -85,7 +85,8 @@ async def test_a_dropped_pipeline_frees_nothing_until_the_device_passed_its_hung
     assert state in lanes._PARKED and not state.released
     device.release_hangs()
     await until(lambda: state.released, "the parked pipeline to be released")
-    assert len(destroyed) == 6  # 4 compute + H2D + D2H, once the device passed them
+    own = [stream for stream in destroyed if not stream.name.startswith("ri")]  # not the captured models' own
+    assert len(own) == 6  # 4 compute + H2D + D2H, once the device passed them
     assert device.mem_info().used == 0
     assert thread_errors == []
 
