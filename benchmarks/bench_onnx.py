@@ -6,6 +6,8 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   (``launches``: those that run a kernel; the rest are views);
 - ``arena`` / ``bound``: the planned activation arena (``Plan.arena_size``) against the
   live-set lower bound (``Plan.lower_bound``), in MiB, and their ratio;
+- ``µs/launch``: ``sim ms`` over ``launches``: what the simulator spends per kernel launch,
+  numpy's own kernel time included (issue 12's goal: at most 15 on bert_opset17 and mobile);
 - ``sim ms`` / ``ort ms``: median wall time of one run (``Pipeline.run``: H2D, every kernel,
   D2H; sanitizer and timing model off) and of one ``InferenceSession.run`` (default threads),
   after warm-up runs, and their ratio.  The simulator runs numpy reference kernels behind a
@@ -115,13 +117,15 @@ def measure(zoo: Model, streams: int, repeats: int) -> Row:
 def print_table(rows: list[Row]) -> None:
     mib = 2 ** 20
     print(f"| {'model':<24} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
-          f"| {'arena/bound':>11} | {'sim ms':>8} | {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
-    print(f"|{'-' * 26}|{'-' * 7}|{'-' * 7}|{'-' * 10}|{'-' * 11}|{'-' * 11}|{'-' * 13}|{'-' * 10}|{'-' * 9}"
+          f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'ort ms':>7} | {'sim/ort':>7} "
+          f"| {'max rel err':>11} |")
+    print(f"|{'-' * 26}|{'-' * 7}|{'-' * 7}|{'-' * 10}|{'-' * 11}|{'-' * 11}|{'-' * 13}|{'-' * 10}|{'-' * 11}|{'-' * 9}"
           f"|{'-' * 9}|{'-' * 13}|")
     for row in rows:
         ratio = row.arena / row.bound if row.bound else float("nan")
         print(f"| {row.name:<24} | {row.onnx_nodes:>5} | {row.nodes:>5} | {row.launches:>8} | "
               f"{row.arena / mib:>9.2f} | {row.bound / mib:>9.2f} | {ratio:>11.2f} | {row.sim_seconds * 1e3:>8.1f} | "
+              f"{row.sim_seconds * 1e6 / max(row.launches, 1):>9.1f} | "
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 
