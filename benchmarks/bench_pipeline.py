@@ -318,8 +318,13 @@ def bench_streams(args: argparse.Namespace) -> None:
 
 
 # -- 5. completion latency ---------------------------------------------------------------------------
-async def _completion(device: aclpipe.Device, runs: int) -> list[tuple[float, float]]:
-    """Per run: (device done -> resumed, completion host function start -> resumed)."""
+async def _completion(device: aclpipe.Device, runs: int, held: bool) -> list[tuple[float, float]]:
+    """Per run: (device done -> resumed, completion host function start -> resumed).
+
+    ``held``: a latch holds the D2H stream until the caller is parked in its wait, so the
+    figure is the completion path alone; otherwise the run is awaited back to back and, on a
+    one-node graph, the device may finish before the host has enqueued the run's completion.
+    """
     backend = device.backend
     g = Graph("small")
     x = g.input("x", shape=(8,))
@@ -327,16 +332,27 @@ async def _completion(device: aclpipe.Device, runs: int) -> list[tuple[float, fl
     value = np.ones(8, np.float32)
     latencies = []
     async with Pipeline(g, device, streams=1, depth=1) as pipe:
+        d2h = pipe._res.streams[-1].handle
         for _ in range(20):
             await pipe.run(x=value)
         for _ in range(runs):
+            resumed: list[float] = []
+
+            async def one(resumed: list[float] = resumed) -> None:
+                await pipe.run(x=value)
+                resumed.append(backend.engines.now())
+
+            gate = backend.latch(d2h) if held else None
             backend.trace_begin()
-            await pipe.run(x=value)
-            resumed = backend.engines.now()
+            async with anyio.create_task_group() as group:
+                group.start_soon(one)
+                if gate is not None:
+                    await anyio.sleep(0.002)  # the run is enqueued and its caller waits
+                    gate.set()
             records = backend.trace_end()
             done = max(r.end for r in records if r.kind == "copy" and r.node == "d2h:y")
             host_func = min(r.start for r in records if r.kind == "host_func" and r.start >= done)
-            latencies.append((resumed - done, resumed - host_func))
+            latencies.append((resumed[0] - done, resumed[0] - host_func))
     return latencies
 
 
@@ -372,21 +388,24 @@ def _percentiles(values: list[float]) -> str:
 def bench_completion(args: argparse.Namespace) -> None:
     runs = args.runs
     print(f"\n== completion latency, {runs} sequential runs of a one-node graph, timing off, device clock")
-    print(f"{'event loop':<10} {'device done -> resumed':>24} {'host function -> resumed':>26} "
+    print(f"{'event loop':<10} {'device':<13} {'device done -> resumed':>24} {'host function -> resumed':>26} "
           f"{'baseline: thread -> loop':>26}")
-    print(f"{'':<10} {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}")
+    print(f"{'':<10} {'':<13} {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}")
     for backend in ("asyncio", "trio"):
-        device = _open()
-        latencies = anyio.run(_completion, device, runs, backend=backend)
-        device.close()
-        bare = anyio.run(_bare_wake, runs, backend=backend)
-        print(f"{backend:<10} {_percentiles([done for done, _ in latencies])}   "
-              f"{_percentiles([start for _, start in latencies])}   {_percentiles(bare)}")
+        for held in (True, False):
+            device = _open()
+            latencies = anyio.run(_completion, device, runs, held, backend=backend)
+            device.close()
+            bare = anyio.run(_bare_wake, runs, backend=backend)
+            print(f"{backend:<10} {'held' if held else 'back to back':<13} "
+                  f"{_percentiles([done for done, _ in latencies])}   "
+                  f"{_percentiles([start for _, start in latencies])}   {_percentiles(bare)}")
     print("device done = end of the run's last D2H copy; then the D2H stream passes the run's tail waits and "
-          "reaches the completion host function, which the callback thread runs (C: store the counter, write "
-          "the wake pipe); the pump task reads the pipe, wakes the waiter, and the outputs are copied out. "
-          "baseline = a plain Python thread writing a pipe to the awaiting task: the floor for any "
-          "thread-to-loop wake on this machine")
+          "reaches the completion host function (C: store the counter, write the wake pipe); the pump task reads "
+          "the pipe, wakes the waiter, and the outputs are copied out. held = a latch keeps the D2H stream until "
+          "the caller waits (the completion path alone); back to back = the host may still be enqueueing the "
+          "run's completion when the device finishes. baseline = a plain Python thread writing a pipe to the "
+          "awaiting task: the floor for any thread-to-loop wake on this machine")
 
 
 # -- 6. workspace strategies in the pipeline --------------------------------------------------------

@@ -644,13 +644,15 @@ class SimBackend:
             raise error_from_code(507009, "only single-op tasks may update a task group, got a host function")
 
     def host_func_c(self, stream: SimStream, fn_address: int, args_address: int) -> None:
-        """Run a C ``void fn(void *)`` on the stream's host-function thread, as ``aclrtLaunchHostFunc`` does."""
+        """Run a C ``void fn(void *)`` when the stream reaches it, blocking the stream's later tasks
+        until it returns, as ``aclrtLaunchHostFunc`` does.  It runs on the stream's worker (no
+        Python of the caller's runs, so which thread calls it is not observable); a planted fault
+        still fails the stream first."""
         function = _FFI.cast("void (*)(void *)", fn_address)
         args = _FFI.cast("void *", args_address)
         self._check_stream(stream)
         self._check_host_func_allowed(stream)
         planted = self.faults.check("host_func", "host_func_c", None)
-        stream.host_thread()
         if planted is not None:
             # C cannot raise: a planted fault is the runtime reporting the callback failed.  The
             # stream fails first and the function still runs, so whoever it wakes (completion
@@ -660,8 +662,9 @@ class SimBackend:
             def fail() -> None:
                 raise error_from_code(code, "injected fault in host function host_func_c")
 
+            stream.host_thread()
             self._submit(stream, Task(HOST_FUNC, "host_func_c", fail))
-        self._submit(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args)))
+        self._submit(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args), native=True))
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         self.captures.forbid_device_sync()

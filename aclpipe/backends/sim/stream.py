@@ -69,6 +69,7 @@ class Task:
     joins: list[tuple[SimEvent, int]] | None = None  # WAIT: more (event, generation) to wait for
     consumed: int = 0  # RECORD: failures the host had taken from its stream when it was enqueued
     discarded: Callable[[], None] | None = None  # called when a stop or abort drops the task unrun
+    native: bool = False  # HOST_FUNC: a C function that runs no Python (called on the stream's worker)
 
 
 _DEFAULTS = dict(Task("", "").__dict__)
@@ -353,6 +354,12 @@ class SimStream:
             # Everything before a host function is done when it runs, and whoever sees its
             # effects (a counter, a flag) is ordered after it: the host learns it first.
             backend.sanitizer.host_learns(task.snapshot)
+        if task.native:
+            # A C function (aclpipe's completion helper) cannot observe which host thread runs
+            # it, cannot raise and cannot synchronize: the stream's worker stands for its
+            # registered thread, with the same order and blocking, one thread hop sooner.
+            task.run()
+            return
         raised = self.host_thread().call(task.run)
         if raised is not None:
             error = raised if isinstance(raised, BackendError) else error_from_code(

@@ -82,3 +82,20 @@ def test_host_functions_still_run_on_a_failed_stream(device):
     with pytest.raises(DeviceFault):
         stream.sync()
     assert ran == ["host"]
+
+
+def test_a_c_host_function_runs_when_its_stream_reaches_it_and_blocks_what_follows(device):
+    """aclpipe's completion helper (C, no Python) runs in stream order, on the stream's worker."""
+    from aclpipe.runtime.timeline import Timeline
+
+    stream, order = device.create_stream(), []
+    timeline = Timeline(1, wake=False)
+    gate = device.backend.latch(stream.handle)
+    value = timeline.enqueue_advance(device.backend, stream.handle, 0)
+    stream.host_func(lambda: order.append(timeline.value(0)))  # sees the counter already raised
+    assert timeline.value(0) < value  # held behind the latch
+    gate.set()
+    stream.sync()
+    assert order == [value] and timeline.value(0) == value
+    assert stream.handle.host_thread_ident is not None  # the Python one went to the stream's host thread
+    timeline.close()
