@@ -63,6 +63,7 @@ struct fake_model {
     fake_event *start;
     ptr_set groups;
     ptr_set garbage; /* tasks replaced by updates: replays already queued may still run them */
+    struct replay *pending; /* replays submitted, not yet handed to the model's streams */
 };
 
 typedef struct capture {
@@ -407,6 +408,76 @@ static task *replayed(fake_model *m, const task *captured)
     return t;
 }
 
+/* One replay waiting to be handed to the model's streams.  aclmdlRIExecuteAsync submits one
+   task to the replaying stream (as the device takes one model-execute task); when that stream
+   reaches it, the model's streams get their parts of every replay submitted up to this one, in
+   submission order (an earlier replay on another stream goes first: its parts wait on its own
+   start record anyway).  The end generations are reserved at submission, so joins and
+   aclmdlRIDestroy see the replay as running from then on. */
+typedef struct replay {
+    struct replay *next;
+    fake_model *model;
+    int64_t start;
+    int64_t *ends;
+    bool handed; /* its parts are on the model's streams */
+    bool ran;    /* its own task ran (else a stop or an abort dropped it) */
+} replay;
+
+/* With rt_lock held. */
+static void hand_over_one(replay *r)
+{
+    fake_model *m = r->model;
+    for (size_t i = 0; i < m->streams; i++)
+        rt_push(m->inner[i], event_task(TASK_WAIT, m->start, r->start, "model start"));
+    for (size_t p = 0; p < m->count; p++) {
+        size_t i = index_of((void **)m->captured, m->streams, m->items[p].stream);
+        rt_push(m->inner[i], replayed(m, m->items[p].t));
+    }
+    for (size_t i = 0; i < m->streams; i++) {
+        task *record = rt_new_task(TASK_RECORD, "model end");
+        record->event = m->ends[i];
+        record->event_generation = r->ends[i]; /* pending since the submission */
+        record->report = m->ends[i];
+        rt_push(m->inner[i], record);
+    }
+    r->handed = true;
+}
+
+/* The replay's task, on the replaying stream (rt_lock not held). */
+static int hand_over(void *payload, char *why, size_t why_len)
+{
+    (void)why;
+    (void)why_len;
+    replay *r = (replay *)payload;
+    pthread_mutex_lock(&rt_lock);
+    fake_model *m = r->model;
+    while (!r->handed && m->pending) {
+        replay *head = m->pending;
+        m->pending = head->next;
+        hand_over_one(head);
+    }
+    r->ran = true;
+    pthread_mutex_unlock(&rt_lock);
+    return ACL_SUCCESS;
+}
+
+/* The replay's task is freed: after it ran (nothing refers to the replay any more), or dropped
+   by a stop or an abort, with rt_lock held (then its parts never run unless an earlier hand-over
+   took them: a dropped start record holds them, as a dropped record holds its waiters). */
+static void release_replay(void *payload)
+{
+    replay *r = (replay *)payload;
+    if (!r->ran && !r->handed) {
+        replay **link = &r->model->pending;
+        while (*link && *link != r)
+            link = &(*link)->next;
+        if (*link)
+            *link = r->next;
+    }
+    free(r->ends);
+    free(r);
+}
+
 aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)
 {
     pthread_mutex_lock(&rt_lock);
@@ -424,20 +495,26 @@ aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)
             rc = fakecann_fail(m->inner[i]->stopped, "aclmdlRIExecuteAsync: a stream of the model stopped after a "
                                "failure (ACL_STOP_ON_FAILURE); capture the model again");
     if (rc == ACL_SUCCESS) {
-        int64_t start = ++m->start->recorded;
-        rt_push(s, event_task(TASK_RECORD, m->start, start, "model start"));
-        for (size_t i = 0; i < m->streams; i++)
-            rt_push(m->inner[i], event_task(TASK_WAIT, m->start, start, "model start"));
-        for (size_t p = 0; p < m->count; p++) {
-            size_t i = index_of((void **)m->captured, m->streams, m->items[p].stream);
-            rt_push(m->inner[i], replayed(m, m->items[p].t));
-        }
+        replay *r = (replay *)calloc(1, sizeof *r);
+        r->model = m;
+        r->ends = (int64_t *)calloc(m->streams, sizeof *r->ends);
+        r->start = ++m->start->recorded;
+        rt_push(s, event_task(TASK_RECORD, m->start, r->start, "model start"));
         for (size_t i = 0; i < m->streams; i++) {
-            int64_t end = ++m->ends[i]->recorded;
-            task *record = event_task(TASK_RECORD, m->ends[i], end, "model end");
-            record->report = m->ends[i];
-            rt_push(m->inner[i], record);
-            task *join = event_task(TASK_WAIT, m->ends[i], end, "model join");
+            r->ends[i] = ++m->ends[i]->recorded;
+            ptr_set_add(&m->ends[i]->pending, (void *)(intptr_t)r->ends[i]);
+        }
+        replay **tail = &m->pending;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = r;
+        task *t = rt_new_task(TASK_CONTROL, "model replay");
+        t->run = hand_over;
+        t->payload = r;
+        t->release = release_replay;
+        rt_push(s, t);
+        for (size_t i = 0; i < m->streams; i++) {
+            task *join = event_task(TASK_WAIT, m->ends[i], r->ends[i], "model join");
             join->adopt = true; /* a failure inside the model is the replaying stream's */
             rt_push(s, join);
         }
