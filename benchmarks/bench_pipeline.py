@@ -5,7 +5,8 @@
                 (``workspace="per-call"``); enqueue path and whole-run latency, captured
                 (one model replay per run) and not captured (one launch-table walk per run),
                 beside the backend's own cost for the same calls without the pipeline (the
-                slot's table walked alone, the model executed alone).  ``--device ascend``
+                slot's table walked or its model executed, then the done record and the
+                completion host function, with nothing around them).  ``--device ascend``
                 runs it on the ascend binding (over the fake CANN of ``tests/fake_cann``,
                 built into a temporary folder unless ``ACLPIPE_ASCEND_LIB`` is set).
 ``overlap``     ``stream()`` of 32 batches with the timing model on, H2D / compute / D2H of
@@ -116,9 +117,16 @@ async def _pipeline_host_cost(device: aclpipe.Device, graph: Graph, runs: int) -
 
 def _backend_alone(device: aclpipe.Device, program: Any, streams: list[aclpipe.Stream], runs: int) -> float:
     """The backend's own cost for one run's calls, without the pipeline: the slot's captured model
-    executed, or its launch table walked, with nothing else (median; the streams drain between)."""
+    executed, or its launch table walked, then the run's done record and its completion host
+    function (aclpipe's C helper, on a counter nobody awaits), with nothing else (median; the
+    streams drain between)."""
+    from aclpipe.runtime.completion import HOST_FUNC_ADDRESS, ffi
+
     slot, d2h = program.slots[0], streams[-1]
     backend = device.backend
+    counter = ffi.new("int64_t[2]")
+    args = ffi.new("aclpipe_advance_args *", {"counter": counter, "value": 1, "wake_fd": -1})
+    address = int(ffi.cast("uintptr_t", args))
     times = []
     for _ in range(runs):
         started = time.perf_counter()
@@ -127,6 +135,9 @@ def _backend_alone(device: aclpipe.Device, program: Any, streams: list[aclpipe.S
         else:
             slot.body.enqueue(None)
             slot.tail.enqueue(None)
+        if slot.done is not None:
+            backend.event_record(slot.done.handle, d2h.handle)
+        backend.host_func_c(d2h.handle, HOST_FUNC_ADDRESS, address)
         times.append(time.perf_counter() - started)
         for stream in streams:
             stream.sync()
@@ -171,8 +182,8 @@ def bench_host(args: argparse.Namespace) -> None:
     device.close()
     print(f"{'path':<70} {'us/node':>9} {'OpRunner/this':>14}")
     print(f"{'OpRunner.run() per op (per-call, sync each)':<70} {runner * 1e6:9.2f} {1.0:13.1f}x")
-    rows = [("captured model replay", captured, "the model executed alone (model_execute, no pipeline)"),
-            ("launch table, not captured", uncaptured, "the slot's launch table walked alone (no pipeline)")]
+    rows = [("captured model replay", captured, "model_execute, done record, host function (no pipeline)"),
+            ("launch table, not captured", uncaptured, "launch table, done record, host function (no pipeline)")]
     for label, result, alone in rows:
         if result is None:
             print(f"Pipeline {label}: the device cannot capture")

@@ -10,7 +10,8 @@ documented in ``acl_rt.h`` and the aclnn op headers, written out below.
 
 from cffi import FFI
 
-CDEF = """
+# The row and call-table types, shared by the declarations cffi reads and the C it compiles.
+TYPES = """
 typedef struct {
     int32_t kind;            /* 0 wait, 1 record, 2 kernel, 3 copy (LaunchKind) */
     int32_t copy_kind;       /* aclrtMemcpyKind */
@@ -30,35 +31,17 @@ typedef struct {
     uintptr_t record_event;       /* aclError aclrtRecordEvent(aclrtEvent, aclrtStream) */
     uintptr_t memcpy_async;       /* aclError aclrtMemcpyAsync(dst, destMax, src, count, kind, aclrtStream) */
 } aclpipe_runtime_calls;
+"""
 
+CDEF = TYPES + """
 int aclpipe_enqueue(const aclpipe_runtime_calls *calls, const aclpipe_launch *launches, size_t count,
                     size_t *failed);
 """
 
-SOURCE = r"""
+SOURCE = """
 #include <stddef.h>
 #include <stdint.h>
-
-typedef struct {
-    int32_t kind;
-    int32_t copy_kind;
-    uintptr_t function;
-    void *stream;
-    void *event;
-    void *executor;
-    void *workspace;
-    uint64_t workspace_size;
-    void *dst;
-    void *src;
-    size_t nbytes;
-} aclpipe_launch;
-
-typedef struct {
-    uintptr_t stream_wait_event;
-    uintptr_t record_event;
-    uintptr_t memcpy_async;
-} aclpipe_runtime_calls;
-
+""" + TYPES + r"""
 typedef int (*wait_fn)(void *stream, void *event);
 typedef int (*record_fn)(void *event, void *stream);
 typedef int (*copy_fn)(void *dst, size_t dest_max, const void *src, size_t count, int kind, void *stream);
