@@ -50,7 +50,7 @@ class Resources:
         self.preparer = preparer
         self.cache = cache
         self.lock = threading.Lock()  # reading a result versus freeing (release may run on a watcher thread)
-        self.released = False
+        self.released = False  # set as release() starts; it holds `lock` until everything is freed
         self.parked = False
 
     def release(self) -> None:

@@ -89,7 +89,8 @@ class LaneState:
         self.lock = threading.RLock()  # lanes are added, advanced and marked lost from any thread
         self.waiting = 0  # tasks inside Timeline.wait: one of them may be reading the pipe
         self.closed = False
-        self.released = False
+        self.released = False  # claimed for release (set as it starts)
+        self.freed = threading.Event()  # set once release() has finished: callbacks run, pipe closed
         self.on_release: list[Callable[[], None]] = []
         with _PARKED_LOCK:
             _LIVE.add(self)
@@ -181,6 +182,7 @@ class LaneState:
                 os.close(self.read_fd)
                 os.close(self.write_fd)
                 self.read_fd = self.write_fd = -1
+        self.freed.set()
         if first is not None:
             raise first
 

@@ -249,8 +249,10 @@ class Timeline:
         return waiter.promoted
 
     def _drain(self) -> None:
+        # One read: a byte written after it leaves the pipe readable, so the pump's next wait
+        # returns at once (a second read would only cost a syscall and an exception per wake).
         try:
-            while os.read(self._state.read_fd, 4096):
+            if os.read(self._state.read_fd, 4096):
                 self.wakeups += 1
         except BlockingIOError:
             pass

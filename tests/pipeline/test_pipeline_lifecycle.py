@@ -84,7 +84,7 @@ async def test_a_dropped_pipeline_frees_nothing_until_the_device_passed_its_hung
     assert destroyed == [] and device.mem_info().used == used and used > 0
     assert state in lanes._PARKED and not state.released
     device.release_hangs()
-    await until(lambda: state.released, "the parked pipeline to be released")
+    await until(state.freed.is_set, "the parked pipeline to be freed")
     own = [stream for stream in destroyed if not stream.name.startswith("ri")]  # not the captured models' own
     assert len(own) == 6  # 4 compute + H2D + D2H, once the device passed them
     assert device.mem_info().used == 0
@@ -102,7 +102,7 @@ async def test_a_dropped_pipeline_keeps_its_wake_pipe_open_until_the_device_pass
     os.fstat(read_fd), os.fstat(write_fd)  # still ours: the hung host function will write into it
     assert not state.released
     device.release_hangs()
-    await until(lambda: state.released, "the lane state to be released")
+    await until(state.freed.is_set, "the lane state to be freed")
     assert state.read_fd == state.write_fd == -1
     assert thread_errors == []
 
@@ -177,7 +177,7 @@ async def test_aclose_on_a_hung_device_honours_cancellation(device, thread_error
     await pipe.aclose()  # idempotent: returns at once
     assert state in lanes._PARKED and not state.released  # handed over, not freed under the device
     device.release_hangs()
-    await until(lambda: state.released, "the parked pipeline to be released")
+    await until(state.freed.is_set, "the parked pipeline to be freed")
     assert device.mem_info().used == 0
     assert thread_errors == []
 
@@ -227,7 +227,7 @@ async def test_pipelines_never_closed_leak_no_descriptors_or_memory(device):
     gc.collect()
     # A run's result can arrive while its host function is still returning (it wakes the loop, then
     # marks its last touch): such a state is released by its watcher a moment later, never sooner.
-    await until(lambda: all(state.released for state in states), "every completion state to be released")
+    await until(lambda: all(state.freed.is_set() for state in states), "every completion state to be freed")
     assert open_fds() == before
     assert device.mem_info().used == 0
 

@@ -33,7 +33,7 @@ async def test_a_dropped_pipeline_parks_its_resources_until_the_device_passed_th
     pipe = Pipeline(mlp(), device, streams=2, depth=1)
     await pipe.run(x=np.ones((4, 32), np.float32))  # prepared
     resources = pipe._res
-    gate = device.backend.latch(resources.streams[0].handle)  # the next run stays on the device
+    gate = device.backend.latch(resources.streams[-1].handle)  # the next run (replayed from D2H) stays on the device
     ticket = await pipe._start(*pipe._accept({"x": np.ones((4, 32), np.float32)}))
     del pipe, ticket
     gc.collect()  # the finalizer parks the bundle: nothing may be freed under the held run
@@ -47,4 +47,5 @@ async def test_a_dropped_pipeline_parks_its_resources_until_the_device_passed_th
         return resources.released
 
     assert await anyio.to_thread.run_sync(released_in_time)
-    assert resources.released and live_device_state(device) == before
+    with resources.lock:  # `released` is set as releasing starts; the lock is held until it is done
+        assert resources.released and live_device_state(device) == before

@@ -73,7 +73,7 @@ def test_attached_callbacks_run_at_release_before_the_pipe_closes(device):
     timeline.close(on_release=lambda: released.append(fds_open(state)))
     assert released == [] and parked_timelines() >= 1  # the stream has not passed the host function
     gate.set()
-    wait_for(lambda: state.released)
+    wait_for(state.freed.is_set)
     assert released == [True] and state.released and not fds_open(state)
 
 
@@ -87,7 +87,7 @@ def test_a_collected_timeline_with_host_functions_pending_is_parked_then_release
     gc.collect()
     assert not state.released and fds_open(state)  # the host function will still write into the pipe
     gate.set()
-    wait_for(lambda: state.released)
+    wait_for(state.freed.is_set)
 
 
 @pytest.mark.anyio
