@@ -367,6 +367,88 @@ async def _completion(device: aclpipe.Device, runs: int, held: bool) -> list[tup
     return latencies
 
 
+_PROBES = r"""
+#include <time.h>
+#include <unistd.h>
+void aclpipe_bench_gate(void *flag)
+{
+    while (!__atomic_load_n((volatile int *)flag, __ATOMIC_ACQUIRE))
+        usleep(20);
+}
+void aclpipe_bench_stamp(void *out)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);  /* the clock time.perf_counter reads on Linux */
+    *(double *)out = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+"""
+
+
+def _probes() -> tuple[Any, Any]:
+    """Two C host functions for the ascend figure, compiled now with cffi: a gate that holds its
+    stream until a flag is set, and a stamp that writes the monotonic clock."""
+    import importlib
+    import tempfile
+
+    import cffi
+
+    builder = cffi.FFI()
+    builder.cdef("void aclpipe_bench_gate(void *); void aclpipe_bench_stamp(void *);")
+    builder.set_source("_aclpipe_bench_probes", _PROBES)
+    folder = tempfile.mkdtemp(prefix="aclpipe_probes_")
+    builder.compile(tmpdir=folder)
+    sys.path.insert(0, folder)
+    module = importlib.import_module("_aclpipe_bench_probes")
+    return module.ffi, module.lib
+
+
+async def _completion_native(device: aclpipe.Device, runs: int, held: bool, probes: tuple[Any, Any]
+                             ) -> list[tuple[float, float]]:
+    """On a backend without a trace (ascend): per run, (nan, host function start -> resumed), the
+    start stamped by a C host function enqueued just before the completion one on the D2H
+    stream; ``held``: a C gate holds the D2H stream until the caller waits."""
+    ffi, lib = probes
+    backend = device.backend
+    stamp, flag = ffi.new("double *"), ffi.new("int *")
+    stamp_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_stamp")))
+    gate_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_gate")))
+    stamp_at, flag_at = int(ffi.cast("uintptr_t", stamp)), int(ffi.cast("uintptr_t", flag))
+    g = Graph("small")
+    x = g.input("x", shape=(8,))
+    g.output("y", g.relu(x))
+    value = np.ones(8, np.float32)
+    latencies = []
+    async with Pipeline(g, device, streams=1, depth=1) as pipe:
+        d2h, timeline = pipe._res.streams[-1].handle, pipe._res.timeline
+        for _ in range(20):
+            await pipe.run(x=value)
+        advance = timeline.enqueue_advance
+
+        def stamped(backend: Any, stream: Any, lane: int) -> int:
+            backend.host_func_c(stream, stamp_fn, stamp_at)  # runs right before the completion
+            return advance(backend, stream, lane)
+
+        timeline.enqueue_advance = stamped  # type: ignore[method-assign]
+        for _ in range(runs):
+            resumed: list[float] = []
+
+            async def one(resumed: list[float] = resumed) -> None:
+                await pipe.run(x=value)
+                resumed.append(time.perf_counter())
+
+            if held:
+                flag[0] = 0
+                backend.host_func_c(d2h, gate_fn, flag_at)
+            async with anyio.create_task_group() as group:
+                group.start_soon(one)
+                if held:
+                    await anyio.sleep(0.002)
+                    flag[0] = 1
+            latencies.append((math.nan, resumed[0] - stamp[0]))
+        timeline.enqueue_advance = advance  # type: ignore[method-assign]
+    return latencies
+
+
 async def _bare_wake(runs: int) -> list[float]:
     """Baseline: a plain thread writes a pipe; the awaiting task resumes (no pipeline, no simulator)."""
     read_fd, write_fd = os.pipe()
@@ -398,25 +480,33 @@ def _percentiles(values: list[float]) -> str:
 
 def bench_completion(args: argparse.Namespace) -> None:
     runs = args.runs
-    print(f"\n== completion latency, {runs} sequential runs of a one-node graph, timing off, device clock")
+    native = args.device != "sim"
+    print(f"\n== completion latency on {args.device}, {runs} sequential runs of a one-node graph"
+          f"{'' if native else ', timing off, device clock'}")
+    probes = _probes() if native else None
     print(f"{'event loop':<10} {'device':<13} {'device done -> resumed':>24} {'host function -> resumed':>26} "
           f"{'baseline: thread -> loop':>26}")
     print(f"{'':<10} {'':<13} {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}")
     for backend in ("asyncio", "trio"):
         for held in (True, False):
-            device = _open()
-            latencies = anyio.run(_completion, device, runs, held, backend=backend)
+            device = _open_host_device(args.device)
+            if probes is not None:
+                latencies = anyio.run(_completion_native, device, runs, held, probes, backend=backend)
+            else:
+                latencies = anyio.run(_completion, device, runs, held, backend=backend)
             device.close()
             bare = anyio.run(_bare_wake, runs, backend=backend)
-            print(f"{backend:<10} {'held' if held else 'back to back':<13} "
-                  f"{_percentiles([done for done, _ in latencies])}   "
+            done = _percentiles([d for d, _ in latencies]) if not native else f"{'n/a':>10} {'':>10}"
+            print(f"{backend:<10} {'held' if held else 'back to back':<13} {done}   "
                   f"{_percentiles([start for _, start in latencies])}   {_percentiles(bare)}")
-    print("device done = end of the run's last D2H copy; then the D2H stream passes the run's tail waits and "
-          "reaches the completion host function (C: store the counter, write the wake pipe); the pump task reads "
-          "the pipe, wakes the waiter, and the outputs are copied out. held = a latch keeps the D2H stream until "
-          "the caller waits (the completion path alone); back to back = the host may still be enqueueing the "
-          "run's completion when the device finishes. baseline = a plain Python thread writing a pipe to the "
-          "awaiting task: the floor for any thread-to-loop wake on this machine")
+    print("device done = end of the run's last D2H copy (simulator trace; a backend without one says n/a); then "
+          "the D2H stream passes the run's tail waits and reaches the completion host function (C: store the "
+          "counter, write the wake pipe); the pump task reads the pipe, wakes the waiter, and the outputs are "
+          "copied out. On ascend the host function's start is stamped by a C host function enqueued just before "
+          "it. held = the D2H stream is held (a latch; on ascend a C gate) until the caller waits: the "
+          "completion path alone; back to back = the host may still be enqueueing the run's completion when "
+          "the device finishes. baseline = a plain Python thread writing a pipe to the awaiting task: the floor "
+          "for any thread-to-loop wake on this machine")
 
 
 # -- 6. workspace strategies in the pipeline --------------------------------------------------------
@@ -486,8 +576,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("benches", nargs="*", metavar="bench", help=f"any of {', '.join(BENCHES)} (default: all)")
     parser.add_argument("--runs", type=int, default=300, help="runs for host and completion (default 300)")
     parser.add_argument("--repeats", type=int, default=3, help="timing-model measurements repeated (best kept)")
-    parser.add_argument("--device", default="sim", help="host: 'sim' (default) or 'ascend' (the fake CANN unless "
-                        "ACLPIPE_ASCEND_LIB points at a CANN installation)")
+    parser.add_argument("--device", default="sim", help="host, workspaces, completion: 'sim' (default) or "
+                        "'ascend' (the fake CANN unless ACLPIPE_ASCEND_LIB points at a CANN installation)")
     parser.add_argument("--time-scale", type=float, default=None,
                         help="wall seconds per modelled device second (default: 5000 overlap, 2000 streams)")
     args = parser.parse_args(argv)
