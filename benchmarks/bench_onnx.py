@@ -8,8 +8,9 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   live-set lower bound (``Plan.lower_bound``), in MiB, and their ratio;
 - ``µs/launch``: ``sim ms`` over ``launches``: what the simulator spends per kernel launch,
   numpy's own kernel time included (issue 12's goal: at most 15 on bert_opset17 and mobile);
-- ``sim ms`` / ``ort ms``: median wall time of one run (``Pipeline.run``: H2D, every kernel,
-  D2H; sanitizer and timing model off) and of one ``InferenceSession.run`` (default threads),
+- ``sim ms`` / ``ort ms``: median wall time of one run (``Pipeline.run`` with its defaults,
+  so the default workspace pool, sized by the program, and a captured model per slot: H2D,
+  every kernel, D2H; sanitizer and timing model off) and of one ``InferenceSession.run`` (default threads),
   after warm-up runs, and their ratio.  The simulator runs numpy reference kernels behind a
   modelled device, so the ratio says how much the simulation costs, not how fast an NPU is.
 
@@ -82,7 +83,7 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
     graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
-        async with aclpipe.Pipeline(graph, device, streams=streams, pool_bytes=512 << 20) as pipe:
+        async with aclpipe.Pipeline(graph, device, streams=streams) as pipe:  # the default pool: captured
             result = await pipe.run(**feeds)
             for _ in range(2):
                 await pipe.run(**feeds)
