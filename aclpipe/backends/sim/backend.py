@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import cffi
+import numpy as np
 
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
@@ -72,9 +73,9 @@ class BoundKernel:
     body, the regions the sanitizer and failures need, and its modelled time."""
 
     run: Callable[[], None]
-    reads: list[Region]
-    writes: list[Region]
-    padding: list[Region]
+    reads: tuple[Region, ...]
+    writes: tuple[Region, ...]
+    padding: tuple[Region, ...]
     seconds: float
     cores: int
     allocations: tuple[Allocation, ...]
@@ -156,6 +157,9 @@ class SimBackend:
         self._live_events = 0
         self._names = itertools.count()
         self._lock = threading.Lock()
+        #: Cost -> (modelled seconds, cores) on this device's spec (a program binds a kernel per node
+        #: and slot; the same op on the same shapes costs the same every time).
+        self._timings: dict[Cost, tuple[float, int]] = {}
         #: Installed by trace_begin; stream workers record every task while it is set.
         self.recorder: TraceRecorder | None = None
         THREAD_LIMIT.acquire()  # numpy's BLAS pools: one thread while a simulated device is open
@@ -310,15 +314,21 @@ class SimBackend:
         """Check a kernel's regions (live, in bounds, 32-byte aligned) once; the result may be
         submitted again and again while :meth:`BoundKernel.alive` (a repeatable executor's
         launches), which checks each region in constant time."""
-        resolved_reads = [self._kernel_region(a, n, f"{label} read") for a, n in reads]
-        resolved_writes = [self._kernel_region(a, n, f"{label} write") for a, n in writes]
-        padding = self._padding(resolved_writes)
+        # Tuples, not lists: a program keeps one bound kernel per node and slot, and a capture
+        # stores these as they are (``tuple()`` of a tuple makes no copy).
+        resolved_writes = tuple([self._kernel_region(a, n, f"{label} write") for a, n in writes])
+        resolved = [self._kernel_region(a, n, f"{label} read") for a, n in reads]
         if executor is not None:
-            resolved_reads.append((executor, executor.start, 1))
-        cores = cost.tiling(self.spec)
+            resolved.append((executor, executor.start, 1))
+        resolved_reads = tuple(resolved)
+        padding = self._padding(resolved_writes)
+        timing = self._timings.get(cost)
+        if timing is None:  # per cost: the same op and shapes cost the same on every launch
+            cores = cost.tiling(self.spec)
+            timing = self._timings[cost] = (cost.seconds(self.spec, cores), cores)
         allocations = tuple({id(a): a for a, _, _ in resolved_reads + resolved_writes}.values())
-        return BoundKernel(_guarded(run, resolved_reads, resolved_writes, padding, label), resolved_reads,
-                           resolved_writes, padding, cost.seconds(self.spec, cores), cores, allocations)
+        return BoundKernel(_Guarded(run, resolved_reads, resolved_writes, padding, label), resolved_reads,
+                           resolved_writes, padding, timing[0], timing[1], allocations)
 
     def submit_kernel(self, stream: SimStream, name: str, bound: BoundKernel,
                       context: Mapping[str, Any] | None = None) -> None:
@@ -329,7 +339,7 @@ class SimBackend:
         self._submit(stream, task, reads=bound.reads, writes=bound.writes, padding=bound.padding)
 
     @staticmethod
-    def _padding(writes: Sequence[Region]) -> list[Region]:
+    def _padding(writes: Sequence[Region]) -> tuple[Region, ...]:
         """The bytes past each region a kernel writes that it may touch: up to
         ``ALIGN_UP(len, 32) + 32`` (11-01, ``aclrtMalloc`` constraints), within the allocation."""
         padding = []
@@ -337,7 +347,7 @@ class SimBackend:
             end = min(address + align_up(max(nbytes, 1), 32) + 32, allocation.start + allocation.data.nbytes)
             if end > address + nbytes:
                 padding.append((allocation, address + nbytes, end - address - nbytes))
-        return padding
+        return tuple(padding)
 
     def _kernel_region(self, address: int, nbytes: int, what: str) -> Region:
         allocation = self.memory.find_device(address, max(nbytes, 1), what=what, aligned=True)
@@ -793,23 +803,37 @@ class SimBackend:
         self.faults.release()
 
 
-def _guarded(run: Callable[[], None], reads: Sequence[Region], writes: Sequence[Region], padding: Sequence[Region],
-             label: str) -> Callable[[], None]:
-    """``run`` refusing freed memory (AI-core read/write traps, 25-01_aclError.md) and
-    scribbling over the padding it may touch once it ran."""
-    checks = [(allocation, 507042, "reads") for allocation, _, _ in reads]
-    checks += [(allocation, 507043, "writes") for allocation, _, _ in writes]
-    scribbles = [(allocation, allocation.data[address - allocation.start:address - allocation.start + nbytes])
-                 for allocation, address, nbytes in padding]
+class _Guarded:
+    """A kernel body refusing freed memory (AI-core read/write traps, 25-01_aclError.md) and
+    scribbling over the padding it may touch once it ran.
 
-    def guarded() -> None:
-        for allocation, code, kind in checks:
-            if not allocation.alive:
-                raise error_from_code(code, f"{label} {kind} {allocation.describe()}, freed while the kernel was "
-                                            "queued (use after free)")
-        run()
+    A class rather than a closure: a prepared program holds one per node and slot, and one
+    object with slots is what the cyclic collector then traverses instead of a function, its
+    cells and the lists they hold."""
+
+    __slots__ = ("_scribbles", "label", "padding", "reads", "run", "writes")
+
+    def __init__(self, run: Callable[[], None], reads: tuple[Region, ...], writes: tuple[Region, ...],
+                 padding: tuple[Region, ...], label: str):
+        self.run = run
+        self.reads = reads
+        self.writes = writes
+        self.padding = padding
+        self.label = label
+        self._scribbles: list[tuple[Allocation, np.ndarray]] | None = None  # the padding's bytes, at first run
+
+    def __call__(self) -> None:
+        for regions, code, kind in ((self.reads, 507042, "reads"), (self.writes, 507043, "writes")):
+            for allocation, _, _ in regions:
+                if not allocation.alive:
+                    raise error_from_code(code, f"{self.label} {kind} {allocation.describe()}, freed while the "
+                                                "kernel was queued (use after free)")
+        self.run()
+        scribbles = self._scribbles
+        if scribbles is None:
+            scribbles = self._scribbles = [
+                (allocation, allocation.data[address - allocation.start:address - allocation.start + nbytes])
+                for allocation, address, nbytes in self.padding]
         for allocation, scribble in scribbles:
             if allocation.alive:
                 scribble.fill(POISON_BYTE)
-
-    return guarded

@@ -77,16 +77,18 @@ def prepare_executor(op: str, inputs: Sequence[TensorDesc | None], outputs: Sequ
             if len(_PLANS) >= _PLANS_KEPT:
                 _PLANS.pop(next(iter(_PLANS)))  # the oldest entry
             _PLANS[key] = plan
-    return SimExecutor(op, plan, list(inputs), list(outputs))
+    return SimExecutor(op, plan, tuple(inputs), tuple(outputs))
 
 
 class SimExecutor:
     """What the simulated phase one returns: the op's plan bound to its tensors, single-use
     until made repeatable, re-pointable and destroyable like an ``aclOpExecutor``."""
-    def __init__(self, op: str, plan: OpPlan, inputs: list[TensorDesc | None], outputs: list[TensorDesc | None]):
+    def __init__(self, op: str, plan: OpPlan, inputs: tuple[TensorDesc | None, ...],
+                 outputs: tuple[TensorDesc | None, ...]):
         self.op = op
         self.plan = plan
         self.workspace_size = plan.workspace_size
+        #: Tuples, replaced whole when re-pointed: a bound kernel keeps the ones it was bound to.
         self.inputs = inputs
         self.outputs = outputs
         self.repeatable = False
@@ -123,7 +125,11 @@ class SimExecutor:
             raise self._error(161002, f"{kind} {index} address {address:#x} is not 32-byte aligned")
         desc = tensors[index]
         assert desc is not None
-        tensors[index] = replace(desc, address=address)
+        changed = (*tensors[:index], replace(desc, address=address), *tensors[index + 1:])
+        if output:
+            self.outputs = changed
+        else:
+            self.inputs = changed
         self._bound = None
 
     def check_signature(self, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None]) -> None:
@@ -137,24 +143,18 @@ class SimExecutor:
     def _bind(self, backend: SimBackend, workspace: int, label: str) -> BoundKernel:
         """Check the tensors and workspace and build their numpy views: once per address set
         (views of device memory stay valid while it is live; addresses are never reused)."""
-        inputs, outputs, plan, memory, need = list(self.inputs), list(self.outputs), self.plan, backend.memory, \
-            self.plan.workspace_size
-        views: list[Any] = []
-
-        def run() -> None:
-            if not views:  # built by the first run, on the stream's worker (preparing stays cheap)
-                views.extend(self._views(memory, inputs, outputs, workspace, need, label))
-            plan.kernel(*views)
-
+        inputs, outputs, plan = self.inputs, self.outputs, self.plan
+        need = plan.workspace_size
         reads = [(t.address, t.extent_bytes) for t in inputs if t is not None and t.numel]
         writes = [(t.address, t.extent_bytes) for t in outputs if t is not None and t.numel]
         if need:
             writes.append((workspace, need))
         cost = Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube)
+        run = _KernelRun(plan, backend.memory, inputs, outputs, workspace, label)
         return backend.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=self.region)
 
     @staticmethod
-    def _views(memory: DeviceMemory, inputs: list[TensorDesc | None], outputs: list[TensorDesc | None],
+    def _views(memory: DeviceMemory, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
                workspace: int, need: int, label: str) -> list[Any]:
         """The numpy views a kernel gets: inputs, outputs and the workspace's bytes."""
         return [[memory.tensor(t, what=f"{label} input") if t is not None else None for t in inputs],
@@ -185,3 +185,28 @@ class SimExecutor:
             bound = self._bound = ((workspace, label), self._bind(backend, workspace, label))
         backend.submit_kernel(stream, f"aclnn{self.op}", bound[1], {"op": self.op, **(context or {})})
         self.used = True
+
+
+class _KernelRun:
+    """One bound launch's kernel: its numpy views are built by the first run, on the stream's
+    worker (preparing stays cheap), then reused.  A class rather than a closure for the reason
+    :class:`~aclpipe.backends.sim.backend._Guarded` gives (one object per node and slot)."""
+
+    __slots__ = ("inputs", "label", "memory", "outputs", "plan", "views", "workspace")
+
+    def __init__(self, plan: OpPlan, memory: DeviceMemory, inputs: tuple[TensorDesc | None, ...],
+                 outputs: tuple[TensorDesc | None, ...], workspace: int, label: str):
+        self.plan = plan
+        self.memory = memory
+        self.inputs = inputs
+        self.outputs = outputs
+        self.workspace = workspace
+        self.label = label
+        self.views: list[Any] | None = None
+
+    def __call__(self) -> None:
+        views = self.views
+        if views is None:
+            views = self.views = SimExecutor._views(self.memory, self.inputs, self.outputs, self.workspace,
+                                                    self.plan.workspace_size, self.label)
+        self.plan.kernel(*views)

@@ -175,6 +175,13 @@ class DeviceMemory:
         return allocation, offset
 
     def find_device(self, address: int, nbytes: int, *, what: str, aligned: bool = False) -> Allocation:
+        last = self._last
+        # The common case first (a kernel binds several regions of one arena in a row): the same
+        # checks as below, on the allocation found last.
+        if (last is not None and last.alive and last.start <= address < (end := last.start + last.size)
+                and address + nbytes <= end and self.base <= address < self._next
+                and not (aligned and address % ALIGNMENT)):
+            return last
         if not self.is_device(address):
             kind = "a pinned host buffer" if self._containing(address) is not None else "not device memory"
             raise error_from_code(
