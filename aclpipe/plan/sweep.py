@@ -105,15 +105,23 @@ class _Holes:
 
     def _run(self, start: int, clock: Sequence[int]) -> tuple[int, int]:
         """The widest span of adjacent holes around ``start`` that ``clock`` may use."""
-        at = bisect.bisect_left(self.starts, start)
+        starts, holes = self.starts, self.holes  # locals: this runs for every hole a writer looks at
+        at = bisect.bisect_left(starts, start)
         low, high = at, at
-        while low and self.holes[self.starts[low - 1]][0] == self.starts[low] and \
-                self._usable(self.starts[low - 1], clock):
+        while low:
+            end, tag = holes[starts[low - 1]]
+            if end != starts[low] or not (tag is None or all(map(operator.le, tag, clock))):
+                break
             low -= 1
-        while high + 1 < len(self.starts) and self.holes[self.starts[high]][0] == self.starts[high + 1] and \
-                self._usable(self.starts[high + 1], clock):
+        last = len(starts) - 1
+        while high < last:
+            if holes[starts[high]][0] != starts[high + 1]:
+                break
+            tag = holes[starts[high + 1]][1]
+            if not (tag is None or all(map(operator.le, tag, clock))):
+                break
             high += 1
-        return self.starts[low], self.holes[self.starts[high]][0]
+        return starts[low], holes[starts[high]][0]
 
     def _usable(self, start: int, clock: Sequence[int]) -> bool:
         tag = self.holes[start][1]
@@ -122,14 +130,15 @@ class _Holes:
     def take(self, size: int, clock: Sequence[int], floor: Sequence[int]) -> int:
         """Offset for ``size`` bytes under ``clock``: the tightest usable span, else the top."""
         best: tuple[int, int] | None = None  # (room, start)
-        at = bisect.bisect_left(self.by_size, (size, -1))
-        if at < len(self.by_size):
-            best = self.by_size[at]
+        by_size, holes = self.by_size, self.holes
+        at = bisect.bisect_left(by_size, (size, -1))
+        if at < len(by_size):
+            best = by_size[at]
         for start in itertools.islice(reversed(self.fresh), FRESH_LOOKS):
             if best is not None and best[0] == size:
                 break  # nothing fits tighter
-            end, tag = self.holes[start]
-            if (best is None or end - start < best[0]) and _covers(clock, tag or ()):
+            end, tag = holes[start]
+            if (best is None or end - start < best[0]) and all(map(operator.le, tag or (), clock)):
                 low, high = self._run(start, clock)
                 if high - low >= size and (best is None or high - low < best[0]):
                     best = (high - low, low)
