@@ -108,13 +108,19 @@ class TensorDesc:
         # Already validated: copy the fields (and the cached sizes, which do not depend on the
         # address) instead of running __init__ again; preparing a program does this per tensor.
         desc = object.__new__(TensorDesc)
-        desc.__dict__.update(self.__dict__)
-        object.__setattr__(desc, "address", int(address))
+        fields = self.__dict__.copy()
+        fields["address"] = int(address)
+        object.__setattr__(desc, "__dict__", fields)
         return desc
 
     def signature(self) -> tuple[Any, ...]:
         """Everything that shapes an executor, without the address."""
-        return (self.shape, self.strides, self.offset, int(self.dtype), int(self.format))
+        # Cached like ``numel``: :meth:`at` copies it to the same view at other addresses.
+        cached: tuple[Any, ...] | None = self.__dict__.get("_signature")
+        if cached is None:
+            cached = self.__dict__["_signature"] = (self.shape, self.strides, self.offset, int(self.dtype),
+                                                    int(self.format))
+        return cached
 
     def __str__(self) -> str:
         text = f"{self.dtype.name}{list(self.shape)}"

@@ -127,6 +127,7 @@ class Program:
         self.pinned: dict[Stream, Workspace] | None = None
         self._pinned_by: WorkspaceStrategy | None = None
         self._building: Slot | None = None  # a half-built slot, for close() after a failure
+        self._locations: dict[str, tuple[TensorDesc, str | None, int]] = {}  # see _location
         try:
             for index in range(depth):
                 self.slots.append(self._build_slot(index))
@@ -161,18 +162,36 @@ class Program:
         return slot
 
     def address(self, slot: Slot, value: str) -> int:
-        placement = self.plan.values[value]
-        storage = placement.base or value
-        if self.plan.values[storage].kind == "constant":
-            return self.constants[storage].address
-        offset = self.plan.values[storage].arena_offset
-        assert slot.arena is not None and offset is not None
+        _, constant, offset = self._location(value)
+        if constant is not None:
+            return self.constants[constant].address
+        assert slot.arena is not None
         return slot.arena.address + offset
+
+    def _location(self, value: str) -> tuple[TensorDesc, str | None, int]:
+        """``value``'s descriptor, and where its storage is in every slot: the constant that
+        holds it, else its offset in the arena (the same for every slot: looked up once)."""
+        location = self._locations.get(value)
+        if location is None:
+            values = self.plan.values
+            storage = values[value].base or value
+            if values[storage].kind == "constant":
+                location = (values[value].desc, storage, 0)
+            else:
+                offset = values[storage].arena_offset
+                assert offset is not None
+                location = (values[value].desc, None, offset)
+            self._locations[value] = location
+        return location
 
     def _desc(self, slot: Slot, value: str | None) -> TensorDesc | None:
         if value is None:
             return None
-        return self.plan.values[value].desc.at(self.address(slot, value))
+        desc, constant, offset = self._location(value)
+        if constant is not None:
+            return desc.at(self.constants[constant].address)
+        assert slot.arena is not None
+        return desc.at(slot.arena.address + offset)
 
     def _build_step(self, slot: Slot, node: PlannedNode, handles: list[Any], events: dict[int, Event]) -> Step:
         lane = self.lane_of[node.stream]

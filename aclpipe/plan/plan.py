@@ -221,10 +221,12 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
     nodes = tuple(PlannedNode(i, row[0], row[1], stream_of[i], tuple(row[2]), tuple(row[3]),
                               MappingProxyType(row[4]), events.waits[i], events.records[i], dag.costs[i])
                   for i, row in enumerate(rows))
-    buffers = _buffers(graph, nodes)
+    touchers = _touchers(graph, nodes)  # the buffers and the placements both need them
+    buffers = _buffers(graph, nodes, touchers)
     memory = plan_memory(buffers, events, alignment, rule=rule)
+    placements = _placements(graph, nodes, memory.offsets, memory.sizes, touchers)
     return Plan(
-        name=graph.name, nodes=nodes, values=MappingProxyType(_placements(graph, nodes, memory.offsets, memory.sizes)),
+        name=graph.name, nodes=nodes, values=MappingProxyType(placements),
         inputs=tuple(graph.inputs), outputs=MappingProxyType(dict(graph.outputs)),
         constants=graph.constants, input_shapes=graph.input_shapes,
         num_streams=num_streams, h2d_stream=num_streams, d2h_stream=num_streams + 1,
@@ -235,7 +237,10 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
     )
 
 
-def _touchers(graph: BoundGraph, nodes: Sequence[PlannedNode]) -> tuple[dict[str, int], dict[str, list[int]]]:
+_Touchers = tuple[dict[str, int], dict[str, list[int]]]  # value -> its writer; value -> its readers
+
+
+def _touchers(graph: BoundGraph, nodes: Sequence[PlannedNode]) -> _Touchers:
     writers: dict[str, int] = {}
     readers: dict[str, list[int]] = {name: [] for name in graph.values}
     for node in nodes:
@@ -247,8 +252,8 @@ def _touchers(graph: BoundGraph, nodes: Sequence[PlannedNode]) -> tuple[dict[str
     return writers, readers
 
 
-def _buffers(graph: BoundGraph, nodes: Sequence[PlannedNode]) -> list[Buffer]:
-    writers, readers = _touchers(graph, nodes)
+def _buffers(graph: BoundGraph, nodes: Sequence[PlannedNode], touchers: _Touchers | None = None) -> list[Buffer]:
+    writers, readers = touchers if touchers is not None else _touchers(graph, nodes)
     touched: dict[str, set[int]] = {name: set(readers[name]) for name in writers}
     for value in graph.values.values():
         if value.kind == "view" and value.storage in touched:
@@ -259,8 +264,8 @@ def _buffers(graph: BoundGraph, nodes: Sequence[PlannedNode]) -> list[Buffer]:
 
 
 def _placements(graph: BoundGraph, nodes: Sequence[PlannedNode], offsets: Mapping[str, int],
-                sizes: Mapping[str, int]) -> dict[str, ValuePlacement]:
-    writers, readers = _touchers(graph, nodes)
+                sizes: Mapping[str, int], touchers: _Touchers | None = None) -> dict[str, ValuePlacement]:
+    writers, readers = touchers if touchers is not None else _touchers(graph, nodes)
     outputs = set(graph.outputs.values())
     result: dict[str, ValuePlacement] = {}
     for name, value in graph.values.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,11 +49,20 @@ _PLANS: dict[Any, OpPlan] = {}
 _PLANS_KEPT = 4096
 
 
+#: Types whose key is ``(type name, value)``, tested before the slower checks below.
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+#: Mapping types recognized without the (slower) ``Mapping`` ABC check.
+_MAPPINGS = frozenset({dict, MappingProxyType})
+
+
 def _frozen(value: Any) -> Any:
     """``value`` as a hashable key (lists and tuples, dicts, arrays, scalars); TypeError otherwise."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return (kind.__name__, value)
     if isinstance(value, (list, tuple)):
         return tuple(_frozen(item) for item in value)
-    if isinstance(value, Mapping):
+    if kind in _MAPPINGS or isinstance(value, Mapping):
         return tuple(sorted((str(key), _frozen(item)) for key, item in value.items()))
     if isinstance(value, np.ndarray):
         return ("array", value.dtype.str, value.shape, value.tobytes())
