@@ -32,7 +32,9 @@ nodes are Relu/Neg/Abs.  Values left unread are summed into the one output.
 ``arenas``: the planned arena against the live-set lower bound for the graphs in ``graphs/``
 (batch 32) and the ONNX zoo models (their first input signature), planning only.
 
-Run: ``python benchmarks/bench_scaling.py [stages|arenas ...] [--sizes 100 300 ...] [--shape random|chain]``
+With ``--repeat N`` each size runs in N fresh processes and every figure is their median.
+
+Run: ``python benchmarks/bench_scaling.py [stages|arenas ...] [--sizes 100 ...] [--shape random|chain] [--repeat N]``
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import json
 import math
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -291,8 +294,20 @@ def _table(measured_sizes: list[tuple[int, dict[str, dict[str, float]]]], clock:
         print(f"{stage:<11}" + "".join(cells) + (f"{fitted:>8.2f}" if fitted is not None else f"{'-':>8}"))
 
 
+def run_size_repeated(size: int, args: argparse.Namespace) -> tuple[int, dict[str, dict[str, float]]]:
+    """:func:`run_size` ``args.repeat`` times (a fresh process each): per stage the median of
+    each figure, and the highest process peak (a shared machine's noise is mostly one way)."""
+    runs = [run_size(size, args) for _ in range(args.repeat)]
+    rows: dict[str, dict[str, float]] = {}
+    for stage in {stage for _, measured_rows in runs for stage in measured_rows}:
+        found = [measured_rows[stage] for _, measured_rows in runs if stage in measured_rows]
+        rows[stage] = {key: statistics.median(row[key] for row in found) for key in ("seconds", "cpu", "peak_mb")}
+        rows[stage]["rss_mb"] = max(row["rss_mb"] for row in found)
+    return runs[-1][0], rows
+
+
 def stages(args: argparse.Namespace) -> None:
-    measured_sizes = [run_size(size, args) for size in args.sizes]
+    measured_sizes = [run_size_repeated(size, args) for size in args.sizes]
     for clock, label in (("seconds", "wall-clock seconds"), ("cpu", "CPU seconds of the process")):
         print(f"\n== {args.shape} DAG, {args.streams} compute streams: {label} (peak+ MB) per stage; growth = "
               "fitted exponent of time in nodes")
@@ -356,9 +371,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="random")
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per size")
+    parser.add_argument("--repeat", type=int, default=1, help="processes per size; each figure is their median")
     parser.add_argument("--skip", action="append", default=[], choices=["load yaml", "load json", "prepare"])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     if args.child is not None:
         child(args.child, args.shape, args.streams, set(args.skip))
         return
