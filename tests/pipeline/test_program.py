@@ -25,6 +25,26 @@ def _setup(device, graph, shapes, *, depth=2, streams=2):
     return plan, pipeline_streams, timeline, constants
 
 
+async def _run_and_check(program, graph, slots, workspaces, timeline, d2h):
+    """Run ``slots`` in turn (run numbers from 1) and compare each result with numpy."""
+    for run, slot in enumerate(slots, start=1):
+        x = np.random.default_rng(run).standard_normal((4, 32)).astype(np.float32)
+        program.write_inputs(slot, {"x": x})
+        await program.enqueue(slot, run, workspaces)
+        value = program.enqueue_completion(slot, workspaces, timeline, d2h)
+        await timeline.wait(d2h, value)
+        assert program.run_error(slot) is None
+        np.testing.assert_allclose(program.read_outputs(slot)["y"], reference(graph, {"x": x})["y"], rtol=1e-4)
+
+
+def _teardown(constants, timeline, streams):
+    for buffer in constants.values():
+        buffer.close()
+    timeline.close()
+    for stream in streams:
+        stream.close()
+
+
 async def test_a_program_runs_each_slot_and_frees_everything(device):
     graph = mlp()
     before = live_device_state(device)
@@ -34,22 +54,10 @@ async def test_a_program_runs_each_slot_and_frees_everything(device):
     workspaces.reserve(program.workspace_sizes)
     assert len(program.slots) == 2 and not program.fallback_nodes
     assert all(slot.arena is not None and slot.executors for slot in program.slots)
-    d2h = len(streams) - 1
-    for run, slot in enumerate(program.slots, start=1):
-        x = np.random.default_rng(run).standard_normal((4, 32)).astype(np.float32)
-        program.write_inputs(slot, {"x": x})
-        await program.enqueue(slot, run, workspaces)
-        value = program.enqueue_completion(slot, workspaces, timeline, d2h)
-        await timeline.wait(d2h, value)
-        assert program.run_error(slot) is None
-        np.testing.assert_allclose(program.read_outputs(slot)["y"], reference(graph, {"x": x})["y"], rtol=1e-4)
+    await _run_and_check(program, graph, program.slots, workspaces, timeline, len(streams) - 1)
     program.close()
     workspaces.close()
-    for buffer in constants.values():
-        buffer.close()
-    timeline.close()
-    for stream in streams:
-        stream.close()
+    _teardown(constants, timeline, streams)
     assert live_device_state(device) == before
 
 
@@ -93,21 +101,10 @@ async def test_a_captured_run_is_one_model_replayed_on_the_d2h_stream(device):
         captured = {item.stream for item in slot.graph.items}
         assert {stream.handle for stream in streams if stream.handle in captured} == captured
         assert slot.graph.items[0].task.kind == "record" and slot.graph.items[0].stream is streams[d2h].handle
-    for run, slot in enumerate(program.slots * 2, start=1):
-        x = np.random.default_rng(run).standard_normal((4, 32)).astype(np.float32)
-        program.write_inputs(slot, {"x": x})
-        await program.enqueue(slot, run, workspaces)
-        value = program.enqueue_completion(slot, workspaces, timeline, d2h)
-        await timeline.wait(d2h, value)
-        assert program.run_error(slot) is None
-        np.testing.assert_allclose(program.read_outputs(slot)["y"], reference(graph, {"x": x})["y"], rtol=1e-4)
+    await _run_and_check(program, graph, program.slots * 2, workspaces, timeline, d2h)
     program.close()
     workspaces.close()
-    for buffer in constants.values():
-        buffer.close()
-    timeline.close()
-    for stream in streams:
-        stream.close()
+    _teardown(constants, timeline, streams)
 
 
 async def test_rebind_points_the_steps_at_renewed_streams(device):
@@ -124,8 +121,4 @@ async def test_rebind_points_the_steps_at_renewed_streams(device):
         if step.lane == 0:
             assert step.stream is not old[step.node.name]
     program.close()
-    for buffer in constants.values():
-        buffer.close()
-    timeline.close()
-    for stream in streams:
-        stream.close()
+    _teardown(constants, timeline, streams)
