@@ -61,8 +61,8 @@ import numpy as np
 
 import aclpipe
 from aclpipe.graph import Graph, load_graph
-from aclpipe.plan import Dag, assign_streams, place_events, plan_memory, topological_order
-from aclpipe.plan.plan import COPY_OPS, PlannedNode, _buffers, _cost, _dependencies, _draft
+from aclpipe.plan import Dag, place_events, plan_memory, topological_order
+from aclpipe.plan.plan import PlannedNode, _buffers, _cost, _dependencies, _draft, _stream_of
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "graphs"
@@ -185,15 +185,7 @@ def plan_passes(bound: Any, streams: int, results: list[dict[str, Any]]) -> None
         rows = [rows[i] for i in order]
         dag = dag.renumbered(order)
     with measured("streams", results):
-        compute = [i for i, row in enumerate(rows) if row[1] not in COPY_OPS]
-        local = {node: k for k, node in enumerate(compute)}
-        sub = Dag(tuple(tuple(local[p] for p in dag.preds[n] if p in local) for n in compute),
-                  tuple(dag.costs[n] for n in compute))
-        compute_streams = assign_streams(sub, streams)
-        count = max(compute_streams, default=0) + 1
-        stream_of = [count if row[1] == "H2D" else count + 1 for row in rows]
-        for node, stream in zip(compute, compute_streams):
-            stream_of[node] = stream
+        stream_of, _ = _stream_of(dag, rows, streams)
     with measured("events", results):
         events = place_events(dag, stream_of)
     with measured("memory", results):

@@ -208,15 +208,7 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
     order = topological_order(dag)
     rows = [rows[i] for i in order]
     dag = dag.renumbered(order)
-    compute = [i for i, row in enumerate(rows) if row[1] not in COPY_OPS]
-    local = {node: k for k, node in enumerate(compute)}
-    sub = Dag(tuple(tuple(local[p] for p in dag.preds[n] if p in local) for n in compute),
-              tuple(dag.costs[n] for n in compute))
-    compute_streams = assign_streams(sub, streams)
-    num_streams = max(compute_streams, default=0) + 1
-    stream_of = [num_streams if row[1] == "H2D" else num_streams + 1 for row in rows]
-    for node, stream in zip(compute, compute_streams):
-        stream_of[node] = stream
+    stream_of, num_streams = _stream_of(dag, rows, streams)
     events = place_events(dag, stream_of)
     nodes = tuple(PlannedNode(i, row[0], row[1], stream_of[i], tuple(row[2]), tuple(row[3]),
                               MappingProxyType(row[4]), events.waits[i], events.records[i], dag.costs[i])
@@ -235,6 +227,22 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
         cross_stream_edges=events.cross_stream_edges, arena_rule=memory.rule, memory_strategy=memory.strategy,
         host_values=graph.host_values,
     )
+
+
+def _stream_of(dag: Dag, rows: Sequence[Any], streams: int) -> tuple[list[int], int]:
+    """Every node's stream (in launch order) and the number of compute streams: compute nodes
+    on at most ``streams`` chains merged by :func:`assign_streams`, H2D copies on the stream
+    after them and D2H copies on the one after that."""
+    compute = [i for i, row in enumerate(rows) if row[1] not in COPY_OPS]
+    local = {node: k for k, node in enumerate(compute)}
+    sub = Dag(tuple(tuple(local[p] for p in dag.preds[n] if p in local) for n in compute),
+              tuple(dag.costs[n] for n in compute))
+    compute_streams = assign_streams(sub, streams)
+    num_streams = max(compute_streams, default=0) + 1
+    stream_of = [num_streams if row[1] == "H2D" else num_streams + 1 for row in rows]
+    for node, stream in zip(compute, compute_streams):
+        stream_of[node] = stream
+    return stream_of, num_streams
 
 
 _Touchers = tuple[dict[str, int], dict[str, list[int]]]  # value -> its writer; value -> its readers
