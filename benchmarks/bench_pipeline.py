@@ -329,6 +329,31 @@ def bench_streams(args: argparse.Namespace) -> None:
 
 
 # -- 5. completion latency ---------------------------------------------------------------------------
+def _one_node_graph() -> tuple[Graph, np.ndarray]:
+    g = Graph("small")
+    x = g.input("x", shape=(8,))
+    g.output("y", g.relu(x))
+    return g, np.ones(8, np.float32)
+
+
+async def _resumed_at(pipe: Pipeline, value: np.ndarray, clock: Callable[[], float],
+                      release: Callable[[], None] | None) -> float:
+    """Run once and return ``clock()`` as the caller resumes; with ``release``, first wait until
+    the caller is parked in its wait, then let the held device go."""
+    resumed: list[float] = []
+
+    async def one() -> None:
+        await pipe.run(x=value)
+        resumed.append(clock())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(one)
+        if release is not None:
+            await anyio.sleep(0.002)  # the run is enqueued and its caller waits
+            release()
+    return resumed[0]
+
+
 async def _completion(device: aclpipe.Device, runs: int, held: bool) -> list[tuple[float, float]]:
     """Per run: (device done -> resumed, completion host function start -> resumed).
 
@@ -337,33 +362,20 @@ async def _completion(device: aclpipe.Device, runs: int, held: bool) -> list[tup
     one-node graph, the device may finish before the host has enqueued the run's completion.
     """
     backend = device.backend
-    g = Graph("small")
-    x = g.input("x", shape=(8,))
-    g.output("y", g.relu(x))
-    value = np.ones(8, np.float32)
+    g, value = _one_node_graph()
     latencies = []
     async with Pipeline(g, device, streams=1, depth=1) as pipe:
         d2h = pipe._res.streams[-1].handle
         for _ in range(20):
             await pipe.run(x=value)
         for _ in range(runs):
-            resumed: list[float] = []
-
-            async def one(resumed: list[float] = resumed) -> None:
-                await pipe.run(x=value)
-                resumed.append(backend.engines.now())
-
             gate = backend.latch(d2h) if held else None
             backend.trace_begin()
-            async with anyio.create_task_group() as group:
-                group.start_soon(one)
-                if gate is not None:
-                    await anyio.sleep(0.002)  # the run is enqueued and its caller waits
-                    gate.set()
+            resumed = await _resumed_at(pipe, value, backend.engines.now, gate.set if gate is not None else None)
             records = backend.trace_end()
             done = max(r.end for r in records if r.kind == "copy" and r.node == "d2h:y")
             host_func = min(r.start for r in records if r.kind == "host_func" and r.start >= done)
-            latencies.append((resumed[0] - done, resumed[0] - host_func))
+            latencies.append((resumed - done, resumed - host_func))
     return latencies
 
 
@@ -413,10 +425,7 @@ async def _completion_native(device: aclpipe.Device, runs: int, held: bool, prob
     stamp_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_stamp")))
     gate_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_gate")))
     stamp_at, flag_at = int(ffi.cast("uintptr_t", stamp)), int(ffi.cast("uintptr_t", flag))
-    g = Graph("small")
-    x = g.input("x", shape=(8,))
-    g.output("y", g.relu(x))
-    value = np.ones(8, np.float32)
+    g, value = _one_node_graph()
     latencies = []
     async with Pipeline(g, device, streams=1, depth=1) as pipe:
         d2h, timeline = pipe._res.streams[-1].handle, pipe._res.timeline
@@ -429,22 +438,15 @@ async def _completion_native(device: aclpipe.Device, runs: int, held: bool, prob
             return advance(backend, stream, lane)
 
         timeline.enqueue_advance = stamped  # type: ignore[method-assign]
+        def open_gate() -> None:
+            flag[0] = 1
+
         for _ in range(runs):
-            resumed: list[float] = []
-
-            async def one(resumed: list[float] = resumed) -> None:
-                await pipe.run(x=value)
-                resumed.append(time.perf_counter())
-
             if held:
                 flag[0] = 0
                 backend.host_func_c(d2h, gate_fn, flag_at)
-            async with anyio.create_task_group() as group:
-                group.start_soon(one)
-                if held:
-                    await anyio.sleep(0.002)
-                    flag[0] = 1
-            latencies.append((math.nan, resumed[0] - stamp[0]))
+            resumed = await _resumed_at(pipe, value, time.perf_counter, open_gate if held else None)
+            latencies.append((math.nan, resumed - stamp[0]))
         timeline.enqueue_advance = advance  # type: ignore[method-assign]
     return latencies
 
