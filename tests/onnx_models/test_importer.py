@@ -7,6 +7,7 @@ import anyio
 import numpy as np
 import onnx
 import pytest
+from model_kit import run_pipeline
 from onnx import TensorProto, helper, numpy_helper
 from onnx_peer import peer_outputs, relative_error
 
@@ -46,15 +47,6 @@ def _flatten_model(opset=17):
     return _model(nodes, [_tensor("x", ["batch", 3, 4])], [_tensor("y", ["batch", 1])], initializers, opset)
 
 
-async def _run(graph, feeds, streams=2):
-    device = aclpipe.open_device("sim", sanitizer=True)
-    try:
-        async with aclpipe.Pipeline(graph, device, streams=streams) as pipe:
-            return [await pipe.run(**batch) for batch in feeds]
-    finally:
-        device.close()
-
-
 # -- what becomes what -------------------------------------------------------------------------
 def test_inputs_keep_dynamic_dims_and_initializers_become_constants():
     model = _flatten_model()
@@ -84,7 +76,7 @@ def test_runs_at_several_batch_sizes_and_matches_the_peer():
     model = _flatten_model()
     graph = load_onnx(model)
     feeds = [{"x": np.random.default_rng(b).standard_normal((b, 3, 4)).astype(np.float32)} for b in (4, 1, 3)]
-    results = anyio.run(_run, graph, feeds)
+    results = anyio.run(run_pipeline, graph, feeds)
     for batch, result in zip(feeds, results):
         (want,) = peer_outputs(model, batch)
         assert relative_error(result["y"], want) < 1e-6
@@ -119,7 +111,7 @@ def test_outputs_that_are_inputs_or_constants_are_copied_by_a_node():
     specialized = graph.specialize(x=(4,))
     assert [node.op for node in specialized.nodes] == ["InplaceCopy", "InplaceCopy"]  # the dead Relu is pruned
     x = np.arange(4, dtype=np.float32)
-    (result,) = anyio.run(_run, graph, [{"x": x}])
+    (result,) = anyio.run(run_pipeline, graph, [{"x": x}])
     np.testing.assert_array_equal(result["same"], x)
     np.testing.assert_array_equal(result["fixed"], np.ones(3, np.float32))
 

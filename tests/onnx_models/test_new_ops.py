@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from model_kit import run_pipeline
 from onnx import TensorProto, helper, numpy_helper
 from onnx_peer import peer_outputs, relative_error
 
-import aclpipe
 from aclpipe.onnx.convert_dynamic import DataDependentShapeError
 from aclpipe.onnx.importer import load_onnx
 
@@ -44,14 +44,7 @@ def _model(op: str, inputs: list[tuple[str, Any]], outputs: int = 1, opset: int 
 
 
 def _pipeline(graph: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    async def main() -> dict[str, np.ndarray]:
-        device = aclpipe.open_device("sim", sanitizer=True)
-        try:
-            async with aclpipe.Pipeline(graph, device, streams=2) as pipe:
-                return await pipe.run(**feeds)
-        finally:
-            device.close()
-    return anyio.run(main)
+    return anyio.run(run_pipeline, graph, [feeds])[0]
 
 
 def _x(*shape: int, scale: float = 1.0) -> np.ndarray:

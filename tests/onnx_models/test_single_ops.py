@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from model_kit import run_pipeline
 from onnx import TensorProto, helper, numpy_helper
 from onnx_peer import peer_outputs, relative_error
 
-import aclpipe
 from aclpipe.onnx.importer import load_onnx
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -132,14 +132,7 @@ CASES: dict[str, tuple[Any, ...]] = {
 
 
 def _run(graph: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    async def main() -> dict[str, np.ndarray]:
-        device = aclpipe.open_device("sim", sanitizer=True)
-        try:
-            async with aclpipe.Pipeline(graph, device, streams=2) as pipe:
-                return await pipe.run(**feeds)
-        finally:
-            device.close()
-    return anyio.run(main)
+    return anyio.run(run_pipeline, graph, [feeds])[0]
 
 
 @pytest.mark.parametrize("case", list(CASES))
