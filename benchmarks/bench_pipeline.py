@@ -120,11 +120,11 @@ def _backend_alone(device: aclpipe.Device, program: Any, streams: list[aclpipe.S
     executed, or its launch table walked, then the run's done record and its completion host
     function (aclpipe's C helper, on a counter nobody awaits), with nothing else (median; the
     streams drain between)."""
-    from aclpipe.runtime.completion import HOST_FUNC_ADDRESS, ffi
+    from aclpipe.runtime.completion import COUNTER_LENGTH, HOST_FUNC_ADDRESS, ffi
 
     slot, d2h = program.slots[0], streams[-1]
     backend = device.backend
-    counter = ffi.new("int64_t[2]")
+    counter = ffi.new(f"int64_t[{COUNTER_LENGTH}]")
     args = ffi.new("aclpipe_advance_args *", {"counter": counter, "value": 1, "wake_fd": -1})
     address = int(ffi.cast("uintptr_t", args))
     times = []
@@ -337,21 +337,25 @@ def _one_node_graph() -> tuple[Graph, np.ndarray]:
 
 
 async def _resumed_at(pipe: Pipeline, value: np.ndarray, clock: Callable[[], float],
-                      release: Callable[[], None] | None) -> float:
-    """Run once and return ``clock()`` as the caller resumes; with ``release``, first wait until
-    the caller is parked in its wait, then let the held device go."""
+                      release: Callable[[], None] | None) -> tuple[float, float]:
+    """Run once; returns ``clock()`` as the caller resumes and how long after its completion
+    host function started (the stamp that host function wrote).  With ``release``, first wait
+    until the caller is parked in its wait, then let the held device go."""
     resumed: list[float] = []
 
     async def one() -> None:
         await pipe.run(x=value)
-        resumed.append(clock())
+        resumed.extend((clock(), time.monotonic_ns()))
 
     async with anyio.create_task_group() as group:
         group.start_soon(one)
         if release is not None:
             await anyio.sleep(0.002)  # the run is enqueued and its caller waits
             release()
-    return resumed[0]
+    passed = pipe._res.timeline.passed_at(len(pipe._res.streams) - 1, pipe._res.timeline.value(
+        len(pipe._res.streams) - 1))
+    assert passed is not None
+    return resumed[0], (resumed[1] - passed) / 1e9
 
 
 async def _completion(device: aclpipe.Device, runs: int, held: bool) -> list[tuple[float, float]]:
@@ -371,73 +375,58 @@ async def _completion(device: aclpipe.Device, runs: int, held: bool) -> list[tup
         for _ in range(runs):
             gate = backend.latch(d2h) if held else None
             backend.trace_begin()
-            resumed = await _resumed_at(pipe, value, backend.engines.now, gate.set if gate is not None else None)
+            resumed, since_host_func = await _resumed_at(pipe, value, backend.engines.now,
+                                                         gate.set if gate is not None else None)
             records = backend.trace_end()
             done = max(r.end for r in records if r.kind == "copy" and r.node == "d2h:y")
-            host_func = min(r.start for r in records if r.kind == "host_func" and r.start >= done)
-            latencies.append((resumed - done, resumed - host_func))
+            latencies.append((resumed - done, since_host_func))
     return latencies
 
 
-_PROBES = r"""
-#include <time.h>
+_GATE = r"""
 #include <unistd.h>
 void aclpipe_bench_gate(void *flag)
 {
     while (!__atomic_load_n((volatile int *)flag, __ATOMIC_ACQUIRE))
         usleep(20);
 }
-void aclpipe_bench_stamp(void *out)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);  /* the clock time.perf_counter reads on Linux */
-    *(double *)out = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
-}
 """
 
 
-def _probes() -> tuple[Any, Any]:
-    """Two C host functions for the ascend figure, compiled now with cffi: a gate that holds its
-    stream until a flag is set, and a stamp that writes the monotonic clock."""
+def _gate() -> tuple[Any, Any]:
+    """A C host function for the ascend figure, compiled now with cffi: a gate that holds its
+    stream until a flag is set."""
     import importlib
     import tempfile
 
     import cffi
 
     builder = cffi.FFI()
-    builder.cdef("void aclpipe_bench_gate(void *); void aclpipe_bench_stamp(void *);")
-    builder.set_source("_aclpipe_bench_probes", _PROBES)
-    folder = tempfile.mkdtemp(prefix="aclpipe_probes_")
+    builder.cdef("void aclpipe_bench_gate(void *);")
+    builder.set_source("_aclpipe_bench_gate", _GATE)
+    folder = tempfile.mkdtemp(prefix="aclpipe_gate_")
     builder.compile(tmpdir=folder)
     sys.path.insert(0, folder)
-    module = importlib.import_module("_aclpipe_bench_probes")
+    module = importlib.import_module("_aclpipe_bench_gate")
     return module.ffi, module.lib
 
 
-async def _completion_native(device: aclpipe.Device, runs: int, held: bool, probes: tuple[Any, Any]
+async def _completion_native(device: aclpipe.Device, runs: int, held: bool, gate: tuple[Any, Any]
                              ) -> list[tuple[float, float]]:
-    """On a backend without a trace (ascend): per run, (nan, host function start -> resumed), the
-    start stamped by a C host function enqueued just before the completion one on the D2H
-    stream; ``held``: a C gate holds the D2H stream until the caller waits."""
-    ffi, lib = probes
+    """On a backend without a trace (ascend): per run, (nan, completion host function start ->
+    resumed); ``held``: a C gate holds the D2H stream until the caller waits."""
+    ffi, lib = gate
     backend = device.backend
-    stamp, flag = ffi.new("double *"), ffi.new("int *")
-    stamp_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_stamp")))
+    flag = ffi.new("int *")
     gate_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_gate")))
-    stamp_at, flag_at = int(ffi.cast("uintptr_t", stamp)), int(ffi.cast("uintptr_t", flag))
+    flag_at = int(ffi.cast("uintptr_t", flag))
     g, value = _one_node_graph()
     latencies = []
     async with Pipeline(g, device, streams=1, depth=1) as pipe:
-        d2h, timeline = pipe._res.streams[-1].handle, pipe._res.timeline
+        d2h = pipe._res.streams[-1].handle
         for _ in range(20):
             await pipe.run(x=value)
-        advance = timeline.enqueue_advance
 
-        def stamped(backend: Any, stream: Any, lane: int) -> int:
-            backend.host_func_c(stream, stamp_fn, stamp_at)  # runs right before the completion
-            return advance(backend, stream, lane)
-
-        timeline.enqueue_advance = stamped  # type: ignore[method-assign]
         def open_gate() -> None:
             flag[0] = 1
 
@@ -445,9 +434,8 @@ async def _completion_native(device: aclpipe.Device, runs: int, held: bool, prob
             if held:
                 flag[0] = 0
                 backend.host_func_c(d2h, gate_fn, flag_at)
-            resumed = await _resumed_at(pipe, value, time.perf_counter, open_gate if held else None)
-            latencies.append((math.nan, resumed - stamp[0]))
-        timeline.enqueue_advance = advance  # type: ignore[method-assign]
+            _, since_host_func = await _resumed_at(pipe, value, time.perf_counter, open_gate if held else None)
+            latencies.append((math.nan, since_host_func))
     return latencies
 
 
@@ -485,15 +473,15 @@ def bench_completion(args: argparse.Namespace) -> None:
     native = args.device != "sim"
     print(f"\n== completion latency on {args.device}, {runs} sequential runs of a one-node graph"
           f"{'' if native else ', timing off, device clock'}")
-    probes = _probes() if native else None
+    gate = _gate() if native else None
     print(f"{'event loop':<10} {'device':<13} {'device done -> resumed':>24} {'host function -> resumed':>26} "
           f"{'baseline: thread -> loop':>26}")
     print(f"{'':<10} {'':<13} {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}   {'median':>11} {'p99':>10}")
     for backend in ("asyncio", "trio"):
         for held in (True, False):
             device = _open_host_device(args.device)
-            if probes is not None:
-                latencies = anyio.run(_completion_native, device, runs, held, probes, backend=backend)
+            if gate is not None:
+                latencies = anyio.run(_completion_native, device, runs, held, gate, backend=backend)
             else:
                 latencies = anyio.run(_completion, device, runs, held, backend=backend)
             device.close()
@@ -502,10 +490,11 @@ def bench_completion(args: argparse.Namespace) -> None:
             print(f"{backend:<10} {'held' if held else 'back to back':<13} {done}   "
                   f"{_percentiles([start for _, start in latencies])}   {_percentiles(bare)}")
     print("device done = end of the run's last D2H copy (simulator trace; a backend without one says n/a); then "
-          "the D2H stream passes the run's tail waits and reaches the completion host function (C: store the "
-          "counter, write the wake pipe); the pump task reads the pipe, wakes the waiter, and the outputs are "
-          "copied out. On ascend the host function's start is stamped by a C host function enqueued just before "
-          "it. held = the D2H stream is held (a latch; on ascend a C gate) until the caller waits: the "
+          "the D2H stream passes the run's tail waits and reaches the completion host function (C: stamp the "
+          "monotonic clock, store the counter, write the wake pipe); the pump task reads the pipe, wakes the "
+          "waiter, and the outputs are copied out. host function -> resumed starts at that stamp, on both "
+          "backends (what Pipeline.stats().completion reports). held = the D2H stream is held (a latch; on "
+          "ascend a C gate) until the caller waits: the "
           "completion path alone; back to back = the host may still be enqueueing the run's completion when "
           "the device finishes. baseline = a plain Python thread writing a pipe to the awaiting task: the floor "
           "for any thread-to-loop wake on this machine")

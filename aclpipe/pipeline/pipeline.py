@@ -32,6 +32,7 @@ every waiter at once with :class:`ClosedResourceError`.  One thread and event lo
 from __future__ import annotations
 
 import collections
+import time
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Self, cast
@@ -53,7 +54,7 @@ from .faults import FaultLog
 from .prepare import Preparer
 from .resources import Resources
 from .slots import FifoLock, Ticket
-from .stats import PipelineStats
+from .stats import CompletionLog, PipelineStats
 
 __all__ = ["SPLITS", "Pipeline", "PipelineStats"]
 
@@ -156,6 +157,7 @@ class Pipeline:
         self._runs = 0
         self._prepare_hits = 0
         self._lost_slots = 0
+        self._completion = CompletionLog()
         self._closed = False
         self._finishing = 0  # callers between awaiting completion and having their result
         self._finished: anyio.Event | None = None
@@ -401,7 +403,12 @@ class Pipeline:
                 outputs = ticket.program.read_outputs(ticket.slot)
         finally:
             self._release_ticket(ticket, slot_back=True)
-        return ShapeBuckets.slice(outputs, ticket.rows) if ticket.rows is not None else outputs
+        if ticket.rows is not None:
+            outputs = ShapeBuckets.slice(outputs, ticket.rows)
+        passed = res.timeline.passed_at(self._d2h_lane, ticket.value)
+        if passed is not None:
+            self._completion.add(time.monotonic_ns() - passed)
+        return outputs
 
     async def _abandon(self, ticket: Ticket) -> None:
         """Give the slot back once the device has passed the ticket's work (shielded caller)."""
@@ -470,7 +477,7 @@ class Pipeline:
             constant_bytes=constant_bytes, workspace=workspace,
             device_peak_bytes=self.device.backend.mem_peak(), in_flight=len(self._faults.live),
             lost_slots=self._lost_slots, prepared=res.cache.prepared, evicted=res.cache.evicted,
-            closed=self._closed)
+            closed=self._closed, completion=self._completion.summary())
 
     def _check_open(self) -> None:
         if self._closed:

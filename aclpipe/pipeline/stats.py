@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import math
+import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PipelineStats"]
+__all__ = ["CompletionLog", "PipelineStats"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,12 @@ class PipelineStats:
         Programs prepared in all, and programs freed to stay within ``max_programs``.
     closed:
         Whether :meth:`Pipeline.aclose` was called (everything held is then 0).
+    completion:
+        How long results took to reach their callers over the last runs (at most 1,024): from
+        the moment the device passed a run's completion host function (stamped by that host
+        function, ``CLOCK_MONOTONIC``) to :meth:`Pipeline.run` returning.  Keys ``samples``,
+        ``median_us`` and ``p99_us``; empty before the first sample.  A run read long after
+        it completed (``stream()`` keeps ``depth`` in flight) counts its wait in the queue too.
     """
 
     runs: int
@@ -58,6 +67,25 @@ class PipelineStats:
     prepared: int = 0
     evicted: int = 0
     closed: bool = False
+    completion: Mapping[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+class CompletionLog:
+    """The latest completion latencies, in nanoseconds (a bounded window: constant cost per run)."""
+
+    def __init__(self, keep: int = 1024):
+        self.samples: collections.deque[int] = collections.deque(maxlen=keep)
+
+    def add(self, nanoseconds: int) -> None:
+        self.samples.append(nanoseconds)
+
+    def summary(self) -> dict[str, float]:
+        """``samples``, ``median_us`` and ``p99_us`` (nearest rank); empty without samples."""
+        if not self.samples:
+            return {}
+        ordered = sorted(self.samples)
+        p99 = ordered[min(len(ordered), math.ceil(0.99 * len(ordered))) - 1]
+        return {"samples": float(len(ordered)), "median_us": statistics.median(ordered) / 1e3, "p99_us": p99 / 1e3}

@@ -4,7 +4,11 @@
 a new value into a per-lane counter (``counter[0]``), writes one byte to a wake pipe, and
 last stores the value again into ``counter[1]``: once the host sees ``counter[1]`` reach a
 value, that call touches nothing of the host's any more (neither the pipe nor the counter),
-so the pipe may be closed.  It is plain C so that no Python runs on a runtime thread
+so the pipe may be closed.  Before all that it stamps the monotonic clock (``CLOCK_MONOTONIC``,
+nanoseconds: the clock ``time.monotonic_ns`` reads on Linux) and the value into the pair at
+``counter[2 + 2 * (value % 64)]``,
+so the host can tell how long after the device passed a completion point the awaiting task
+resumed (``Timeline.passed_at``).  It is plain C so that no Python runs on a runtime thread
 (ARCHITECTURE.md 3.2, 6); the simulator's callback thread calls the very same function, so
 both backends exercise one completion path.  ``aclpipe_advance_version()`` tells a stale
 build (one without ``counter[1]``) from the current one.
@@ -27,9 +31,12 @@ SOURCE = r"""
 #include <stdint.h>
 #include <unistd.h>
 #include <errno.h>
+#include <time.h>
+
+#define ACLPIPE_STAMPS 64  /* counter[2 + 2 * (v % 64)]: when v was passed; the next one: v */
 
 typedef struct {
-    int64_t *counter;  /* counter[0]: passed; counter[1]: returned (nothing touched after) */
+    int64_t *counter;  /* [0]: passed; [1]: returned (nothing touched after); then stamps */
     int64_t value;
     int wake_fd;
 } aclpipe_advance_args;
@@ -45,7 +52,7 @@ static void store_max(int64_t *target, int64_t value)
 
 int aclpipe_advance_version(void)
 {
-    return 2;
+    return 3;
 }
 
 void aclpipe_advance(void *raw)
@@ -55,6 +62,14 @@ void aclpipe_advance(void *raw)
     int64_t *counter = args->counter;
     int64_t value = args->value;
     int fd = args->wake_fd;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t *stamp = counter + 2 + 2 * (value % ACLPIPE_STAMPS);
+    /* Before the counter moves; the value beside the stamp tells a reader whose it is (a reader
+       takes it only when the value reads the same before and after the stamp). */
+    __atomic_store_n(stamp + 1, (int64_t)0, __ATOMIC_RELEASE);
+    __atomic_store_n(stamp, (int64_t)now.tv_sec * 1000000000 + (int64_t)now.tv_nsec, __ATOMIC_RELEASE);
+    __atomic_store_n(stamp + 1, value, __ATOMIC_RELEASE);
     store_max(counter, value);
     if (fd >= 0) {
         char byte = 1;

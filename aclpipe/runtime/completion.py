@@ -4,7 +4,10 @@
 ``args`` is an ``aclpipe_advance_args``: a pointer to the lane's two counters, the value to
 publish and the wake pipe's write end.  In order, it raises ``counter[0]`` to the value,
 writes one byte to the pipe, and raises ``counter[1]`` to the value: once the host sees
-``counter[1]`` reach the value, that call touches nothing of the host's any more.
+``counter[1]`` reach the value, that call touches nothing of the host's any more.  First of
+all it stamps the monotonic clock (nanoseconds, ``CLOCK_MONOTONIC``: ``time.monotonic_ns`` on
+Linux) and then the value into the pair at ``counter[2 + 2 * (value % STAMPS)]``, so a lane's
+counter array holds ``COUNTER_LENGTH`` integers.
 
 The compiled function (:mod:`aclpipe.runtime._hostfunc_build`, built by ``pip install`` or
 ``python setup.py build_ext --inplace``; it needs a C compiler) runs no Python on the
@@ -18,10 +21,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 from typing import Any
 
-__all__ = ["COMPILED", "HOST_FUNC_ADDRESS", "ffi"]
+__all__ = ["COMPILED", "COUNTER_LENGTH", "HOST_FUNC_ADDRESS", "STAMPS", "ffi"]
 
 _CDEF = """
 typedef struct {
@@ -31,8 +35,12 @@ typedef struct {
 } aclpipe_advance_args;
 """
 
-#: The ABI version of the compiled helper this module expects (``counter[1]`` included).
-_VERSION = 2
+#: The ABI version of the compiled helper this module expects (``counter[1]`` and the stamps).
+_VERSION = 3
+#: How many recent values keep their stamp (``ACLPIPE_STAMPS`` in the C source).
+STAMPS = 64
+#: Integers in a lane's counter array: passed, returned, then the stamps.
+COUNTER_LENGTH = 2 + 2 * STAMPS
 
 
 def _compiled() -> tuple[Any, int] | None:
@@ -64,6 +72,10 @@ def _fallback() -> tuple[Any, int, Any]:
     def advance(raw: Any) -> None:
         args = fallback_ffi.cast("aclpipe_advance_args *", raw)
         counter, value, fd = args.counter, int(args.value), int(args.wake_fd)
+        at = 2 + 2 * (value % STAMPS)
+        counter[at + 1] = 0
+        counter[at] = time.monotonic_ns()
+        counter[at + 1] = value
         store_max(counter, 0, value)
         if fd >= 0:
             try:

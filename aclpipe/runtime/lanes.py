@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AclpipeError, BackendError
-from .completion import ffi
+from .completion import COUNTER_LENGTH, ffi
 
 if TYPE_CHECKING:
     from ..backends.protocol import Backend
@@ -44,7 +44,9 @@ __all__ = ["Lane", "LaneState", "device_closed", "parked_states", "retire", "swe
 class Lane:
     """One lane: its counters and what its host functions need until the device passes them."""
 
-    counter: Any  # cdata int64_t[2]: [0] what the device passed, [1] host functions fully returned
+    #: cdata int64_t[COUNTER_LENGTH]: [0] what the device passed, [1] host functions fully returned,
+    #: [2 + v % STAMPS] when value v was passed (monotonic ns)
+    counter: Any
     enqueued: int = 0  # the newest value enqueued
     pending: collections.deque[tuple[int, Any]] = field(default_factory=collections.deque)  # (value, args cdata)
     backend: Backend | None = None  # where the lane's latest host function went
@@ -97,7 +99,7 @@ class LaneState:
 
     def add_lane(self) -> int:
         with self.lock:
-            self.lanes.append(Lane(ffi.new("int64_t[2]")))
+            self.lanes.append(Lane(ffi.new(f"int64_t[{COUNTER_LENGTH}]")))
             return len(self.lanes) - 1
 
     def all_passed(self) -> bool:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..errors import ClosedResourceError
-from .completion import HOST_FUNC_ADDRESS, ffi
+from .completion import HOST_FUNC_ADDRESS, STAMPS, ffi
 from .lanes import LaneState, parked_states, retire, sweep, try_release
 
 if TYPE_CHECKING:
@@ -129,6 +129,18 @@ class Timeline:
     def value(self, lane: int) -> int:
         """The lane's current counter (what the device has passed)."""
         return int(self._lanes[lane].counter[0])
+
+    def passed_at(self, lane: int, value: int) -> int | None:
+        """When the device passed ``value`` on ``lane``: ``time.monotonic_ns()`` as its host
+        function started, or None when it has not passed it yet, or when a value
+        :data:`~aclpipe.runtime.completion.STAMPS` or more later was passed since (its stamp
+        took the place)."""
+        counter = self._lanes[lane].counter
+        if value <= 0 or counter[0] < value:
+            return None
+        at = 2 + 2 * (value % STAMPS)
+        before, stamp, after = counter[at + 1], counter[at], counter[at + 1]
+        return int(stamp) if before == value == after else None
 
     def next_value(self, lane: int) -> int:
         """The value the next :meth:`enqueue_advance` on ``lane`` will publish."""

@@ -25,3 +25,24 @@ async def test_stats_are_a_frozen_snapshot_and_survive_close(device):
     await pipe.aclose()
     after = pipe.stats()
     assert after.closed and after.runs == 1 and after.arena_bytes == after.executors == 0
+
+
+async def test_completion_latency_counts_every_run_read_from_its_stamp(device):
+    async with Pipeline(mlp(), device, streams=2, depth=2) as pipe:
+        assert pipe.stats().completion == {}
+        for _ in range(3):
+            await pipe.run(x=np.ones((4, 32), np.float32))
+        async for _ in pipe.stream([{"x": np.ones((4, 32), np.float32)}] * 4):
+            pass
+        completion = pipe.stats().completion
+    assert completion["samples"] == 7
+    assert 0 < completion["median_us"] <= completion["p99_us"]
+
+
+def test_the_completion_log_keeps_a_bounded_window():
+    from aclpipe.pipeline.stats import CompletionLog
+
+    log = CompletionLog(keep=4)
+    for nanoseconds in (1_000, 2_000, 3_000, 4_000, 100_000):
+        log.add(nanoseconds)
+    assert log.summary() == {"samples": 4.0, "median_us": 3.5, "p99_us": 100.0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 
 import anyio
 import pytest
@@ -138,7 +139,7 @@ def test_the_completion_helper_reports_which_implementation_runs():
 
 def test_the_python_fallback_has_the_same_effects_in_the_same_order():
     ffi, address, keep = completion._fallback()
-    counter = ffi.new("int64_t[2]")
+    counter = ffi.new(f"int64_t[{completion.COUNTER_LENGTH}]")
     read_fd, write_fd = os.pipe()
     try:
         args = ffi.new("aclpipe_advance_args *", {"counter": counter, "value": 3, "wake_fd": write_fd})
@@ -152,3 +153,20 @@ def test_the_python_fallback_has_the_same_effects_in_the_same_order():
         os.close(read_fd)
         os.close(write_fd)
     assert keep is not None
+
+
+@pytest.mark.parametrize("implementation", ["compiled", "fallback"])
+def test_the_helper_stamps_when_it_passed_each_value_beside_the_value(implementation):
+    if implementation == "compiled":
+        if not completion.COMPILED:
+            pytest.skip("the C completion helper is not built here")
+        ffi, address = completion.ffi, completion.HOST_FUNC_ADDRESS
+    else:
+        ffi, address, _keep = completion._fallback()
+    counter = ffi.new(f"int64_t[{completion.COUNTER_LENGTH}]")
+    function = ffi.cast("void (*)(void *)", address)
+    for value in (5, 5 + completion.STAMPS):  # the second takes the first's place in the ring
+        before = time.monotonic_ns()
+        function(ffi.new("aclpipe_advance_args *", {"counter": counter, "value": value, "wake_fd": -1}))
+        at = 2 + 2 * (value % completion.STAMPS)
+        assert before <= counter[at] <= time.monotonic_ns() and counter[at + 1] == value

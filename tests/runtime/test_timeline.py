@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
@@ -85,6 +87,26 @@ def test_counters_only_move_forward(device):
     timeline.close()
     with pytest.raises(Exception, match="closed"):
         timeline.enqueue_advance(device.backend, stream.handle, 0)
+
+
+def test_passed_at_says_when_the_device_passed_a_value_while_its_stamp_is_kept(device):
+    from aclpipe.runtime.completion import STAMPS
+
+    stream = device.create_stream()
+    timeline = Timeline(1)
+    before = time.monotonic_ns()
+    first = timeline.enqueue_advance(device.backend, stream.handle, 0)
+    stream.sync()
+    stamp = timeline.passed_at(0, first)
+    assert stamp is not None and before <= stamp <= time.monotonic_ns()
+    assert timeline.passed_at(0, first + 1) is None  # not passed yet
+    assert timeline.passed_at(0, 0) is None
+    for _ in range(STAMPS):
+        timeline.enqueue_advance(device.backend, stream.handle, 0)
+    stream.sync()
+    assert timeline.passed_at(0, first) is None  # a later value took its place
+    assert timeline.passed_at(0, first + STAMPS) is not None
+    timeline.close()
 
 
 def test_a_timeline_needs_lanes():
