@@ -26,7 +26,7 @@ from ..errors import ExecutionError
 if TYPE_CHECKING:
     from ..runtime import Stream
 
-__all__ = ["Fault", "FaultLog"]
+__all__ = ["Fault", "FaultLog", "Touched"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,40 @@ class Fault:
 
     def covers(self, run: int) -> bool:
         return self.first_run <= run <= self.last_run
+
+
+class Touched:
+    """Which of the pipeline's streams may hold an error nobody took yet.
+
+    Asking a stream costs a runtime query (``aclrtStreamQuery``) that contends with the
+    runtime's own threads, and a captured run puts work on one stream only (it replays its
+    model on the D2H stream, which adopts the model's failures), so the other streams need
+    not be asked at the end of every run.  A stream stays on the list from the moment a run
+    (or preparation) puts work on it until it was found clean after every run that touched
+    it had completed: completions pass in enqueue order on the D2H stream, which waits for
+    every stream a run used, so nothing enqueued up to that run can still fail then.
+    """
+
+    def __init__(self, streams: int):
+        self.last_run = [0] * streams  # the newest run that put work on each stream
+        self.dirty = set(range(streams))  # streams to ask: everything, until found clean
+
+    def touch(self, lanes: Iterable[int], run: int) -> None:
+        for lane in lanes:
+            self.last_run[lane] = max(self.last_run[lane], run)
+            self.dirty.add(lane)
+
+    def touch_all(self, run: int) -> None:
+        self.touch(range(len(self.last_run)), run)
+
+    def to_ask(self) -> list[int]:
+        return sorted(self.dirty)
+
+    def found_clean(self, lanes: Iterable[int], completed_run: int) -> None:
+        """``lanes`` had no error with every run up to ``completed_run`` complete."""
+        for lane in lanes:
+            if self.last_run[lane] <= completed_run:
+                self.dirty.discard(lane)
 
 
 def _context(error: BaseException) -> dict[str, Any]:

@@ -50,7 +50,7 @@ from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_s
 from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
 from .cache import CacheEntry, ProgramCache, check_capacity
-from .faults import FaultLog
+from .faults import FaultLog, Touched
 from .prepare import Preparer
 from .resources import Resources
 from .slots import FifoLock, Ticket
@@ -154,6 +154,7 @@ class Pipeline:
         self._affinity = LoopAffinity(f"pipeline {graph.name!r}")
         self._enqueue_lock = FifoLock()
         self._faults = FaultLog()
+        self._touched = Touched(len(self._res.streams))
         self._runs = 0
         self._prepare_hits = 0
         self._lost_slots = 0
@@ -200,6 +201,7 @@ class Pipeline:
         if entry is not None:
             self._prepare_hits += 1
             return entry
+        self._touched.touch_all(self._runs + 1)  # preparing uploads and captures on the streams
         return cache.add(key, self._res.preparer.prepare(key, self._res.workspaces, self._evict_idle_program))
 
     def _evict_idle_program(self) -> bool:
@@ -335,6 +337,7 @@ class Pipeline:
             ticket = Ticket(self._runs, program, slot, 0, entry=entry, rows=rows)
             # Live from the moment it has a number: faults collected meanwhile must cover it.
             self._faults.start(ticket.run)
+            self._touched.touch(program.lanes(slot), ticket.run)
             # Not shielded: a cancel while enqueueing waits for a workspace stops further
             # enqueueing (ARCHITECTURE.md 6); _enqueue still completes what is on the streams.
             failure = await self._enqueue(ticket)
@@ -398,7 +401,7 @@ class Pipeline:
             with res.lock:
                 if res.released or res.parked:  # aclose gave everything up before this result was read
                     raise ClosedResourceError(f"the pipeline was closed before run {ticket.run}'s result was read")
-                self._collect_faults()
+                self._collect_faults(ticket.run)
                 self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
                 outputs = ticket.program.read_outputs(ticket.slot)
         finally:
@@ -424,7 +427,7 @@ class Pipeline:
             self._lost_slots += 1  # never reused: the device may still touch it
             return
         if not (self._res.released or self._res.parked):
-            self._collect_faults()
+            self._collect_faults(ticket.run)
         self._release_ticket(ticket, slot_back=True)
 
     def _release_ticket(self, ticket: Ticket, slot_back: bool = False) -> None:
@@ -450,10 +453,16 @@ class Pipeline:
         self._check_open()
         return check_inputs(self.graph, inputs)
 
-    def _collect_faults(self) -> None:
-        """Charge stream errors to the runs they spoiled; later runs go to fresh device streams."""
-        failed = self._faults.collect(self._res.streams, self._runs)
+    def _collect_faults(self, completed_run: int) -> None:
+        """Charge stream errors to the runs they spoiled; later runs go to fresh device streams.
+        Only streams that may hold one are asked (:class:`Touched`); ``completed_run`` and every
+        run before it have completed."""
+        streams, touched = self._res.streams, self._touched
+        lanes = touched.to_ask()
+        failed = self._faults.collect([streams[lane] for lane in lanes], self._runs)
+        touched.found_clean([lane for lane in lanes if streams[lane] not in failed], completed_run)
         if failed:
+            touched.touch_all(self._runs + 1)  # renewed: ask every stream until found clean again
             for stream in failed:
                 stream.renew()
             for entry in self._res.cache:

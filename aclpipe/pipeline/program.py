@@ -24,7 +24,7 @@ every stream's tail (so they rejoin it).  A run is then one ``model_execute`` on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -340,6 +340,11 @@ class Program:
         else:
             for step in slot.steps:
                 await self._launch(step, run, workspaces)
+
+    def lanes(self, slot: Slot) -> Sequence[int]:
+        """The streams (by lane) a run on ``slot`` puts work on: a captured slot replays its
+        model on the D2H stream alone; otherwise any of them."""
+        return (len(self.streams) - 1,) if slot.graph is not None else range(len(self.streams))
 
     def enqueue_completion(self, slot: Slot, workspaces: WorkspaceStrategy, timeline: Timeline,
                            d2h_lane: int) -> int:

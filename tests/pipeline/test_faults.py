@@ -66,3 +66,21 @@ def test_retired_runs_drop_the_faults_nobody_can_match():
     assert log.faults == [Fault(log.faults[0].error, 1, 1)]
     log.retire(1, newest_run=1)
     assert not log.faults and not log.live
+
+
+def test_a_stream_is_asked_until_found_clean_after_every_run_that_touched_it_completed():
+    from aclpipe.pipeline.faults import Touched
+
+    touched = Touched(3)
+    assert touched.to_ask() == [0, 1, 2]  # nothing known yet
+    touched.found_clean([0, 1, 2], completed_run=0)
+    assert touched.to_ask() == []
+    touched.touch([2], run=1)
+    touched.touch([0, 1, 2], run=2)
+    touched.found_clean([0, 1, 2], completed_run=1)  # run 2 may still fail on any of them
+    assert touched.to_ask() == [0, 1, 2]
+    touched.touch([2], run=3)
+    touched.found_clean([0, 1, 2], completed_run=2)
+    assert touched.to_ask() == [2]
+    touched.touch_all(run=4)
+    assert touched.to_ask() == [0, 1, 2]

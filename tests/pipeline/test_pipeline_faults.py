@@ -272,8 +272,9 @@ async def test_a_fault_whose_stream_error_someone_else_consumed_still_fails_its_
     async with Pipeline(graph, device, streams=streams, depth=2, workspace=workspace) as pipe:
         drained: list[BaseException] = []
 
-        def drain_without_telling_the_pipeline(streams, newest_run) -> None:
+        def drain_without_telling_the_pipeline(streams, newest_run) -> list:
             drained.extend(e for e in (s.take_error() for s in streams) if e is not None)
+            return []  # nothing found, as FaultLog.collect says when another reader took it all
 
         monkeypatch.setattr(pipe._faults, "collect", drain_without_telling_the_pipeline)
         for position, node in enumerate(NODE_NAMES[::7]):
@@ -314,3 +315,33 @@ async def test_a_device_whose_streams_stop_on_failure_is_refused_rather_than_han
             await pipe.run(x=x)
         assert caught.value.code == 207000
         assert pipe.stats().in_flight == 0
+
+
+@pytest.mark.parametrize("workspace", ["static", "per-call"])
+async def test_only_streams_a_run_may_have_failed_on_are_asked_for_errors(device, workspace):
+    """A captured run replays its model on the D2H stream alone, so once the others were found
+    clean only that stream is asked; node-by-node runs touch every stream, so all are asked.
+    A fault on a compute stream is still found and named either way."""
+    graph = mixed40()
+    async with Pipeline(graph, device, streams=4, depth=2, workspace=workspace) as pipe:
+        asked: list[int] = []
+        collect = pipe._faults.collect
+
+        def counting(streams, newest_run):
+            streams = list(streams)
+            asked.append(len(streams))
+            return collect(streams, newest_run)
+
+        pipe._faults.collect = counting
+        for seed in range(3):
+            await pipe.run(x=batch(8, 16, seed))
+        captured = next(iter(pipe._res.cache)).program.slots[0].graph is not None
+        assert captured == (workspace == "static")
+        every = len(pipe._res.streams)
+        assert asked[0] == every and asked[-1] == (1 if captured else every)
+        device.inject_fault("kernel", match=NODE_NAMES[5])
+        with pytest.raises(ExecutionError) as info:
+            await pipe.run(x=batch(8, 16, 9))
+        assert info.value.node == NODE_NAMES[5]
+        x = batch(8, 16, 10)
+        assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
