@@ -67,23 +67,42 @@ def float_result(dtype: DType) -> DType:
 _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
              0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
 _SERIES_LIMIT = 0.5  # below this, 1 - erfc cancels digits; the Maclaurin series is exact there
+# erf(x) = 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)): for |x| < 0.5 the terms after
+# n = 7 are below 0.25^8 / (8! 17) ~ 2e-11 relative, far under the fit's 1.2e-7.
+_SERIES = tuple((-1) ** n / (math.factorial(n) * (2 * n + 1)) * (2.0 / math.sqrt(math.pi)) for n in range(8))
+
+
+def _horner(variable: np.ndarray, coefficients: Sequence[float]) -> np.ndarray:
+    """``sum(c[i] * variable**i)`` evaluated in place in one fresh array (constant term first)."""
+    result = variable * coefficients[-1]
+    result += coefficients[-2]
+    for coefficient in reversed(coefficients[:-2]):
+        result *= variable
+        result += coefficient
+    return result
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """The error function, in float64, accurate to about 1e-7 relative (enough for fp32)."""
+    """The error function, in float64, accurate to about 1e-7 relative (enough for fp32).
+
+    Both branches are computed over the whole array with in-place ufuncs (no per-element
+    selection, which costs more than it saves on kernel-sized tensors), then merged."""
     x64 = np.asarray(x, dtype=np.float64)
     magnitude = np.abs(x64)
-    t = 1.0 / (1.0 + 0.5 * magnitude)
-    poly = np.zeros_like(t)
-    for coefficient in reversed(_ERFC_FIT):
-        poly = poly * t + coefficient
-    tail = np.copysign(1.0 - t * np.exp(poly - magnitude * magnitude), x64)
-    small = np.where(magnitude < _SERIES_LIMIT, x64, 0.0)
-    square, term, series = small * small, small.copy(), small.copy()
-    for n in range(1, 12):  # terms shrink by x^2 / n <= 0.25 / n: 11 terms reach 1e-16
-        term = term * -square / n
-        series = series + term / (2 * n + 1)
-    return np.where(magnitude < _SERIES_LIMIT, series * (2.0 / math.sqrt(math.pi)), tail)
+    t = magnitude * 0.5
+    t += 1.0
+    np.reciprocal(t, out=t)
+    tail = _horner(t, _ERFC_FIT)
+    square = np.square(x64)
+    tail -= square
+    np.exp(tail, out=tail)
+    tail *= t
+    np.subtract(1.0, tail, out=tail)
+    np.copysign(tail, x64, out=tail)
+    series = _horner(square, _SERIES)
+    series *= x64
+    np.copyto(tail, series, where=magnitude < _SERIES_LIMIT)
+    return tail
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
