@@ -131,8 +131,8 @@ def print_table(rows: list[Row]) -> None:
     print(f"| {'model':<24} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
           f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'kernel us':>9} | {'rest us':>7} "
           f"| {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
-    print(f"|{'-' * 26}|{'-' * 7}|{'-' * 7}|{'-' * 10}|{'-' * 11}|{'-' * 11}|{'-' * 13}|{'-' * 10}|{'-' * 11}|{'-' * 11}"
-          f"|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 13}|")
+    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 11, 9, 9, 9, 13)
+    print("|" + "|".join("-" * width for width in widths) + "|")
     for row in rows:
         ratio = row.arena / row.bound if row.bound else float("nan")
         launches = max(row.launches, 1)
