@@ -38,7 +38,7 @@ import numpy as np
 
 from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
-from .base import OpPlan, OpSpec, op_error
+from .base import Kernel, OpPlan, OpSpec, op_error
 from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
 from .registry import register
 
@@ -192,6 +192,9 @@ class UnaryOp(OpSpec):
         x, dtype, params = self._check(inputs, attrs)
         out = need_output(self.name, self.outputs[0], argument(outputs, 0), x.shape, dtype)
         function, compute = self.function, dtype.compute
+        ufunc: np.ufunc | None = getattr(function, "ufunc", None)
+        if ufunc is not None and x.dtype.numpy == compute and out.dtype.numpy == compute:
+            return OpPlan(_direct_unary(ufunc), 0, *elementwise_cost(out.numel, [x, out], self.flops))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -201,6 +204,17 @@ class UnaryOp(OpSpec):
 
         flops, traffic = elementwise_cost(out.numel, [x, out], self.flops)
         return OpPlan(kernel, 0, flops, traffic)
+
+
+def _direct_unary(ufunc: np.ufunc) -> Kernel:
+    """A kernel writing ``ufunc(self)`` into the output view: no casts, no temporary."""
+
+    def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+               workspace: np.ndarray | None) -> None:
+        with np.errstate(all="ignore"):  # inf/nan results are data, as on the device
+            ufunc(ins[0], out=outs[0])
+
+    return kernel
 
 
 # -- binary ---------------------------------------------------------------------------------
@@ -284,6 +298,17 @@ class BinaryOp(OpSpec):
     def _result(self, dtype: DType) -> DType:
         return float_result(dtype) if self.true_divide else dtype
 
+    def _direct_ufunc(self, call: _BinaryCall, out: TensorDesc) -> np.ufunc | None:
+        """The ufunc that computes this call straight into the output view (every tensor
+        already in the compute dtype, alpha 1), or None: the general path casts and stores."""
+        ufunc: np.ufunc | None = getattr(self.function, "ufunc", None)
+        compute = call.dtype.compute
+        if ufunc is None or call.params.get("alpha", 1) != 1:
+            return None
+        if any(t.dtype.numpy != compute for t in (*call.tensors, out)):
+            return None
+        return ufunc
+
     def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
         call = self._check(inputs, attrs)
         return [TensorDesc.contiguous(call.shape, call.dtype)]
@@ -294,6 +319,10 @@ class BinaryOp(OpSpec):
         out = need_output(self.name, "out", argument(outputs, 0), call.shape, call.dtype)
         function, compute, params = self.function, call.dtype.compute, call.params
         scalar_operand = "scalar" in params
+        direct = self._direct_ufunc(call, out)
+        if direct is not None:
+            return OpPlan(_direct_binary(direct, params.get("scalar")), 0,
+                          *elementwise_cost(out.numel, [*call.tensors, out], self.flops))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -307,23 +336,57 @@ class BinaryOp(OpSpec):
         return OpPlan(kernel, 0, flops, traffic)
 
 
+def _direct_binary(ufunc: np.ufunc, scalar: Any) -> Kernel:
+    """A kernel writing ``ufunc(self, other)`` (or ``ufunc(self, scalar)``) into the output
+    view: no casts, no temporary (ufuncs handle an output that overlaps an input)."""
+
+    def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+               workspace: np.ndarray | None) -> None:
+        with np.errstate(all="ignore"):  # x/0, overflow: inf/nan are data, as on the device
+            ufunc(ins[0], scalar if scalar is not None else ins[1], out=outs[0])
+
+    return kernel
+
+
 # -- kernels --------------------------------------------------------------------------------
-def _add(a: Any, b: Any, params: Mapping[str, Any]) -> Any:
-    alpha = params["alpha"]
-    return a + b if alpha == 1 else a + b * alpha  # alpha == 1 skips a multiply (bit-exact)
+class _Ufunc2:
+    """A binary function that is one ufunc (``ufunc`` lets the op call it with ``out=``)."""
+
+    def __init__(self, ufunc: np.ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, a: Any, b: Any, params: Mapping[str, Any]) -> Any:
+        return self.ufunc(a, b)
 
 
-def _sub(a: Any, b: Any, params: Mapping[str, Any]) -> Any:
-    alpha = params["alpha"]
-    return a - b if alpha == 1 else a - b * alpha
+class _AlphaUfunc(_Ufunc2):
+    """``a ± alpha * b``: the ufunc alone when alpha is 1 (bit-exact: no multiply)."""
+
+    def __call__(self, a: Any, b: Any, params: Mapping[str, Any]) -> Any:
+        alpha = params["alpha"]
+        return self.ufunc(a, b) if alpha == 1 else self.ufunc(a, b * alpha)
+
+
+_add = _AlphaUfunc(np.add)
+_sub = _AlphaUfunc(np.subtract)
 
 
 def _ufunc2(ufunc: np.ufunc) -> BinaryFn:
-    return lambda a, b, params: ufunc(a, b)
+    return _Ufunc2(ufunc)
 
 
-def _ufunc1(ufunc: Callable[[np.ndarray], Any]) -> UnaryFn:
-    return lambda x, params: ufunc(x)
+class _Ufunc1:
+    """A unary function that is one ufunc (``ufunc`` lets the op call it with ``out=``)."""
+
+    def __init__(self, ufunc: np.ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, x: np.ndarray, params: Mapping[str, Any]) -> Any:
+        return self.ufunc(x)
+
+
+def _ufunc1(ufunc: np.ufunc) -> UnaryFn:
+    return _Ufunc1(ufunc)
 
 
 def _power(base: Any, exponent: Any, params: Mapping[str, Any]) -> Any:
