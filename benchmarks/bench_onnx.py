@@ -8,12 +8,13 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   live-set lower bound (``Plan.lower_bound``), in MiB, and their ratio;
 - ``µs/launch``: ``sim ms`` over ``launches``: what the simulator spends per kernel launch,
   numpy's own kernel time included (issue 12's goal: at most 15 on bert_opset17 and mobile);
-  ``kernel µs`` / ``rest µs``: that split into the kernels' own time (the op's numpy kernel,
-  timed around each run by :func:`~aclpipe.backends.sim.executor.kernel_clock` in a second
-  pass of ``--repeats`` runs right after the timed ones, summed per run, per launch) and the
-  rest (``µs/launch`` minus ``kernel µs``: stream workers, guards, events, H2D/D2H, the
-  host side of ``Pipeline.run``).  With several streams kernel spans can overlap, so
-  ``rest`` is a lower bound of the machinery's share;
+  ``kernel µs`` / ``rest µs``: the same split in two, from a second pass of ``--repeats``
+  runs right after the timed ones in which
+  :func:`~aclpipe.backends.sim.executor.kernel_clock` times each kernel (the op's numpy
+  kernel): per run, the kernels' summed time and the run's wall time minus it (stream
+  workers, guards, events, H2D/D2H, the host side of ``Pipeline.run``), medians over the
+  runs, per launch.  With several streams kernel spans can overlap, so ``rest`` is then a
+  lower bound of the machinery's share (``--streams 1`` splits exactly);
 - ``sim ms`` / ``ort ms``: median wall time of one run (``Pipeline.run`` with its defaults,
   so the default workspace pool, sized by the program, and a captured model per slot: H2D,
   every kernel, D2H; sanitizer and timing model off) and of one ``InferenceSession.run`` (default threads),
@@ -60,7 +61,8 @@ class Row:
     arena: int
     bound: int
     sim_seconds: float
-    kernel_seconds: float  # the kernels' own time per run (second, clocked pass)
+    kernel_seconds: float  # the kernels' own time per run (second, clocked pass, median)
+    rest_seconds: float  # the rest of a clocked run: its wall time minus its kernels' (median)
     ort_seconds: float
     error: float
 
@@ -87,7 +89,7 @@ def ort_runner(zoo: Model, feeds: dict[str, np.ndarray]) -> tuple[Callable[[], l
 
 
 async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int
-                      ) -> tuple[float, float, dict[str, np.ndarray], aclpipe.Plan]:
+                      ) -> tuple[float, float, float, dict[str, np.ndarray], aclpipe.Plan]:
     graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
@@ -100,18 +102,23 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
                 start = time.perf_counter()
                 await pipe.run(**feeds)
                 times.append(time.perf_counter() - start)
+            kernels, rests = [], []
             with kernel_clock() as clock:  # a second pass, each kernel run timed
                 for _ in range(repeats):
+                    first, start = clock.count, time.perf_counter()
                     await pipe.run(**feeds)
+                    wall = time.perf_counter() - start
+                    kernels.append(sum(clock.spans[first:]))
+                    rests.append(wall - kernels[-1])
             plan = pipe.plan_for(**feeds)  # arrays: their shapes, and host values' contents
-            return statistics.median(times), clock.seconds / repeats, result, plan
+            return statistics.median(times), statistics.median(kernels), statistics.median(rests), result, plan
     finally:
         device.close()
 
 
 def measure(zoo: Model, streams: int, repeats: int) -> Row:
     feeds = zoo.feeds()[0]
-    seconds, kernel_seconds, result, plan = anyio.run(sim_seconds, zoo, feeds, streams, repeats)
+    seconds, kernel_seconds, rest_seconds, result, plan = anyio.run(sim_seconds, zoo, feeds, streams, repeats)
     run_ort, _ = ort_runner(zoo, feeds)
     expected = run_ort()
     error = 0.0
@@ -123,7 +130,7 @@ def measure(zoo: Model, streams: int, repeats: int) -> Row:
     specialized = graph.specialize(**feeds)
     launches = sum(1 for node in graph.bind(**feeds).nodes if not node.is_view)
     return Row(zoo.name, len(zoo.model.graph.node), len(specialized.nodes), launches, plan.arena_size,
-               plan.lower_bound, seconds, kernel_seconds, median_seconds(run_ort, repeats), error)
+               plan.lower_bound, seconds, kernel_seconds, rest_seconds, median_seconds(run_ort, repeats), error)
 
 
 def print_table(rows: list[Row]) -> None:
@@ -137,9 +144,10 @@ def print_table(rows: list[Row]) -> None:
         ratio = row.arena / row.bound if row.bound else float("nan")
         launches = max(row.launches, 1)
         per_launch, kernel = row.sim_seconds * 1e6 / launches, row.kernel_seconds * 1e6 / launches
+        rest = row.rest_seconds * 1e6 / launches
         print(f"| {row.name:<24} | {row.onnx_nodes:>5} | {row.nodes:>5} | {row.launches:>8} | "
               f"{row.arena / mib:>9.2f} | {row.bound / mib:>9.2f} | {ratio:>11.2f} | {row.sim_seconds * 1e3:>8.1f} | "
-              f"{per_launch:>9.1f} | {kernel:>9.1f} | {per_launch - kernel:>7.1f} | "
+              f"{per_launch:>9.1f} | {kernel:>9.1f} | {rest:>7.1f} | "
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 
