@@ -8,6 +8,13 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   live-set lower bound (``Plan.lower_bound``), in MiB, and their ratio;
 - ``µs/launch``: ``sim ms`` over ``launches``: what the simulator spends per kernel launch,
   numpy's own kernel time included (issue 12's goal: at most 15 on bert_opset17 and mobile);
+  ``kernel µs`` / ``rest µs``: the same split in two, from a second pass of ``--repeats``
+  runs right after the timed ones in which
+  :func:`~aclpipe.backends.sim.executor.kernel_clock` times each kernel (the op's numpy
+  kernel): per run, the kernels' summed time and the run's wall time minus it (stream
+  workers, guards, events, H2D/D2H, the host side of ``Pipeline.run``), medians over the
+  runs, per launch.  With several streams kernel spans can overlap, so ``rest`` is then a
+  lower bound of the machinery's share (``--streams 1`` splits exactly);
 - ``sim ms`` / ``ort ms``: median wall time of one run (``Pipeline.run`` with its defaults,
   so the default workspace pool, sized by the program, and a captured model per slot: H2D,
   every kernel, D2H; sanitizer and timing model off) and of one ``InferenceSession.run`` (default threads),
@@ -35,6 +42,7 @@ import anyio
 import numpy as np
 
 import aclpipe
+from aclpipe.backends.sim.executor import kernel_clock
 from aclpipe.onnx.importer import load_onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "graphs"))
@@ -53,6 +61,8 @@ class Row:
     arena: int
     bound: int
     sim_seconds: float
+    kernel_seconds: float  # the kernels' own time per run (second, clocked pass, median)
+    rest_seconds: float  # the rest of a clocked run: its wall time minus its kernels' (median)
     ort_seconds: float
     error: float
 
@@ -79,7 +89,7 @@ def ort_runner(zoo: Model, feeds: dict[str, np.ndarray]) -> tuple[Callable[[], l
 
 
 async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int
-                      ) -> tuple[float, dict[str, np.ndarray], aclpipe.Plan]:
+                      ) -> tuple[float, float, float, dict[str, np.ndarray], aclpipe.Plan]:
     graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
@@ -92,15 +102,23 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
                 start = time.perf_counter()
                 await pipe.run(**feeds)
                 times.append(time.perf_counter() - start)
+            kernels, rests = [], []
+            with kernel_clock() as clock:  # a second pass, each kernel run timed
+                for _ in range(repeats):
+                    first, start = clock.count, time.perf_counter()
+                    await pipe.run(**feeds)
+                    wall = time.perf_counter() - start
+                    kernels.append(sum(clock.spans[first:]))
+                    rests.append(wall - kernels[-1])
             plan = pipe.plan_for(**feeds)  # arrays: their shapes, and host values' contents
-            return statistics.median(times), result, plan
+            return statistics.median(times), statistics.median(kernels), statistics.median(rests), result, plan
     finally:
         device.close()
 
 
 def measure(zoo: Model, streams: int, repeats: int) -> Row:
     feeds = zoo.feeds()[0]
-    seconds, result, plan = anyio.run(sim_seconds, zoo, feeds, streams, repeats)
+    seconds, kernel_seconds, rest_seconds, result, plan = anyio.run(sim_seconds, zoo, feeds, streams, repeats)
     run_ort, _ = ort_runner(zoo, feeds)
     expected = run_ort()
     error = 0.0
@@ -112,21 +130,24 @@ def measure(zoo: Model, streams: int, repeats: int) -> Row:
     specialized = graph.specialize(**feeds)
     launches = sum(1 for node in graph.bind(**feeds).nodes if not node.is_view)
     return Row(zoo.name, len(zoo.model.graph.node), len(specialized.nodes), launches, plan.arena_size,
-               plan.lower_bound, seconds, median_seconds(run_ort, repeats), error)
+               plan.lower_bound, seconds, kernel_seconds, rest_seconds, median_seconds(run_ort, repeats), error)
 
 
 def print_table(rows: list[Row]) -> None:
     mib = 2 ** 20
     print(f"| {'model':<24} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
-          f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'ort ms':>7} | {'sim/ort':>7} "
-          f"| {'max rel err':>11} |")
-    print(f"|{'-' * 26}|{'-' * 7}|{'-' * 7}|{'-' * 10}|{'-' * 11}|{'-' * 11}|{'-' * 13}|{'-' * 10}|{'-' * 11}|{'-' * 9}"
-          f"|{'-' * 9}|{'-' * 13}|")
+          f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'kernel us':>9} | {'rest us':>7} "
+          f"| {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
+    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 11, 9, 9, 9, 13)
+    print("|" + "|".join("-" * width for width in widths) + "|")
     for row in rows:
         ratio = row.arena / row.bound if row.bound else float("nan")
+        launches = max(row.launches, 1)
+        per_launch, kernel = row.sim_seconds * 1e6 / launches, row.kernel_seconds * 1e6 / launches
+        rest = row.rest_seconds * 1e6 / launches
         print(f"| {row.name:<24} | {row.onnx_nodes:>5} | {row.nodes:>5} | {row.launches:>8} | "
               f"{row.arena / mib:>9.2f} | {row.bound / mib:>9.2f} | {ratio:>11.2f} | {row.sim_seconds * 1e3:>8.1f} | "
-              f"{row.sim_seconds * 1e6 / max(row.launches, 1):>9.1f} | "
+              f"{per_launch:>9.1f} | {kernel:>9.1f} | {rest:>7.1f} | "
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 

@@ -36,6 +36,7 @@ from .checks import (
     scratch_layout,
     scratch_view,
     store,
+    target_view,
 )
 from .elementwise import UnaryOp, erf, float_result, keep_dtype, sigmoid
 from .registry import register
@@ -130,6 +131,7 @@ class SoftmaxOp(OpSpec):
         rows = x.numel // length if length else 0
         workspace_size, (max_at, sum_at) = scratch_layout(rows * 4, rows * 4)
         log, dtype, shape = self.log, x.dtype, x.shape
+        last = x.ndim > 0 and dim == x.ndim - 1
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -139,13 +141,19 @@ class SoftmaxOp(OpSpec):
             values = _as_rows(compute_view(ins[0], dtype), dim)
             row_max = scratch_view(workspace, max_at, (rows,), np.float32)
             row_sum = scratch_view(workspace, sum_at, (rows,), np.float32)
+            # Along the last dim the rows are the output's own bytes: compute straight into them.
+            target = target_view(outs[0], (rows, length), np.float32) if last else None
             with np.errstate(all="ignore"):  # rows of -inf give nan, as in PyTorch
-                np.max(values, axis=1, out=row_max)
-                shifted = values - row_max[:, None]
-                exponentials = np.exp(shifted)
-                np.sum(exponentials, axis=1, out=row_sum)
-                result = shifted - np.log(row_sum)[:, None] if log else exponentials / row_sum[:, None]
-            store(outs[0], _from_rows(result, shape, dim))
+                np.maximum.reduce(values, axis=1, out=row_max)
+                shifted = np.subtract(values, row_max[:, None], out=None if log else target)
+                exponentials = np.exp(shifted, out=None if log else shifted)
+                np.add.reduce(exponentials, axis=1, out=row_sum)
+                if log:
+                    result = np.subtract(shifted, np.log(row_sum)[:, None], out=target)
+                else:
+                    result = np.divide(exponentials, row_sum[:, None], out=exponentials)
+            if target is None:
+                store(outs[0], _from_rows(result, shape, dim))
 
         flops = 5.0 * x.numel
         traffic = float(x.nbytes + out.nbytes + 2 * workspace_size)

@@ -7,6 +7,7 @@ and the compute dtype (fp16/bf16 accumulate in fp32) and write results into outp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -143,7 +144,19 @@ def compute_view(array: np.ndarray, dtype: DType) -> np.ndarray:
 
 def store(out: np.ndarray, value: Any) -> None:
     """Write ``value`` into the output view, casting to its dtype (round-to-nearest)."""
+    if isinstance(value, np.ndarray) and value.dtype == out.dtype:
+        np.copyto(out, value)  # the common case, without asarray/astype's calls
+        return
     np.copyto(out, np.asarray(value).astype(out.dtype, copy=False), casting="unsafe")
+
+
+def target_view(out: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+    """``out`` reshaped to ``shape`` when a kernel can compute straight into it (it has the
+    compute ``dtype`` and is C-contiguous, so the reshape is a view of the same bytes), else
+    None: the kernel then computes into a temporary and :func:`store` s it."""
+    if out.dtype != dtype or not out.flags.c_contiguous:
+        return None
+    return out.reshape(shape)
 
 
 def elementwise_cost(numel: int, tensors: Sequence[TensorDesc | None],
@@ -178,7 +191,7 @@ def scratch_view(workspace: np.ndarray | None, offset: int, shape: tuple[int, ..
     is short, or shared with a concurrent kernel, is caught at launch or by the sanitizer.
     """
     numpy_dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype.itemsize
+    nbytes = math.prod(shape) * numpy_dtype.itemsize
     if workspace is None or offset + nbytes > workspace.size:
         have = 0 if workspace is None else workspace.size
         raise ValueError(f"workspace of {have} bytes cannot hold {nbytes} bytes at offset {offset}")
@@ -191,4 +204,4 @@ def argument(values: Sequence[Any], index: int) -> Any:
     return values[index] if index < len(values) else None
 
 
-__all__ += ["SCRATCH_ALIGN", "argument", "scratch_layout", "scratch_view"]
+__all__ += ["SCRATCH_ALIGN", "argument", "scratch_layout", "scratch_view", "target_view"]

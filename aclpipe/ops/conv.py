@@ -27,7 +27,7 @@ import numpy as np
 from ..dtypes import Format
 from ..tensor import TensorDesc
 from .base import Kernel, OpPlan, OpSpec, op_error
-from .checks import FLOATS, need, need_dtype, need_output, need_same_dtype, scratch_view, store
+from .checks import FLOATS, need, need_dtype, need_output, need_same_dtype, scratch_view, store, target_view
 from .matmul import cube_math_type, cube_operand
 from .registry import register
 
@@ -195,8 +195,33 @@ def _im2col_kernel(call: _ConvCall, mode: int) -> Kernel:
     window, groups, dtype = call.window, call.groups, call.x.dtype
     batch, channels = call.x.shape[:2]
     out_channels = call.weight.shape[0]
+    spatial = len(window.kernel)
     columns_shape = (batch, channels) + window.kernel + window.out
-    every_image_and_channel = (slice(None), slice(None))
+    padded_shape = (batch, channels) + tuple(size + 2 * pad for size, pad in zip(call.x.shape[2:], window.padding))
+    interior = (slice(None), slice(None)) + tuple(slice(pad, pad + size)
+                                                  for size, pad in zip(call.x.shape[2:], window.padding))
+    padding = any(window.padding)
+    out_shape = (batch, groups, out_channels // groups, math.prod(window.out))
+    bias_shape = (-1,) + (1,) * spatial
+
+    def window_strides(strides: tuple[int, ...]) -> tuple[int, ...]:
+        """Strides of the columns-shaped view ``[N, C, *kernel, *out]`` of a source with
+        ``strides``: kernel steps move by the dilation, output steps by the stride."""
+        spatial_strides = strides[2:]
+        return (strides[:2] + tuple(s * d for s, d in zip(spatial_strides, window.dilation))
+                + tuple(s * t for s, t in zip(spatial_strides, window.stride)))
+
+    # The usual sources (the zero-padded copy, or a contiguous fp32 input) are C-contiguous:
+    # their window strides are known now, and a view is one ndarray constructor call.
+    source_shape = padded_shape if padding else call.x.shape
+    packed = window_strides(tuple(4 * math.prod(source_shape[axis + 1:]) for axis in range(len(source_shape))))
+
+    def windows(source: np.ndarray) -> np.ndarray:
+        """Every window of ``source`` as a strided view shaped like the columns."""
+        if source.flags.c_contiguous and source.dtype == np.float32:
+            return np.ndarray(columns_shape, np.float32, buffer=source, strides=packed)
+        return np.lib.stride_tricks.as_strided(source, columns_shape, window_strides(source.strides),
+                                               writeable=False)
 
     def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
@@ -205,17 +230,23 @@ def _im2col_kernel(call: _ConvCall, mode: int) -> Kernel:
         assert x is not None and weight is not None and out is not None
         if out.size == 0:
             return
-        padded = window.padded(cube_operand(x, dtype, mode), 0.0)
+        source = cube_operand(x, dtype, mode)
+        if padding:
+            padded = np.zeros(padded_shape, np.float32)
+            padded[interior] = source
+            source = padded
         columns = scratch_view(workspace, 0, columns_shape, np.float32)
-        for position, slices in window.slices():
-            columns[every_image_and_channel + position] = padded[every_image_and_channel + slices]
+        np.copyto(columns, windows(source), casting="unsafe")  # the whole unfold in one copy
         # [N, C, *k, *o] -> [N, groups, C/groups * prod(k), prod(o)]: a view of the same bytes.
-        unfolded = columns.reshape(batch, groups, -1, math.prod(window.out))
+        unfolded = columns.reshape(batch, groups, -1, out_shape[-1])
         filters = cube_operand(weight, dtype, mode).reshape(groups, out_channels // groups, -1)
-        result = np.matmul(filters, unfolded).reshape(out.shape)
+        target = target_view(out, out_shape, np.float32)
+        result = np.matmul(filters, unfolded, out=target)
+        result = result.reshape(out.shape)
         if bias is not None:
-            result = result + bias.astype(np.float32).reshape((-1,) + (1,) * len(window.out))
-        store(out, result)
+            result += bias.astype(np.float32, copy=False).reshape(bias_shape)
+        if target is None:
+            store(out, result)
 
     return kernel
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
-from .base import OpPlan, OpSpec, op_error
+from .base import Kernel, OpPlan, OpSpec, op_error
 from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
 from .registry import register
 
@@ -67,23 +67,42 @@ def float_result(dtype: DType) -> DType:
 _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
              0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
 _SERIES_LIMIT = 0.5  # below this, 1 - erfc cancels digits; the Maclaurin series is exact there
+# erf(x) = 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)): for |x| < 0.5 the terms after
+# n = 7 are below 0.25^8 / (8! 17) ~ 2e-11 relative, far under the fit's 1.2e-7.
+_SERIES = tuple((-1) ** n / (math.factorial(n) * (2 * n + 1)) * (2.0 / math.sqrt(math.pi)) for n in range(8))
+
+
+def _horner(variable: np.ndarray, coefficients: Sequence[float]) -> np.ndarray:
+    """``sum(c[i] * variable**i)`` evaluated in place in one fresh array (constant term first)."""
+    result = variable * coefficients[-1]
+    result += coefficients[-2]
+    for coefficient in reversed(coefficients[:-2]):
+        result *= variable
+        result += coefficient
+    return result
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """The error function, in float64, accurate to about 1e-7 relative (enough for fp32)."""
+    """The error function, in float64, accurate to about 1e-7 relative (enough for fp32).
+
+    Both branches are computed over the whole array with in-place ufuncs (no per-element
+    selection, which costs more than it saves on kernel-sized tensors), then merged."""
     x64 = np.asarray(x, dtype=np.float64)
     magnitude = np.abs(x64)
-    t = 1.0 / (1.0 + 0.5 * magnitude)
-    poly = np.zeros_like(t)
-    for coefficient in reversed(_ERFC_FIT):
-        poly = poly * t + coefficient
-    tail = np.copysign(1.0 - t * np.exp(poly - magnitude * magnitude), x64)
-    small = np.where(magnitude < _SERIES_LIMIT, x64, 0.0)
-    square, term, series = small * small, small.copy(), small.copy()
-    for n in range(1, 12):  # terms shrink by x^2 / n <= 0.25 / n: 11 terms reach 1e-16
-        term = term * -square / n
-        series = series + term / (2 * n + 1)
-    return np.where(magnitude < _SERIES_LIMIT, series * (2.0 / math.sqrt(math.pi)), tail)
+    t = magnitude * 0.5
+    t += 1.0
+    np.reciprocal(t, out=t)
+    tail = _horner(t, _ERFC_FIT)
+    square = np.square(x64)
+    tail -= square
+    np.exp(tail, out=tail)
+    tail *= t
+    np.subtract(1.0, tail, out=tail)
+    np.copysign(tail, x64, out=tail)
+    series = _horner(square, _SERIES)
+    series *= x64
+    np.copyto(tail, series, where=magnitude < _SERIES_LIMIT)
+    return tail
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -173,6 +192,9 @@ class UnaryOp(OpSpec):
         x, dtype, params = self._check(inputs, attrs)
         out = need_output(self.name, self.outputs[0], argument(outputs, 0), x.shape, dtype)
         function, compute = self.function, dtype.compute
+        ufunc: np.ufunc | None = getattr(function, "ufunc", None)
+        if ufunc is not None and x.dtype.numpy == compute and out.dtype.numpy == compute:
+            return OpPlan(_direct_unary(ufunc), 0, *elementwise_cost(out.numel, [x, out], self.flops))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -182,6 +204,17 @@ class UnaryOp(OpSpec):
 
         flops, traffic = elementwise_cost(out.numel, [x, out], self.flops)
         return OpPlan(kernel, 0, flops, traffic)
+
+
+def _direct_unary(ufunc: np.ufunc) -> Kernel:
+    """A kernel writing ``ufunc(self)`` into the output view: no casts, no temporary."""
+
+    def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+               workspace: np.ndarray | None) -> None:
+        with np.errstate(all="ignore"):  # inf/nan results are data, as on the device
+            ufunc(ins[0], out=outs[0])
+
+    return kernel
 
 
 # -- binary ---------------------------------------------------------------------------------
@@ -265,6 +298,17 @@ class BinaryOp(OpSpec):
     def _result(self, dtype: DType) -> DType:
         return float_result(dtype) if self.true_divide else dtype
 
+    def _direct_ufunc(self, call: _BinaryCall, out: TensorDesc) -> np.ufunc | None:
+        """The ufunc that computes this call straight into the output view (every tensor
+        already in the compute dtype, alpha 1), or None: the general path casts and stores."""
+        ufunc: np.ufunc | None = getattr(self.function, "ufunc", None)
+        compute = call.dtype.compute
+        if ufunc is None or call.params.get("alpha", 1) != 1:
+            return None
+        if any(t.dtype.numpy != compute for t in (*call.tensors, out)):
+            return None
+        return ufunc
+
     def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
         call = self._check(inputs, attrs)
         return [TensorDesc.contiguous(call.shape, call.dtype)]
@@ -275,6 +319,10 @@ class BinaryOp(OpSpec):
         out = need_output(self.name, "out", argument(outputs, 0), call.shape, call.dtype)
         function, compute, params = self.function, call.dtype.compute, call.params
         scalar_operand = "scalar" in params
+        direct = self._direct_ufunc(call, out)
+        if direct is not None:
+            return OpPlan(_direct_binary(direct, params.get("scalar")), 0,
+                          *elementwise_cost(out.numel, [*call.tensors, out], self.flops))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -288,23 +336,57 @@ class BinaryOp(OpSpec):
         return OpPlan(kernel, 0, flops, traffic)
 
 
+def _direct_binary(ufunc: np.ufunc, scalar: Any) -> Kernel:
+    """A kernel writing ``ufunc(self, other)`` (or ``ufunc(self, scalar)``) into the output
+    view: no casts, no temporary (ufuncs handle an output that overlaps an input)."""
+
+    def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+               workspace: np.ndarray | None) -> None:
+        with np.errstate(all="ignore"):  # x/0, overflow: inf/nan are data, as on the device
+            ufunc(ins[0], scalar if scalar is not None else ins[1], out=outs[0])
+
+    return kernel
+
+
 # -- kernels --------------------------------------------------------------------------------
-def _add(a: Any, b: Any, params: Mapping[str, Any]) -> Any:
-    alpha = params["alpha"]
-    return a + b if alpha == 1 else a + b * alpha  # alpha == 1 skips a multiply (bit-exact)
+class _Ufunc2:
+    """A binary function that is one ufunc (``ufunc`` lets the op call it with ``out=``)."""
+
+    def __init__(self, ufunc: np.ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, a: Any, b: Any, params: Mapping[str, Any]) -> Any:
+        return self.ufunc(a, b)
 
 
-def _sub(a: Any, b: Any, params: Mapping[str, Any]) -> Any:
-    alpha = params["alpha"]
-    return a - b if alpha == 1 else a - b * alpha
+class _AlphaUfunc(_Ufunc2):
+    """``a ± alpha * b``: the ufunc alone when alpha is 1 (bit-exact: no multiply)."""
+
+    def __call__(self, a: Any, b: Any, params: Mapping[str, Any]) -> Any:
+        alpha = params["alpha"]
+        return self.ufunc(a, b) if alpha == 1 else self.ufunc(a, b * alpha)
+
+
+_add = _AlphaUfunc(np.add)
+_sub = _AlphaUfunc(np.subtract)
 
 
 def _ufunc2(ufunc: np.ufunc) -> BinaryFn:
-    return lambda a, b, params: ufunc(a, b)
+    return _Ufunc2(ufunc)
 
 
-def _ufunc1(ufunc: Callable[[np.ndarray], Any]) -> UnaryFn:
-    return lambda x, params: ufunc(x)
+class _Ufunc1:
+    """A unary function that is one ufunc (``ufunc`` lets the op call it with ``out=``)."""
+
+    def __init__(self, ufunc: np.ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, x: np.ndarray, params: Mapping[str, Any]) -> Any:
+        return self.ufunc(x)
+
+
+def _ufunc1(ufunc: np.ufunc) -> UnaryFn:
+    return _Ufunc1(ufunc)
 
 
 def _power(base: Any, exponent: Any, params: Mapping[str, Any]) -> Any:

@@ -190,20 +190,24 @@ class _CubeProduct(OpSpec):
     def _kernel(self, dtype: DType, mode: int, alpha: float, beta: float, stagings: list[Staging]) -> Kernel:
         a_index, b_index = self.matrix_indices
         addend_index = 0 if len(self.inputs) == 3 else None
+        direct = addend_index is None or beta == 0.0
 
         def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
             views = staged(inputs, workspace, stagings)
             a, b, out = views[a_index], views[b_index], outputs[0]
             assert a is not None and b is not None and out is not None
-            product = np.matmul(cube_operand(a, dtype, mode), cube_operand(b, dtype, mode))
+            # Straight into the output when nothing is added (an addend may be the output itself).
+            target = out if direct and out.dtype == np.float32 else None
+            product = np.matmul(cube_operand(a, dtype, mode), cube_operand(b, dtype, mode), out=target)
             if alpha != 1.0:
-                product = product * np.float32(alpha)
-            if addend_index is not None and beta != 0.0:
-                addend = views[addend_index]
-                assert addend is not None
-                product = product + np.float32(beta) * compute_view(addend, dtype)
-            store(out, product)
+                product *= np.float32(alpha)
+            if not direct:
+                addend = views[addend_index] if addend_index is not None else None
+                if addend is not None:
+                    product = product + np.float32(beta) * compute_view(addend, dtype)
+            if target is None:
+                store(out, product)
 
         return kernel
 

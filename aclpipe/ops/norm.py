@@ -41,6 +41,7 @@ from .checks import (
     scratch_layout,
     scratch_view,
     store,
+    target_view,
 )
 from .registry import register
 
@@ -94,6 +95,14 @@ def _flat(array: np.ndarray | None, size: int, fill: float) -> np.ndarray:
     return array.astype(np.float32, copy=False).reshape(size)
 
 
+def _scale_shift(values: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None) -> None:
+    """``values *= weight; values += bias`` in place over the last axis (absent: 1 and 0)."""
+    if weight is not None:
+        values *= weight.astype(np.float32, copy=False).reshape(-1)
+    if bias is not None:
+        values += bias.astype(np.float32, copy=False).reshape(-1)
+
+
 def _cost(tensors: Sequence[TensorDesc | None], flops_per_element: float, numel: int) -> tuple[float, float]:
     return flops_per_element * numel, float(sum(t.nbytes for t in tensors if t is not None))
 
@@ -139,6 +148,8 @@ class LayerNormOp(OpSpec):
         workspace_size, (mean_at, rstd_at) = scratch_layout(rows * 4, rows * 4)
         dtype, shape = x.dtype, x.shape
 
+        inverse_columns = 1.0 / columns if columns else math.nan  # an empty row's mean is nan
+
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
             assert ins[0] is not None and outs[0] is not None
@@ -147,23 +158,24 @@ class LayerNormOp(OpSpec):
             values = compute_view(ins[0], dtype).reshape(rows, columns)
             mean = scratch_view(workspace, mean_at, (rows,), np.float32)
             rstd = scratch_view(workspace, rstd_at, (rows,), np.float32)
+            target = target_view(outs[0], (rows, columns), np.float32)
             with np.errstate(all="ignore"):  # an empty normalized shape gives nan, like PyTorch
-                np.sum(values, axis=1, out=mean)
-                mean /= columns
-                centered = values - mean[:, None]
-                np.sum(centered * centered, axis=1, out=rstd)
-                rstd /= columns
+                np.add.reduce(values, axis=1, out=mean)
+                mean *= inverse_columns
+                centered = np.subtract(values, mean[:, None], out=target)
+                np.add.reduce(np.square(centered), axis=1, out=rstd)  # pairwise, as np.sum
+                rstd *= inverse_columns
                 rstd += eps
                 np.sqrt(rstd, out=rstd)
                 np.reciprocal(rstd, out=rstd)
-                result = centered * rstd[:, None]
-                result *= _flat(argument(ins, 1), columns, 1.0)
-                result += _flat(argument(ins, 2), columns, 0.0)
-            store(outs[0], result.reshape(shape))
+                centered *= rstd[:, None]
+                _scale_shift(centered, argument(ins, 1), argument(ins, 2))
+            if target is None:
+                store(outs[0], centered.reshape(shape))
             for index, statistic in ((1, mean), (2, rstd)):
-                target = argument(outs, index)
-                if target is not None:
-                    store(target, statistic.reshape(stats_shape))
+                statistic_out = argument(outs, index)
+                if statistic_out is not None:
+                    store(statistic_out, statistic.reshape(stats_shape))
 
         flops, traffic = _cost([*inputs, out, mean_out, rstd_out], 8.0, x.numel)
         return OpPlan(kernel, workspace_size, flops, traffic, variant="rows-fp32-stats")
@@ -206,14 +218,17 @@ class RmsNormOp(OpSpec):
                 return
             values = compute_view(ins[0], dtype).reshape(rows, columns)
             rstd = scratch_view(workspace, rstd_at, (rows,), np.float32)
+            target = target_view(outs[0], (rows, columns), np.float32)
             with np.errstate(all="ignore"):
-                np.sum(values * values, axis=1, out=rstd)
+                np.add.reduce(np.square(values), axis=1, out=rstd)
                 rstd /= columns
                 rstd += epsilon
                 np.sqrt(rstd, out=rstd)
                 np.reciprocal(rstd, out=rstd)
-                result = values * rstd[:, None] * _flat(argument(ins, 1), columns, 1.0)
-            store(outs[0], result.reshape(shape))
+                result = np.multiply(values, rstd[:, None], out=target)
+                _scale_shift(result, argument(ins, 1), None)
+            if target is None:
+                store(outs[0], result.reshape(shape))
             rstd_target = argument(outs, 1)
             if rstd_target is not None:
                 store(rstd_target, rstd.reshape(stats_shape))
@@ -255,7 +270,7 @@ class BatchNormOp(OpSpec):
         out = need_output(self.name, "output", argument(outputs, 0), x.shape, x.dtype)
         channels = x.shape[1]
         workspace_size, (scale_at, shift_at) = scratch_layout(channels * 4, channels * 4)
-        dtype = x.dtype
+        dtype, shape = x.dtype, x.shape
         broadcast = (channels,) + (1,) * (x.ndim - 2)
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
@@ -265,13 +280,16 @@ class BatchNormOp(OpSpec):
                 return
             scale = scratch_view(workspace, scale_at, (channels,), np.float32)
             shift = scratch_view(workspace, shift_at, (channels,), np.float32)
+            target = target_view(outs[0], shape, np.float32)
             with np.errstate(all="ignore"):
                 np.divide(_flat(argument(ins, 1), channels, 1.0),
                           np.sqrt(_flat(argument(ins, 4), channels, 1.0) + np.float32(eps)), out=scale)
                 np.subtract(_flat(argument(ins, 2), channels, 0.0), _flat(argument(ins, 3), channels, 0.0) * scale,
                             out=shift)
-                result = compute_view(ins[0], dtype) * scale.reshape(broadcast) + shift.reshape(broadcast)
-            store(outs[0], result)
+                result = np.multiply(compute_view(ins[0], dtype), scale.reshape(broadcast), out=target)
+                result += shift.reshape(broadcast)
+            if target is None:
+                store(outs[0], result)
 
         flops, traffic = _cost([*inputs, out], 2.0, x.numel)
         return OpPlan(kernel, workspace_size, flops, traffic, variant="channel-fp32-scale")

@@ -173,9 +173,16 @@ def _resample(values: np.ndarray, axis: int, table: Taps, extrapolation: float, 
     if exact:
         result = np.take(values, table.indices[:, 0], axis=axis)
     else:
-        gathered = np.take(values, table.indices, axis=axis)  # [..., out, taps, ...]
-        shape = (1,) * axis + table.weights.shape + (1,) * (values.ndim - axis - 1)
-        result = (gathered * table.weights.astype(values.dtype).reshape(shape)).sum(axis=axis + 1)
+        # Tap by tap, in the order a sum over a taps axis adds them: a reduction over a short
+        # middle axis costs numpy one inner loop per output element.
+        shape = (1,) * axis + (-1,) + (1,) * (values.ndim - axis - 1)
+        weights = table.weights.astype(values.dtype)
+        result = np.take(values, table.indices[:, 0], axis=axis)
+        result *= weights[:, 0].reshape(shape)
+        for tap in range(1, weights.shape[1]):
+            term = np.take(values, table.indices[:, tap], axis=axis)
+            term *= weights[:, tap].reshape(shape)
+            result += term
     if table.outside is not None and table.outside.any():
         mask = table.outside.reshape((1,) * axis + (-1,) + (1,) * (values.ndim - axis - 1))
         result = np.where(mask, values.dtype.type(extrapolation), result)

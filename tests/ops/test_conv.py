@@ -48,6 +48,12 @@ def reference_conv(x, weight, bias, stride, padding, dilation, groups):
     dict(x=(1, 3, 5, 5), w=(4, 3, 3, 3), stride=[1], padding=[1], dilation=[1], groups=1, bias=False),
     dict(x=(2, 4, 9), w=(4, 1, 3), stride=[2], padding=[1], dilation=[2], groups=4, bias=True),
     dict(x=(1, 2, 6), w=(3, 2, 1), stride=[1], padding=[0], dilation=[1], groups=1, bias=False),
+    # depthwise 5x5 with stride 2 on an odd size (the last row/column of the padding is unused)
+    dict(x=(2, 3, 7, 7), w=(3, 1, 5, 5), stride=[2], padding=[2], dilation=[1], groups=3, bias=True),
+    # 1x1 pointwise, no padding: the unfold reads the input itself; two groups, channel multiplier 2
+    dict(x=(2, 4, 3, 5), w=(4, 2, 1, 1), stride=[1], padding=[0], dilation=[1], groups=2, bias=True),
+    # no padding with stride and dilation: windows of the unpadded input
+    dict(x=(1, 2, 9, 8), w=(2, 2, 2, 3), stride=[3, 2], padding=[0], dilation=[2, 1], groups=1, bias=False),
 ])
 def test_convolution_matches_the_direct_definition(device, dtype, case):
     x, weight = random(case["x"], dtype, 1), random(case["w"], dtype, 2)
@@ -66,6 +72,21 @@ def test_non_contiguous_input_and_weight(device):
     (out,) = run_op(device, "Convolution", [x, weight, None], {"stride": [1, 1], "padding": [1, 1],
                                                              "dilation": [1, 1], "groups": 1})
     assert_close_to_peak(out, reference_conv(x, weight, None, [1, 1], [1, 1], [1, 1], 1), "float32", scale=4)
+
+
+def test_non_contiguous_input_without_padding(device):
+    # An unpadded strided input is unfolded through its own strides, not the packed ones.
+    x = random((2, 3, 6, 5), "float32", 1).transpose(0, 1, 3, 2)
+    weight = random((6, 1, 2, 2), "float32", 2)
+    attrs = {"stride": [2, 1], "padding": [0, 0], "dilation": [1, 2], "groups": 3}
+    (out,) = run_op(device, "Convolution", [x, weight, None], attrs)
+    assert_close_to_peak(out, reference_conv(x, weight, None, [2, 1], [0, 0], [1, 2], 3), "float32", scale=4)
+
+
+def test_empty_batch_gives_an_empty_output(device):
+    x, weight = np.zeros((0, 2, 5, 5), np.float32), random((3, 2, 3, 3), "float32", 2)
+    (out,) = run_op(device, "Convolution", [x, weight, None], {"padding": [1]})
+    assert out.shape == (0, 3, 5, 5)
 
 
 def test_workspace_is_the_im2col_buffer_and_formats_are_kept(device):

@@ -9,7 +9,9 @@ and every tensor lies in live device memory, 32-byte aligned (via ``launch_kerne
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from .backend import BoundKernel, SimBackend
     from .stream import SimStream
 
-__all__ = ["ExecutorRegion", "SimExecutor", "prepare_executor"]
+__all__ = ["ExecutorRegion", "KernelClock", "SimExecutor", "kernel_clock", "prepare_executor"]
 
 _REGIONS = itertools.count(1)
 
@@ -220,3 +222,42 @@ class _KernelRun:
             views = self.views = SimExecutor._views(self.memory, self.inputs, self.outputs, self.workspace,
                                                     self.plan.workspace_size, self.label)
         self.plan.kernel(*views)
+
+
+class KernelClock:
+    """What :func:`kernel_clock` measured: the wall time of each kernel run, in seconds."""
+
+    def __init__(self) -> None:
+        self.spans: list[float] = []  # list.append is atomic: workers of several streams add to it
+
+    @property
+    def seconds(self) -> float:
+        """The kernels' summed time (spans of concurrent streams may overlap)."""
+        return sum(self.spans)
+
+    @property
+    def count(self) -> int:
+        return len(self.spans)
+
+
+@contextmanager
+def kernel_clock() -> Iterator[KernelClock]:
+    """Time every simulated kernel run (the op's numpy kernel, views included) while the block
+    runs, on every device of the process: benchmarks split a launch's cost into the kernel's
+    own time and the simulator's machinery around it.  Not reentrant; outside the block
+    kernels run untimed, at no cost."""
+    clock = KernelClock()
+    untimed = _KernelRun.__call__
+
+    def timed(run: _KernelRun) -> None:
+        start = time.perf_counter()
+        try:
+            untimed(run)
+        finally:
+            clock.spans.append(time.perf_counter() - start)
+
+    _KernelRun.__call__ = timed  # type: ignore[method-assign, assignment]
+    try:
+        yield clock
+    finally:
+        _KernelRun.__call__ = untimed  # type: ignore[method-assign]
