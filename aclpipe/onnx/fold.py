@@ -105,7 +105,9 @@ def evaluate_on_host(op: str, arrays: Sequence[np.ndarray | None], attrs: Mappin
     plan = spec.prepare(descs, out_descs, attrs)
     results = [None if desc is None else np.empty(desc.shape, desc.dtype.numpy) for desc in out_descs]
     workspace = np.zeros(plan.workspace_size, np.uint8) if plan.workspace_size else None
-    plan.kernel([None if a is None else np.ascontiguousarray(a) for a in arrays], results, workspace)
+    # np.asarray(order="C"), not ascontiguousarray: that makes a 0-d array 1-d, and kernels may
+    # rely on each input having its descriptor's shape (a ufunc writing into a 0-d output does).
+    plan.kernel([None if a is None else np.asarray(a, order="C") for a in arrays], results, workspace)
     return [result for result in results if result is not None]
 
 

@@ -59,3 +59,13 @@ def test_folded_values_are_read_only_and_digests_cover_dtype_and_shape():
     assert folded.shape == (4,) and folded.dtype.name == "int32"
     digests = {content_digest(array), content_digest(array.astype(np.int64)), content_digest(array.reshape(2, 2))}
     assert len(digests) == 3
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul", "Relu"])
+def test_zero_dimensional_values_keep_their_shape(op):
+    """Kernels may rely on each input having its descriptor's shape (one that writes with a
+    single ufunc into its output does): a 0-d value must reach them 0-d, not as shape (1,)."""
+    arrays = [np.array(1.5, np.float32)] + ([np.array(2.0, np.float32)] if op != "Relu" else [])
+    (result,) = evaluate_on_host(op, arrays, {})
+    expected = {"Add": np.float32(3.5), "Mul": np.float32(3.0), "Relu": np.float32(1.5)}[op]
+    assert result.shape == () and result == expected
