@@ -8,12 +8,15 @@ pipe.  No Python runs on the runtime thread (ARCHITECTURE.md 3.2, 6).
 
 Waiting:
 
-- ``await timeline.wait(lane, value)`` on the event loop.  Awaiting tasks take turns as the
-  *pump*: one of them waits for the pipe to become readable, drains it, and wakes every
-  waiter whose value its lane has reached; when the pump is satisfied (or cancelled) it hands
-  the role to another waiter.  This needs no background task, so it works under asyncio and
-  trio alike.  A timeline made with ``wake=False`` has no pipe: its async waits block a
-  worker thread (:func:`anyio.to_thread.run_sync`) on :meth:`wait_blocking` instead.
+- ``await timeline.wait(lane, value)`` on the event loop.  Under asyncio the pipe stays
+  registered with the loop while the timeline lives (:class:`~aclpipe.runtime.loop_reader.LoopReader`):
+  its callback drains the pipe and wakes every waiter whose value its lane has reached, so a
+  wait costs no selector calls.  Under trio, awaiting tasks take turns as the *pump*: one of
+  them waits for the pipe to become readable (trio keeps the descriptor registered between
+  waits), drains it and wakes the others; when the pump is satisfied (or cancelled) it hands
+  the role to another waiter.  Neither needs a background task.  A timeline made with
+  ``wake=False`` has no pipe: its async waits block a worker thread
+  (:func:`anyio.to_thread.run_sync`) on :meth:`wait_blocking` instead.
 - :meth:`Timeline.wait_blocking` from any thread: it records an event on the lane's stream
   behind the host function that publishes the value and synchronizes it, so it never polls.
 
@@ -31,6 +34,7 @@ done are *lost*: their waiters get :class:`ClosedResourceError` at once.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import os
@@ -43,6 +47,7 @@ import anyio
 from ..errors import ClosedResourceError
 from .completion import HOST_FUNC_ADDRESS, STAMPS, ffi
 from .lanes import LaneState, parked_states, retire, sweep, try_release
+from .loop_reader import LoopReader
 
 if TYPE_CHECKING:
     from ..backends.protocol import Backend
@@ -96,8 +101,10 @@ class Timeline:
         self._seq = itertools.count()
         self._pumping = False
         self.closed = False
-        self.wakeups = 0
-        self._finalizer = weakref.finalize(self, retire, self._state)
+        self._wakeups = 0
+        self._reader = (LoopReader(self._state.read_fd, self, Timeline._wake_satisfied)
+                        if self._state.read_fd >= 0 else None)
+        self._finalizer = weakref.finalize(self, _retire, self._state, self._reader)
 
     @property
     def lanes(self) -> int:
@@ -194,26 +201,58 @@ class Timeline:
         """
         if self._lanes[lane].counter[0] >= value:
             return
-        state = self._state
+        state, reader = self._state, self._reader
+        loop = asyncio._get_running_loop()  # None under trio (low-level asyncio API, public)
         with state.lock:
             state.waiting += 1  # the pipe stays open while this task may read it
+            # Decided under the lock close() takes: a closed timeline makes no new registration
+            # (nobody would be left to remove it), and the one it has stays while tasks wait.
+            use_reader = reader is not None and loop is not None and (
+                not self.closed or reader.registered_on(loop))
         try:
-            if state.read_fd < 0:
+            if reader is None:
                 await self._wait_in_thread(lane, value)
+            elif use_reader:
+                assert loop is not None
+                await self._wait_with_reader(reader, loop, lane, value)
             else:
                 await self._wait_on_pipe(lane, value)
         finally:
             with state.lock:
                 state.waiting -= 1
                 last = state.closed and not state.waiting
+                if last and reader is not None:
+                    reader.close()  # closed while this task waited: unregister now
             if last:
-                try_release(state)  # closed while this task waited: it may be the last user
+                try_release(state)  # it may be the last user
 
     async def _wait_in_thread(self, lane: int, value: int) -> None:
         state = self._lanes[lane]
         while state.value < value:
             self._check_lost(lane, value)
             await anyio.to_thread.run_sync(self.wait_blocking, lane, value, abandon_on_cancel=True)
+
+    async def _wait_with_reader(self, reader: LoopReader, loop: asyncio.AbstractEventLoop, lane: int,
+                                value: int) -> None:
+        """asyncio: sleep until the loop's reader finds the lane at ``value`` (or lost).  No
+        await comes between reading the counter and queueing the waiter, and the host
+        function stores the counter before it writes the pipe, so no wake-up is missed."""
+        reader.ensure(loop)
+        counter = self._lanes[lane].counter
+        while counter[0] < value:
+            self._check_lost(lane, value)
+            waiter = _Waiter(value, next(self._seq))
+            heapq.heappush(self._heaps[lane], waiter)
+            try:
+                await waiter.event.wait()
+            except BaseException:
+                waiter.live = False
+                raise
+
+    @property
+    def wakeups(self) -> int:
+        """How many times a waiting task found the pipe written (wake-ups, not host functions)."""
+        return self._wakeups + (self._reader.wakeups if self._reader is not None else 0)
 
     async def _wait_on_pipe(self, lane: int, value: int) -> None:
         counter = self._lanes[lane].counter
@@ -265,7 +304,7 @@ class Timeline:
         # returns at once (a second read would only cost a syscall and an exception per wake).
         try:
             if os.read(self._state.read_fd, 4096):
-                self.wakeups += 1
+                self._wakeups += 1
         except BlockingIOError:
             pass
 
@@ -316,4 +355,14 @@ class Timeline:
             return
         self.closed = True
         self._finalizer.detach()
+        with self._state.lock:
+            if self._reader is not None and not self._state.waiting:
+                self._reader.close()  # else the last waiter leaving does
         retire(self._state, on_release)
+
+
+def _retire(state: LaneState, reader: LoopReader | None) -> None:
+    """A collected timeline's finalizer: unregister its pipe from the loop, then retire it."""
+    if reader is not None:
+        reader.close()
+    retire(state)
