@@ -46,19 +46,25 @@ class LoopReader:
         self._fd = -1
         self.wakeups = 0
 
-    def ensure(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Register with ``loop`` (the running one) unless already registered there."""
+    def ensure(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Register with ``loop`` (the running one) unless already registered there; False
+        when the loop cannot watch descriptors (``add_reader`` is not implemented, as on
+        Windows' proactor loop): the caller then waits another way."""
         if self._loop is loop:
-            return
+            return True
         self.close()
         fd = os.dup(self._source)  # the same open pipe: non-blocking like the original
         try:
             loop.add_reader(fd, self._readable, fd)
+        except NotImplementedError:
+            os.close(fd)
+            return False
         except BaseException:
             os.close(fd)
             raise
         with self._lock:
             self._loop, self._fd = loop, fd
+        return True
 
     def registered_on(self, loop: asyncio.AbstractEventLoop) -> bool:
         return self._loop is loop

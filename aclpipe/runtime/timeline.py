@@ -237,7 +237,9 @@ class Timeline:
         """asyncio: sleep until the loop's reader finds the lane at ``value`` (or lost).  No
         await comes between reading the counter and queueing the waiter, and the host
         function stores the counter before it writes the pipe, so no wake-up is missed."""
-        reader.ensure(loop)
+        if not reader.ensure(loop):
+            await self._wait_on_pipe(lane, value)
+            return
         counter = self._lanes[lane].counter
         while counter[0] < value:
             self._check_lost(lane, value)

@@ -129,3 +129,25 @@ def test_many_waiters_on_many_lanes_all_wake(device, backend):
 
     anyio.run(main, backend=backend)
     timeline.close()
+
+
+def test_a_loop_that_cannot_watch_descriptors_leaves_no_duplicate_open(device):
+    """Without add_reader (Windows' proactor loop) the timeline falls back to the pump (anyio
+    watches the pipe another way there); no duplicate descriptor is left behind."""
+
+    class _NoReaders(asyncio.SelectorEventLoop):
+        def add_reader(self, fd, callback, *args):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+    stream = device.create_stream()
+    timeline = Timeline(1)
+    loop = _NoReaders()
+    before = len(os.listdir("/proc/self/fd"))
+    try:
+        loop.run_until_complete(_waits(device, timeline, stream, 3))
+        assert timeline.value(0) == 3 and timeline._reader._fd == -1
+    finally:
+        loop.close()
+    assert len(os.listdir("/proc/self/fd")) <= before
+    stream.sync()
+    timeline.close()
