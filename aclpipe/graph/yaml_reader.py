@@ -48,10 +48,11 @@ def _at(event: Any) -> str:
 class _Frame:
     """A list or mapping being built."""
 
-    __slots__ = ("anchor", "event", "has_key", "key", "lines", "merges", "size", "value")
+    __slots__ = ("anchor", "event", "has_key", "is_list", "key", "lines", "merges", "size", "value")
 
     def __init__(self, value: list[Any] | dict[Any, Any], anchor: str | None, event: Any):
         self.value = value
+        self.is_list = isinstance(value, list)
         self.anchor = anchor
         self.size = 1  # YAML nodes inside, aliases expanded
         self.key: Any = None
@@ -70,6 +71,7 @@ class _Builder:
         self.aliased = 0
         self.stack: list[_Frame] = []
         self.implicit: dict[str, Any] = self.loader.yaml_implicit_resolvers
+        self._plain: dict[str, Any] = {}  # text of a plain untagged scalar -> its value (all immutable)
 
     def document(self) -> Any:
         get = self.loader.get_event
@@ -78,14 +80,31 @@ class _Builder:
             return None
         get()  # DocumentStart
         result: list[Any] = []
-        scalar, add, end = self._scalar, self._add, (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+        stack, add, end = self.stack, self._add, (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+        plain, scalar_event, miss = self._plain, yaml.ScalarEvent, _MISS
         while True:
             event = get()
             kind = type(event)
-            if kind is yaml.ScalarEvent:  # the common case first: most events are scalars
-                add(scalar(event), 1, event, event.anchor, result)
+            if kind is scalar_event:  # the common case first: most events are scalars
+                if event.tag is None and event.anchor is None and stack:
+                    # An untagged scalar's value depends only on its text and on being plain
+                    # (unquoted); a graph repeats the same few texts (op names, dims) many times.
+                    value = event.value
+                    if event.implicit[0]:
+                        found = plain.get(value, miss)
+                        value = plain[value] = self._scalar(event) if found is miss else found
+                    frame = stack[-1]
+                    frame.size += 1
+                    if frame.is_list:
+                        frame.value.append(value)  # type: ignore[union-attr]
+                    elif frame.has_key:
+                        self._set(frame, value, event)
+                    else:
+                        self._key(frame, value, event)
+                else:
+                    add(self._scalar(event), 1, event, event.anchor, result)
             elif kind in end:
-                frame = self.stack.pop()
+                frame = stack.pop()
                 if frame.merges:
                     frame.value = _merged(frame.merges, frame.value)  # type: ignore[arg-type]
                 add(frame.value, frame.size, frame.event, frame.anchor, result)
@@ -151,8 +170,8 @@ class _Builder:
             return
         frame = self.stack[-1]
         frame.size += size
-        if isinstance(frame.value, list):
-            frame.value.append(value)
+        if frame.is_list:
+            frame.value.append(value)  # type: ignore[union-attr]
         elif not frame.has_key:
             self._key(frame, value, event)
         else:
@@ -182,6 +201,9 @@ class _Builder:
 
 class _MergeKey:
     """The ``<<`` key of a YAML merge."""
+
+
+_MISS = object()
 
 
 def _merged(merges: list[dict[Any, Any]], explicit: dict[Any, Any]) -> dict[Any, Any]:
