@@ -52,19 +52,21 @@ class Dag:
     costs: tuple[float, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        preds = tuple(tuple(sorted(set(p))) for p in self.preds)
+        preds = tuple([tuple(sorted(set(p))) for p in self.preds])
         object.__setattr__(self, "preds", preds)
-        costs = tuple(float(c) for c in self.costs) if self.costs else (1.0,) * len(preds)
+        costs = tuple([float(c) for c in self.costs]) if self.costs else (1.0,) * len(preds)
         if len(costs) != len(preds):
             raise ValueError(f"Dag: {len(preds)} nodes but {len(costs)} costs")
         if not all(math.isfinite(c) and c >= 0 for c in costs):
             bad = [c for c in costs if not (math.isfinite(c) and c >= 0)]
             raise ValueError(f"Dag: costs must be finite and >= 0, got {bad[:3]}")
         object.__setattr__(self, "costs", costs)
+        size = len(preds)
         for node, before in enumerate(preds):
-            for pred in before:
-                if not 0 <= pred < len(preds) or pred == node:
-                    raise ValueError(f"Dag: node {node} has predecessor {pred}, which is not another node")
+            # Sorted: the first and last are the extremes, so one comparison each per node.
+            if before and (before[0] < 0 or before[-1] >= size or node in before):
+                pred = next(p for p in before if not 0 <= p < size or p == node)
+                raise ValueError(f"Dag: node {node} has predecessor {pred}, which is not another node")
 
     @classmethod
     def from_edges(cls, size: int, edges: Iterable[tuple[int, int]], costs: Sequence[float] = ()) -> Dag:
@@ -86,6 +88,12 @@ class Dag:
         return tuple(tuple(s) for s in result)
 
     @cached_property
+    def any_order(self) -> tuple[int, ...]:
+        """A topological order (Kahn's, see :func:`_any_order`), found once per DAG: levels,
+        the reachability index and the launch order all start from one."""
+        return tuple(_kahn(self))
+
+    @cached_property
     def edges(self) -> tuple[tuple[int, int], ...]:
         return tuple((pred, node) for node, before in enumerate(self.preds) for pred in before)
 
@@ -96,8 +104,12 @@ class Dag:
                    tuple(self.costs[old] for old in order))
 
 
-def _any_order(dag: Dag) -> list[int]:
+def _any_order(dag: Dag) -> Sequence[int]:
     """Kahn's algorithm in index order; :class:`PlanError` naming the nodes left on a cycle."""
+    return dag.any_order
+
+
+def _kahn(dag: Dag) -> list[int]:
     missing = [len(p) for p in dag.preds]
     ready = [node for node, count in enumerate(missing) if count == 0]
     order: list[int] = []
