@@ -76,6 +76,15 @@ class Dag:
             preds[consumer].add(producer)
         return cls(tuple(tuple(p) for p in preds), tuple(costs))
 
+    @classmethod
+    def _trusted(cls, preds: tuple[tuple[int, ...], ...], costs: tuple[float, ...]) -> Dag:
+        """A DAG of what another DAG's passes derived: each ``preds[i]`` already sorted,
+        without repeats and naming other nodes, ``costs`` floats as checked (no checks again)."""
+        dag = object.__new__(cls)
+        object.__setattr__(dag, "preds", preds)
+        object.__setattr__(dag, "costs", costs)
+        return dag
+
     def __len__(self) -> int:
         return len(self.preds)
 
@@ -100,8 +109,11 @@ class Dag:
     def renumbered(self, order: Sequence[int]) -> Dag:
         """The same DAG with node ``order[k]`` renamed ``k``."""
         new = {old: k for k, old in enumerate(order)}
-        return Dag(tuple(tuple(new[p] for p in self.preds[old]) for old in order),
-                   tuple(self.costs[old] for old in order))
+        if len(order) != len(self) or len(new) != len(self) or (new and (min(new) < 0 or max(new) >= len(self))):
+            raise ValueError(f"Dag.renumbered: the order must list each of the {len(self)} nodes once")
+        preds, costs = self.preds, self.costs
+        return Dag._trusted(tuple([tuple(sorted([new[p] for p in preds[old]])) for old in order]),
+                            tuple([costs[old] for old in order]))
 
 
 def _any_order(dag: Dag) -> Sequence[int]:

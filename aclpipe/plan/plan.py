@@ -235,8 +235,9 @@ def _stream_of(dag: Dag, rows: Sequence[Any], streams: int) -> tuple[list[int], 
     after them and D2H copies on the one after that."""
     compute = [i for i, row in enumerate(rows) if row[1] not in COPY_OPS]
     local = {node: k for k, node in enumerate(compute)}
-    sub = Dag(tuple(tuple(local[p] for p in dag.preds[n] if p in local) for n in compute),
-              tuple(dag.costs[n] for n in compute))
+    # ``local`` keeps the order of nodes, so each renumbered tuple stays sorted and checked.
+    sub = Dag._trusted(tuple([tuple([local[p] for p in dag.preds[n] if p in local]) for n in compute]),
+                       tuple([dag.costs[n] for n in compute]))
     compute_streams = assign_streams(sub, streams)
     num_streams = max(compute_streams, default=0) + 1
     stream_of = [num_streams if row[1] == "H2D" else num_streams + 1 for row in rows]
