@@ -316,12 +316,12 @@ class SimBackend:
         launches), which checks each region in constant time."""
         # Tuples, not lists: a program keeps one bound kernel per node and slot, and a capture
         # stores these as they are (``tuple()`` of a tuple makes no copy).  The regions are
-        # resolved inline: a program binds one kernel per node and slot.
-        find = self.memory.find_device
+        # looked up with one message per kind: a program binds one kernel per node and slot.
+        region = self._kernel_region
         what = f"{label} write"
-        resolved_writes = tuple([(find(a, n if n > 1 else 1, what=what, aligned=True), a, n) for a, n in writes])
+        resolved_writes = tuple([region(a, n, what) for a, n in writes])
         what = f"{label} read"
-        resolved = [(find(a, n if n > 1 else 1, what=what, aligned=True), a, n) for a, n in reads]
+        resolved = [region(a, n, what) for a, n in reads]
         if executor is not None:
             resolved.append((executor, executor.start, 1))
         resolved_reads = tuple(resolved)
@@ -354,6 +354,9 @@ class SimBackend:
             if end > address + nbytes:
                 padding.append((allocation, address + nbytes, end - address - nbytes))
         return tuple(padding)
+
+    def _kernel_region(self, address: int, nbytes: int, what: str) -> Region:
+        return self.memory.find_device(address, nbytes if nbytes > 1 else 1, what=what, aligned=True), address, nbytes
 
     def latch(self, stream: SimStream) -> threading.Event:
         """Hold ``stream`` at this point until the returned event is set (a test helper)."""
