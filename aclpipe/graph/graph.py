@@ -225,7 +225,7 @@ class Graph:
                   outputs: Sequence[str | None] | None, attrs: Mapping[str, Any]) -> Value | tuple[Value, ...]:
         node_name = self._node_name(spec, name)
         frozen = freeze_attrs(attrs)
-        unknown = sorted(set(frozen) - set(spec.attrs))
+        unknown = sorted(set(frozen) - set(spec.attrs)) if frozen else None  # most nodes have no attributes
         if unknown:
             raise GraphError(f"node {node_name!r} ({spec.name}): unknown attribute(s) {', '.join(unknown)}; "
                              f"{spec.name} takes {', '.join(spec.attrs) or 'no attributes'}")
@@ -361,6 +361,9 @@ class Graph:
                         named: Mapping[str, Any]) -> list[Value | None]:
         slots = spec.inputs
         listed = len(slots) == 1 and is_list_argument(slots[0])
+        if (not listed and not named and len(inputs) == len(slots)
+                and all(type(value) is Value and value.graph is self for value in inputs)):
+            return list(inputs)  # the common case: a value of this graph for every argument, in order
         if listed and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
         if not listed and len(inputs) > len(slots):
