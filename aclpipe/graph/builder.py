@@ -39,6 +39,7 @@ __all__ = [
     "ValueInfo",
     "builder_names",
     "freeze_attrs",
+    "infer_descs",
     "infer_outputs",
     "is_list_argument",
     "node_error",
@@ -171,6 +172,13 @@ def infer_outputs(spec: OpSpec, node: str, inputs: Sequence[ValueInfo | None],
         return [None if desc is None else ValueInfo(desc.dtype, desc.shape, desc)
                 for desc in _concrete(spec, node, descs, attrs)]
     return _probe(spec, inputs, attrs)
+
+
+def infer_descs(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
+                attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+    """:func:`infer_outputs` when every input's descriptor is known (binding): the output
+    descriptors, ``None`` for an output the op does not produce."""
+    return _concrete(spec, node, descs, attrs)
 
 
 def _concrete(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
