@@ -230,8 +230,7 @@ class Graph:
             raise GraphError(f"node {node_name!r} ({spec.name}): unknown attribute(s) {', '.join(unknown)}; "
                              f"{spec.name} takes {', '.join(spec.attrs) or 'no attributes'}")
         values = self._collect_inputs(node_name, spec, inputs, named_inputs)
-        infos = [None if v is None else ValueInfo(v.dtype, v.shape, v.desc) for v in values]
-        structure = infer_outputs(spec, node_name, infos, frozen)
+        structure = infer_outputs(spec, node_name, values, frozen)  # values are what inference reads
         names = self._output_names(node_name, spec, structure, outputs)
         produced = [self._add_value(Value(out, self, "node", node_name, *self._info(structure, slot)))
                     for slot, out in enumerate(names) if out is not None]
