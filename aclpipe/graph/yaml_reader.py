@@ -57,8 +57,10 @@ class _Frame:
         self.size = 1  # YAML nodes inside, aliases expanded
         self.key: Any = None
         self.has_key = False
-        self.merges: list[dict[Any, Any]] = []
-        self.lines: dict[Any, Any] = {}  # key -> the event that set it
+        self.merges: list[dict[Any, Any]] | None = None  # made at the first merge key
+        # key -> the event that set it (mappings only; the two are made per container, and a
+        # graph file has tens of thousands)
+        self.lines: dict[Any, Any] = {} if not self.is_list else _NO_LINES
         self.event = event
 
 
@@ -97,15 +99,22 @@ class _Builder:
                     frame.size += 1
                     if frame.is_list:
                         frame.value.append(value)  # type: ignore[union-attr]
-                    elif frame.has_key:
-                        self._set(frame, value, event)
+                    elif not frame.has_key:
+                        if type(value) is str and value not in frame.lines:  # a new text key: the common case
+                            frame.key, frame.has_key = value, True
+                            frame.lines[value] = event
+                        else:
+                            self._key(frame, value, event)
+                    elif frame.key is not _MergeKey:
+                        frame.value[frame.key] = value
+                        frame.has_key = False
                     else:
-                        self._key(frame, value, event)
+                        self._set(frame, value, event)
                 else:
                     add(self._scalar(event), 1, event, event.anchor, result)
             elif kind in end:
                 frame = stack.pop()
-                if frame.merges:
+                if frame.merges is not None:
                     frame.value = _merged(frame.merges, frame.value)  # type: ignore[arg-type]
                 add(frame.value, frame.size, frame.event, frame.anchor, result)
             elif kind is yaml.DocumentEndEvent:
@@ -196,6 +205,8 @@ class _Builder:
         merged = value if isinstance(value, list) else [value]
         if not all(isinstance(item, dict) for item in merged):
             raise self.error(f"YAML: the merge key '<<' at {_at(event)} needs a mapping or a list of mappings")
+        if frame.merges is None:
+            frame.merges = []
         frame.merges.extend(merged)
 
 
@@ -204,6 +215,7 @@ class _MergeKey:
 
 
 _MISS = object()
+_NO_LINES: dict[Any, Any] = {}  # a sequence's: never written
 
 
 def _merged(merges: list[dict[Any, Any]], explicit: dict[Any, Any]) -> dict[Any, Any]:
