@@ -9,6 +9,7 @@ import pytest
 
 from aclpipe.errors import GraphError
 from aclpipe.graph import LoadLimits, load_graph
+from aclpipe.graph.yaml_reader import read_yaml
 
 
 def write(tmp_path: Path, text: str, name: str = "graph.yaml") -> Path:
@@ -131,11 +132,8 @@ def test_an_integer_too_long_to_read_is_a_graph_error(tmp_path: Path) -> None:
 def test_the_same_text_reads_by_how_it_is_written_each_time() -> None:
     # Plain scalars are resolved once per text: a quoted copy of the same text stays a string,
     # and repeated numbers, booleans and nulls keep their types wherever they appear.
-    from aclpipe.graph.limits import LoadLimits as Limits
-    from aclpipe.graph.yaml_reader import read_yaml
-
     text = "a: [8, '8', 8, true, 'true', true, ~, null, '~', 1.5, 1.5]\nb: {8: x, '8': y, true: z}\n"
-    data = read_yaml(text, GraphError, Limits())
+    data = read_yaml(text, GraphError, LoadLimits())
     assert data["a"] == [8, "8", 8, True, "true", True, None, None, "~", 1.5, 1.5]
     assert [type(v) for v in data["a"][:3]] == [int, str, int]
     assert data["b"] == {8: "x", "8": "y", True: "z"}
