@@ -141,16 +141,20 @@ def _kahn(dag: Dag) -> list[int]:
 def bottom_levels(dag: Dag) -> tuple[float, ...]:
     """Per node: its cost plus the costliest path from it to a sink."""
     level = [0.0] * len(dag)
+    costs, succs = dag.costs, dag.succs
     for node in reversed(_any_order(dag)):
-        level[node] = dag.costs[node] + max((level[s] for s in dag.succs[node]), default=0.0)
+        after = succs[node]
+        level[node] = costs[node] + (max([level[s] for s in after]) if after else 0.0)
     return tuple(level)
 
 
 def top_levels(dag: Dag) -> tuple[float, ...]:
     """Per node: the earliest it can start with unlimited streams (costliest path to it)."""
     level = [0.0] * len(dag)
+    costs, preds = dag.costs, dag.preds
     for node in _any_order(dag):
-        level[node] = max((level[p] + dag.costs[p] for p in dag.preds[node]), default=0.0)
+        before = preds[node]
+        level[node] = max([level[p] + costs[p] for p in before]) if before else 0.0
     return tuple(level)
 
 
