@@ -33,8 +33,12 @@ nodes are Relu/Neg/Abs.  Values left unread are summed into the one output.
 (batch 32) and the ONNX zoo models (their first input signature), planning only.
 
 With ``--repeat N`` each size runs in N fresh processes and every figure is their median.
+``--against TREE`` measures a second tree (another checkout, e.g. the parent commit's, whose
+aclpipe is imported through ``PYTHONPATH``) in processes alternating with this tree's, so that
+before and after see the same load on a shared machine.
 
-Run: ``python benchmarks/bench_scaling.py [stages|arenas ...] [--sizes 100 ...] [--shape random|chain] [--repeat N]``
+Run: ``python benchmarks/bench_scaling.py [stages|arenas ...] [--sizes 100 ...] [--shape random|chain] [--repeat N]
+[--against TREE]``
 """
 
 from __future__ import annotations
@@ -236,14 +240,16 @@ STAGES = ("build", "load yaml", "load json", "bind", "draft", "order", "streams"
           "prepare", "first run", "second run")
 
 
-def run_size(size: int, args: argparse.Namespace) -> tuple[int, dict[str, dict[str, float]]]:
+def run_size(size: int, args: argparse.Namespace, tree: str | None = None) -> tuple[int, dict[str, dict[str, float]]]:
+    """One fresh process measuring every stage at ``size``; ``tree``: import aclpipe from there."""
     command = [sys.executable, __file__, "--child", str(size), "--shape", args.shape, "--streams", str(args.streams)]
     for stage in args.skip:
         command += ["--skip", stage]
+    env = None if tree is None else {**os.environ, "PYTHONPATH": tree}
     rows: dict[str, dict[str, float]] = {}
     nodes = size
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False, env=env)
         output = done.stdout
         if done.returncode:
             print(f"size {size}: exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
@@ -286,10 +292,19 @@ def _table(measured_sizes: list[tuple[int, dict[str, dict[str, float]]]], clock:
         print(f"{stage:<11}" + "".join(cells) + (f"{fitted:>8.2f}" if fitted is not None else f"{'-':>8}"))
 
 
-def run_size_repeated(size: int, args: argparse.Namespace) -> tuple[int, dict[str, dict[str, float]]]:
-    """:func:`run_size` ``args.repeat`` times (a fresh process each): per stage the median of
-    each figure, and the highest process peak (a shared machine's noise is mostly one way)."""
-    runs = [run_size(size, args) for _ in range(args.repeat)]
+def run_size_repeated(size: int, args: argparse.Namespace) -> list[tuple[int, dict[str, dict[str, float]]]]:
+    """:func:`run_size` ``args.repeat`` times (a fresh process each) per tree measured (with
+    ``--against``: that tree, then this one, alternating, so both see the same machine): per
+    tree and stage the median of each figure, and the highest process peak."""
+    trees = [args.against, None] if args.against else [None]
+    runs: list[list[tuple[int, dict[str, dict[str, float]]]]] = [[] for _ in trees]
+    for _ in range(args.repeat):
+        for k, tree in enumerate(trees):
+            runs[k].append(run_size(size, args, tree))
+    return [_medians(tree_runs) for tree_runs in runs]
+
+
+def _medians(runs: list[tuple[int, dict[str, dict[str, float]]]]) -> tuple[int, dict[str, dict[str, float]]]:
     rows: dict[str, dict[str, float]] = {}
     for stage in {stage for _, measured_rows in runs for stage in measured_rows}:
         found = [measured_rows[stage] for _, measured_rows in runs if stage in measured_rows]
@@ -299,7 +314,15 @@ def run_size_repeated(size: int, args: argparse.Namespace) -> tuple[int, dict[st
 
 
 def stages(args: argparse.Namespace) -> None:
-    measured_sizes = [run_size_repeated(size, args) for size in args.sizes]
+    per_size = [run_size_repeated(size, args) for size in args.sizes]
+    labels = [f"aclpipe from {args.against}", "this tree"] if args.against else [""]
+    for k, label in enumerate(labels):
+        if label:
+            print(f"\n#### {label} (alternating fresh processes)")
+        _report([measured[k] for measured in per_size], args)
+
+
+def _report(measured_sizes: list[tuple[int, dict[str, dict[str, float]]]], args: argparse.Namespace) -> None:
     for clock, label in (("seconds", "wall-clock seconds"), ("cpu", "CPU seconds of the process")):
         print(f"\n== {args.shape} DAG, {args.streams} compute streams: {label} (peak+ MB) per stage; growth = "
               "fitted exponent of time in nodes")
@@ -364,6 +387,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per size")
     parser.add_argument("--repeat", type=int, default=1, help="processes per size; each figure is their median")
+    parser.add_argument("--against", metavar="TREE",
+                        help="also measure aclpipe imported from TREE (PYTHONPATH), alternating with this tree")
     parser.add_argument("--skip", action="append", default=[], choices=["load yaml", "load json", "prepare"])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

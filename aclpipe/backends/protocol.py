@@ -38,7 +38,8 @@ import enum
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -170,6 +171,9 @@ class Capabilities:
     peer_access: bool = False  # the backend is a PeerAccess
 
 
+_NO_CONTEXT: Mapping[str, Any] = MappingProxyType({})
+
+
 class LaunchKind(enum.IntEnum):
     """What one :class:`LaunchRecord` enqueues (the C call it stands for)."""
 
@@ -179,13 +183,15 @@ class LaunchKind(enum.IntEnum):
     COPY = 3  # aclrtMemcpyAsync(dst, nbytes, src, nbytes, copy_kind, stream)
 
 
-@dataclass(frozen=True, eq=False, slots=True)
-class LaunchRecord:
+class LaunchRecord(NamedTuple):
     """One primitive call with every argument fixed: what a prepared slot enqueues per run.
 
     ``stream``, ``event`` and ``executor`` are backend handles; the kernel's executor is
     repeatable and its workspace (``workspace`` bytes at an address, or 0 and 0) stays the
     same from run to run.  ``context`` names the node and op for error messages.
+
+    A named tuple: immutable like a frozen dataclass, and built in about half the time
+    (preparing two slots of a 19,367-node graph builds 56,000 of them).
     """
 
     kind: LaunchKind
@@ -198,7 +204,7 @@ class LaunchRecord:
     src: int = 0
     nbytes: int = 0
     copy_kind: MemcpyKind = MemcpyKind.HOST_TO_DEVICE
-    context: Mapping[str, Any] = field(default_factory=dict)
+    context: Mapping[str, Any] = _NO_CONTEXT
 
 
 @runtime_checkable

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import GraphError
 from ..tensor import TensorDesc
-from .builder import ValueInfo, infer_outputs, resolve_op, view_or_copy_desc
+from .builder import infer_descs, resolve_op, view_or_copy_desc
 
 if TYPE_CHECKING:
     from .graph import Graph, Node
@@ -211,18 +211,20 @@ class _Binder:
 
     def compute(self, node: Node) -> None:
         spec = resolve_op(node.op, node.name)
-        infos = [None if name is None else ValueInfo(self.values[name].desc.dtype, self.values[name].desc.shape,
-                                                      self.values[name].desc) for name in node.inputs]
-        results = infer_outputs(spec, node.name, infos, node.attrs) or []
+        values = self.values
+        # Every bound value has a descriptor: output descriptors straight from the input ones.
+        descs = [None if name is None else values[name].desc for name in node.inputs]
+        results = infer_descs(spec, node.name, descs, node.attrs)
         if len(results) != len(node.outputs):
             raise GraphError(f"node {node.name!r} ({node.op}): gives {len(results)} outputs with these shapes, "
                              f"the graph names {len(node.outputs)} ({', '.join(map(str, node.outputs))})")
-        for name, info in zip(node.outputs, results):
-            if name is not None and (info is None or info.desc is None):
+        for name, desc in zip(node.outputs, results):
+            if name is None:
+                continue
+            if desc is None:
                 raise GraphError(f"node {node.name!r} ({node.op}): output {name!r} is not produced with "
                                  "these shapes and attributes")
-            if name is not None and info is not None and info.desc is not None:
-                self.values[name] = BoundValue(name, info.desc, "node", node.name)
+            values[name] = BoundValue(name, desc, "node", node.name)
         self.nodes.append(BoundNode(node.name, node.op, node.inputs, node.outputs, node.attrs))
 
     def outputs(self) -> dict[str, str]:

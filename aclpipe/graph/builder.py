@@ -22,7 +22,7 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,6 +39,7 @@ __all__ = [
     "ValueInfo",
     "builder_names",
     "freeze_attrs",
+    "infer_descs",
     "infer_outputs",
     "is_list_argument",
     "node_error",
@@ -140,6 +141,17 @@ class ValueInfo:
     desc: TensorDesc | None = None
 
 
+class Described(Protocol):
+    """What inference reads of an input: a :class:`ValueInfo`, or a graph's value itself."""
+
+    @property
+    def dtype(self) -> DType | None: ...
+    @property
+    def shape(self) -> Shape | None: ...
+    @property
+    def desc(self) -> TensorDesc | None: ...
+
+
 def view_or_copy_desc(spec: OpSpec, node: str, source: TensorDesc, attrs: Mapping[str, Any]
                       ) -> tuple[TensorDesc, bool]:
     """The view's descriptor and whether a contiguous copy must precede it.
@@ -159,7 +171,7 @@ def view_or_copy_desc(spec: OpSpec, node: str, source: TensorDesc, attrs: Mappin
         raise node_error(node, spec.name, error) from error
 
 
-def infer_outputs(spec: OpSpec, node: str, inputs: Sequence[ValueInfo | None],
+def infer_outputs(spec: OpSpec, node: str, inputs: Sequence[Described | None],
                   attrs: Mapping[str, Any]) -> list[ValueInfo | None] | None:
     """Output infos in the op's output order (None for an output the op does not produce).
 
@@ -171,6 +183,13 @@ def infer_outputs(spec: OpSpec, node: str, inputs: Sequence[ValueInfo | None],
         return [None if desc is None else ValueInfo(desc.dtype, desc.shape, desc)
                 for desc in _concrete(spec, node, descs, attrs)]
     return _probe(spec, inputs, attrs)
+
+
+def infer_descs(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
+                attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
+    """:func:`infer_outputs` when every input's descriptor is known (binding): the output
+    descriptors, ``None`` for an output the op does not produce."""
+    return _concrete(spec, node, descs, attrs)
 
 
 def _concrete(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
@@ -208,7 +227,7 @@ def _concrete_once(spec: OpSpec, node: str, descs: Sequence[TensorDesc | None],
         raise node_error(node, spec.name, error) from error
 
 
-def _probe(spec: OpSpec, inputs: Sequence[ValueInfo | None], attrs: Mapping[str, Any]
+def _probe(spec: OpSpec, inputs: Sequence[Described | None], attrs: Mapping[str, Any]
            ) -> list[ValueInfo | None] | None:
     """:func:`_probe_once`, remembered per op, input dtypes and shapes, and attributes: graphs
     repeat the same layer many times, and each probe runs ``infer`` twice."""
@@ -231,7 +250,7 @@ _PROBED: dict[Any, tuple[ValueInfo | None, ...] | None] = {}
 _PROBED_LIMIT = 4096
 
 
-def _probe_once(spec: OpSpec, inputs: Sequence[ValueInfo | None], attrs: Mapping[str, Any]
+def _probe_once(spec: OpSpec, inputs: Sequence[Described | None], attrs: Mapping[str, Any]
                 ) -> list[ValueInfo | None] | None:
     symbols = sorted({dim for info in inputs if info and info.shape for dim in info.shape
                       if isinstance(dim, str)})

@@ -132,9 +132,10 @@ def _load_body(graph: Graph, data: dict[str, Any], loading: _Loading) -> None:
         raise where.error("nodes", f"{len(records)} nodes, over the limit of {loading.limits.max_nodes} "
                                    "(LoadLimits.max_nodes)")
     nodes = [_node_record(record, index, where) for index, record in enumerate(records)]
-    for record in _sorted_nodes(nodes, set(graph.values), where):
+    values = graph.values  # a live view: one for all nodes
+    for record in _sorted_nodes(nodes, set(values), where):
         spec = resolve_op(record["op"], record["name"])
-        inputs = [None if value is None else graph.values[value] for value in record["inputs"]]
+        inputs = [None if value is None else values[value] for value in record["inputs"]]
         graph._add_node(spec, inputs, {}, record["name"], record.get("outputs"), record.get("attrs") or {})
     for output, value in where.typed(data["outputs"], dict, "outputs", "a mapping").items():
         value = where.typed(value, str, f"output {short(output)}", "a value name")

@@ -225,13 +225,12 @@ class Graph:
                   outputs: Sequence[str | None] | None, attrs: Mapping[str, Any]) -> Value | tuple[Value, ...]:
         node_name = self._node_name(spec, name)
         frozen = freeze_attrs(attrs)
-        unknown = sorted(set(frozen) - set(spec.attrs))
+        unknown = sorted(set(frozen) - set(spec.attrs)) if frozen else None  # most nodes have no attributes
         if unknown:
             raise GraphError(f"node {node_name!r} ({spec.name}): unknown attribute(s) {', '.join(unknown)}; "
                              f"{spec.name} takes {', '.join(spec.attrs) or 'no attributes'}")
         values = self._collect_inputs(node_name, spec, inputs, named_inputs)
-        infos = [None if v is None else ValueInfo(v.dtype, v.shape, v.desc) for v in values]
-        structure = infer_outputs(spec, node_name, infos, frozen)
+        structure = infer_outputs(spec, node_name, values, frozen)  # values are what inference reads
         names = self._output_names(node_name, spec, structure, outputs)
         produced = [self._add_value(Value(out, self, "node", node_name, *self._info(structure, slot)))
                     for slot, out in enumerate(names) if out is not None]
@@ -361,6 +360,9 @@ class Graph:
                         named: Mapping[str, Any]) -> list[Value | None]:
         slots = spec.inputs
         listed = len(slots) == 1 and is_list_argument(slots[0])
+        if (not listed and not named and len(inputs) == len(slots)
+                and all(type(value) is Value and value.graph is self for value in inputs)):
+            return list(inputs)  # the common case: a value of this graph for every argument, in order
         if listed and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
         if not listed and len(inputs) > len(slots):

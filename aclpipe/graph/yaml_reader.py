@@ -48,16 +48,19 @@ def _at(event: Any) -> str:
 class _Frame:
     """A list or mapping being built."""
 
-    __slots__ = ("anchor", "event", "has_key", "key", "lines", "merges", "size", "value")
+    __slots__ = ("anchor", "event", "has_key", "is_list", "key", "lines", "merges", "size", "value")
 
     def __init__(self, value: list[Any] | dict[Any, Any], anchor: str | None, event: Any):
         self.value = value
+        self.is_list = isinstance(value, list)
         self.anchor = anchor
         self.size = 1  # YAML nodes inside, aliases expanded
         self.key: Any = None
         self.has_key = False
-        self.merges: list[dict[Any, Any]] = []
-        self.lines: dict[Any, Any] = {}  # key -> the event that set it
+        self.merges: list[dict[Any, Any]] | None = None  # made at the first merge key
+        # key -> the event that set it (mappings only; the two are made per container, and a
+        # graph file has tens of thousands)
+        self.lines: dict[Any, Any] = {} if not self.is_list else _NO_LINES
         self.event = event
 
 
@@ -70,6 +73,7 @@ class _Builder:
         self.aliased = 0
         self.stack: list[_Frame] = []
         self.implicit: dict[str, Any] = self.loader.yaml_implicit_resolvers
+        self._plain: dict[str, Any] = {}  # text of a plain untagged scalar -> its value (all immutable)
 
     def document(self) -> Any:
         get = self.loader.get_event
@@ -78,15 +82,39 @@ class _Builder:
             return None
         get()  # DocumentStart
         result: list[Any] = []
-        scalar, add, end = self._scalar, self._add, (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+        stack, add, end = self.stack, self._add, (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+        plain, scalar_event, miss = self._plain, yaml.ScalarEvent, _MISS
         while True:
             event = get()
             kind = type(event)
-            if kind is yaml.ScalarEvent:  # the common case first: most events are scalars
-                add(scalar(event), 1, event, event.anchor, result)
+            if kind is scalar_event:  # the common case first: most events are scalars
+                if event.tag is None and event.anchor is None and stack:
+                    # An untagged scalar's value depends only on its text and on being plain
+                    # (unquoted); a graph repeats the same few texts (op names, dims) many times.
+                    value = event.value
+                    if event.implicit[0]:
+                        found = plain.get(value, miss)
+                        value = plain[value] = self._scalar(event) if found is miss else found
+                    frame = stack[-1]
+                    frame.size += 1
+                    if frame.is_list:
+                        frame.value.append(value)  # type: ignore[union-attr]
+                    elif not frame.has_key:
+                        if type(value) is str and value not in frame.lines:  # a new text key: the common case
+                            frame.key, frame.has_key = value, True
+                            frame.lines[value] = event
+                        else:
+                            self._key(frame, value, event)
+                    elif frame.key is not _MergeKey:
+                        frame.value[frame.key] = value
+                        frame.has_key = False
+                    else:
+                        self._set(frame, value, event)
+                else:
+                    add(self._scalar(event), 1, event, event.anchor, result)
             elif kind in end:
-                frame = self.stack.pop()
-                if frame.merges:
+                frame = stack.pop()
+                if frame.merges is not None:
                     frame.value = _merged(frame.merges, frame.value)  # type: ignore[arg-type]
                 add(frame.value, frame.size, frame.event, frame.anchor, result)
             elif kind is yaml.DocumentEndEvent:
@@ -151,8 +179,8 @@ class _Builder:
             return
         frame = self.stack[-1]
         frame.size += size
-        if isinstance(frame.value, list):
-            frame.value.append(value)
+        if frame.is_list:
+            frame.value.append(value)  # type: ignore[union-attr]
         elif not frame.has_key:
             self._key(frame, value, event)
         else:
@@ -177,11 +205,17 @@ class _Builder:
         merged = value if isinstance(value, list) else [value]
         if not all(isinstance(item, dict) for item in merged):
             raise self.error(f"YAML: the merge key '<<' at {_at(event)} needs a mapping or a list of mappings")
+        if frame.merges is None:
+            frame.merges = []
         frame.merges.extend(merged)
 
 
 class _MergeKey:
     """The ``<<`` key of a YAML merge."""
+
+
+_MISS = object()
+_NO_LINES: dict[Any, Any] = {}  # a sequence's: never written
 
 
 def _merged(merges: list[dict[Any, Any]], explicit: dict[Any, Any]) -> dict[Any, Any]:

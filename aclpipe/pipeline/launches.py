@@ -23,26 +23,28 @@ def enqueue_records(backend: Backend, records: Sequence[LaunchRecord], run: int 
     """Call the primitive of every record, in order (what a backend without tables gets).
 
     A refusal raises the backend's error with the record's node, op and index added."""
+    # The backend's primitives looked up once: a capture of a 19,367-node program walks 56,000 rows.
+    launch, wait, record_event, copy = (backend.op_launch, backend.stream_wait_event, backend.event_record,
+                                        backend.memcpy_async)
     for index, record in enumerate(records):
         try:
-            _enqueue_one(backend, record, run)
+            kind = record.kind
+            if kind == _KERNEL:
+                context = record.context if run is None else {**record.context, "run": run}
+                launch(record.executor, record.workspace, record.workspace_size, record.stream, context)
+            elif kind == _WAIT:
+                wait(record.stream, record.event)
+            elif kind == _RECORD:
+                record_event(record.event, record.stream)
+            elif record.nbytes:
+                context = record.context if run is None else {**record.context, "run": run}
+                copy(record.dst, record.src, record.nbytes, record.copy_kind, record.stream, context)
         except BackendError as error:
             _name_the_row(error, record, index, run)
             raise
 
 
-def _enqueue_one(backend: Backend, record: LaunchRecord, run: int | None) -> None:
-    kind = record.kind
-    if kind == LaunchKind.KERNEL:
-        context = record.context if run is None else {**record.context, "run": run}
-        backend.op_launch(record.executor, record.workspace, record.workspace_size, record.stream, context)
-    elif kind == LaunchKind.WAIT:
-        backend.stream_wait_event(record.stream, record.event)
-    elif kind == LaunchKind.RECORD:
-        backend.event_record(record.event, record.stream)
-    elif record.nbytes:
-        context = record.context if run is None else {**record.context, "run": run}
-        backend.memcpy_async(record.dst, record.src, record.nbytes, record.copy_kind, record.stream, context)
+_KERNEL, _WAIT, _RECORD = LaunchKind.KERNEL, LaunchKind.WAIT, LaunchKind.RECORD
 
 
 def _name_the_row(error: BackendError, record: LaunchRecord, index: int, run: int | None) -> None:

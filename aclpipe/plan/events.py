@@ -85,7 +85,7 @@ def place_events(dag: Dag, streams: Sequence[int]) -> EventPlacement:
         pending = [p for p in preds if clock[streams[p]] <= positions[p]]
         needed = _uncovered(pending, streams, positions, after) if len(pending) > 1 else tuple(pending)
         for producer in needed:
-            clock = [max(a, b) for a, b in zip(clock, after[producer])]
+            clock = list(map(max, clock, after[producer]))
             records[producer] = True
         position = launched[stream]
         launched[stream] += 1

@@ -52,19 +52,21 @@ class Dag:
     costs: tuple[float, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        preds = tuple(tuple(sorted(set(p))) for p in self.preds)
+        preds = tuple([tuple(sorted(set(p))) for p in self.preds])
         object.__setattr__(self, "preds", preds)
-        costs = tuple(float(c) for c in self.costs) if self.costs else (1.0,) * len(preds)
+        costs = tuple([float(c) for c in self.costs]) if self.costs else (1.0,) * len(preds)
         if len(costs) != len(preds):
             raise ValueError(f"Dag: {len(preds)} nodes but {len(costs)} costs")
         if not all(math.isfinite(c) and c >= 0 for c in costs):
             bad = [c for c in costs if not (math.isfinite(c) and c >= 0)]
             raise ValueError(f"Dag: costs must be finite and >= 0, got {bad[:3]}")
         object.__setattr__(self, "costs", costs)
+        size = len(preds)
         for node, before in enumerate(preds):
-            for pred in before:
-                if not 0 <= pred < len(preds) or pred == node:
-                    raise ValueError(f"Dag: node {node} has predecessor {pred}, which is not another node")
+            # Sorted: the first and last are the extremes, so one comparison each per node.
+            if before and (before[0] < 0 or before[-1] >= size or node in before):
+                pred = next(p for p in before if not 0 <= p < size or p == node)
+                raise ValueError(f"Dag: node {node} has predecessor {pred}, which is not another node")
 
     @classmethod
     def from_edges(cls, size: int, edges: Iterable[tuple[int, int]], costs: Sequence[float] = ()) -> Dag:
@@ -73,6 +75,15 @@ class Dag:
         for producer, consumer in edges:
             preds[consumer].add(producer)
         return cls(tuple(tuple(p) for p in preds), tuple(costs))
+
+    @classmethod
+    def _trusted(cls, preds: tuple[tuple[int, ...], ...], costs: tuple[float, ...]) -> Dag:
+        """A DAG of what another DAG's passes derived: each ``preds[i]`` already sorted,
+        without repeats and naming other nodes, ``costs`` floats as checked (no checks again)."""
+        dag = object.__new__(cls)
+        object.__setattr__(dag, "preds", preds)
+        object.__setattr__(dag, "costs", costs)
+        return dag
 
     def __len__(self) -> int:
         return len(self.preds)
@@ -86,18 +97,31 @@ class Dag:
         return tuple(tuple(s) for s in result)
 
     @cached_property
+    def any_order(self) -> tuple[int, ...]:
+        """A topological order (Kahn's, see :func:`_any_order`), found once per DAG: levels,
+        the reachability index and the launch order all start from one."""
+        return tuple(_kahn(self))
+
+    @cached_property
     def edges(self) -> tuple[tuple[int, int], ...]:
         return tuple((pred, node) for node, before in enumerate(self.preds) for pred in before)
 
     def renumbered(self, order: Sequence[int]) -> Dag:
         """The same DAG with node ``order[k]`` renamed ``k``."""
         new = {old: k for k, old in enumerate(order)}
-        return Dag(tuple(tuple(new[p] for p in self.preds[old]) for old in order),
-                   tuple(self.costs[old] for old in order))
+        if len(order) != len(self) or len(new) != len(self) or (new and (min(new) < 0 or max(new) >= len(self))):
+            raise ValueError(f"Dag.renumbered: the order must list each of the {len(self)} nodes once")
+        preds, costs = self.preds, self.costs
+        return Dag._trusted(tuple([tuple(sorted([new[p] for p in preds[old]])) for old in order]),
+                            tuple([costs[old] for old in order]))
 
 
-def _any_order(dag: Dag) -> list[int]:
+def _any_order(dag: Dag) -> Sequence[int]:
     """Kahn's algorithm in index order; :class:`PlanError` naming the nodes left on a cycle."""
+    return dag.any_order
+
+
+def _kahn(dag: Dag) -> list[int]:
     missing = [len(p) for p in dag.preds]
     ready = [node for node, count in enumerate(missing) if count == 0]
     order: list[int] = []
@@ -117,16 +141,20 @@ def _any_order(dag: Dag) -> list[int]:
 def bottom_levels(dag: Dag) -> tuple[float, ...]:
     """Per node: its cost plus the costliest path from it to a sink."""
     level = [0.0] * len(dag)
+    costs, succs = dag.costs, dag.succs
     for node in reversed(_any_order(dag)):
-        level[node] = dag.costs[node] + max((level[s] for s in dag.succs[node]), default=0.0)
+        after = succs[node]
+        level[node] = costs[node] + (max([level[s] for s in after]) if after else 0.0)
     return tuple(level)
 
 
 def top_levels(dag: Dag) -> tuple[float, ...]:
     """Per node: the earliest it can start with unlimited streams (costliest path to it)."""
     level = [0.0] * len(dag)
+    costs, preds = dag.costs, dag.preds
     for node in _any_order(dag):
-        level[node] = max((level[p] + dag.costs[p] for p in dag.preds[node]), default=0.0)
+        before = preds[node]
+        level[node] = max([level[p] + costs[p] for p in before]) if before else 0.0
     return tuple(level)
 
 

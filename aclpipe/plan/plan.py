@@ -170,14 +170,18 @@ def _cost(graph: BoundGraph, row: _Row, costs: Mapping[str, float] | None,
     """The node's cost: given in ``costs``, else estimated (once per op and descriptors in ``seen``)."""
     if costs is not None and row[0] in costs:
         return float(costs[row[0]])
-    descs = tuple(graph.values[v].desc if v is not None else None for v in row[2])
-    outs = tuple(graph.values[v].desc if v is not None else None for v in row[3])
+    values = graph.values
+    descs = tuple([values[v].desc if v is not None else None for v in row[2]])
+    outs = tuple([values[v].desc if v is not None else None for v in row[3]])
     if seen is None:
         return estimate_cost(row[1], descs, outs)
-    key = (row[1], descs, outs)
-    if key not in seen:
-        seen[key] = estimate_cost(row[1], descs, outs)
-    return seen[key]
+    # Keyed by the descriptors' identities (binding shares one per shape among values, and the
+    # graph keeps them alive while ``seen`` lives): cheaper than hashing and comparing each.
+    key = (row[1], tuple(map(id, descs)), tuple(map(id, outs)))
+    found = seen.get(key)
+    if found is None:
+        found = seen[key] = estimate_cost(row[1], descs, outs)
+    return found
 
 
 def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | None = None,
@@ -235,8 +239,9 @@ def _stream_of(dag: Dag, rows: Sequence[Any], streams: int) -> tuple[list[int], 
     after them and D2H copies on the one after that."""
     compute = [i for i, row in enumerate(rows) if row[1] not in COPY_OPS]
     local = {node: k for k, node in enumerate(compute)}
-    sub = Dag(tuple(tuple(local[p] for p in dag.preds[n] if p in local) for n in compute),
-              tuple(dag.costs[n] for n in compute))
+    # ``local`` keeps the order of nodes, so each renumbered tuple stays sorted and checked.
+    sub = Dag._trusted(tuple([tuple([local[p] for p in dag.preds[n] if p in local]) for n in compute]),
+                       tuple([dag.costs[n] for n in compute]))
     compute_streams = assign_streams(sub, streams)
     num_streams = max(compute_streams, default=0) + 1
     stream_of = [num_streams if row[1] == "H2D" else num_streams + 1 for row in rows]

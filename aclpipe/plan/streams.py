@@ -49,7 +49,7 @@ def transitive_reduction(dag: Dag) -> Dag:
         else:
             implied = _ancestors_among(dag, ranked, index.rank)
         kept.append(tuple(p for p in preds if p not in implied))
-    return Dag(tuple(kept), dag.costs)
+    return Dag._trusted(tuple(kept), dag.costs)  # subsets of checked, sorted tuples
 
 
 def _ancestors_among(dag: Dag, preds: Sequence[int], rank: Sequence[int]) -> set[int]:

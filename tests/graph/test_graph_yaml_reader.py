@@ -9,6 +9,7 @@ import pytest
 
 from aclpipe.errors import GraphError
 from aclpipe.graph import LoadLimits, load_graph
+from aclpipe.graph.yaml_reader import read_yaml
 
 
 def write(tmp_path: Path, text: str, name: str = "graph.yaml") -> Path:
@@ -126,3 +127,18 @@ def test_one_document_only_and_syntax_errors(tmp_path: Path) -> None:
 def test_an_integer_too_long_to_read_is_a_graph_error(tmp_path: Path) -> None:
     with pytest.raises(GraphError, match=r"cannot read '1111.*' at line 1, column \d+ as int"):
         load_graph(write(tmp_path, f"name: {'1' * 5000}\nnodes: []\noutputs: {{}}\n"))
+
+
+def test_the_same_text_reads_by_how_it_is_written_each_time() -> None:
+    # Plain scalars are resolved once per text: a quoted copy of the same text stays a string,
+    # and repeated numbers, booleans and nulls keep their types wherever they appear.
+    text = "a: [8, '8', 8, true, 'true', true, ~, null, '~', 1.5, 1.5]\nb: {8: x, '8': y, true: z}\n"
+    data = read_yaml(text, GraphError, LoadLimits())
+    assert data["a"] == [8, "8", 8, True, "true", True, None, None, "~", 1.5, 1.5]
+    assert [type(v) for v in data["a"][:3]] == [int, str, int]
+    assert data["b"] == {8: "x", "8": "y", True: "z"}
+
+
+def test_a_repeated_key_that_is_not_text_is_refused_too(tmp_path: Path) -> None:
+    with pytest.raises(GraphError, match=r"duplicate key 8 at line 4, column 17 \(first at line 4, column 11\)"):
+        load_graph(write(tmp_path, "constants: {}\ninputs: {x: {shape: [2]}}\nnodes: []\noutputs: {8: x, 8: x}\n"))

@@ -53,6 +53,21 @@ def test_dag_rejects_bad_data() -> None:
         Dag(((), ()), (1.0,))
     with pytest.raises(ValueError, match="finite"):
         Dag(((),), (float("nan"),))
+    for preds in (((-1,), ()), ((2,), ()), ((), (0, 1))):  # below range, above it, a node on itself
+        with pytest.raises(ValueError, match="not another node"):
+            Dag(preds)
+
+
+def test_renumbered_keeps_edges_and_refuses_an_order_that_is_no_permutation() -> None:
+    dag = Dag.from_edges(4, [(0, 2), (1, 2), (2, 3), (0, 3)], costs=[1, 2, 3, 4])
+    moved = dag.renumbered((1, 0, 2, 3))
+    assert moved.preds == ((), (), (0, 1), (1, 2)) and moved.costs == (2.0, 1.0, 3.0, 4.0)
+    position = {node: k for k, node in enumerate(moved.any_order)}
+    assert sorted(position) == [0, 1, 2, 3]
+    assert all(position[p] < position[n] for n, preds in enumerate(moved.preds) for p in preds)
+    for bad in ((0, 1, 2), (0, 0, 1, 2), (0, 1, 2, 4)):
+        with pytest.raises(ValueError, match="each of the 4 nodes once"):
+            dag.renumbered(bad)
 
 
 def test_estimated_cost_follows_the_roofline() -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
-from ..protocol import Capabilities, MemcpyKind, TraceRecord, align_up, sync_streams
+from ..protocol import Capabilities, MemcpyKind, TraceRecord, sync_streams
 from .capture import CaptureMode, Captures, CaptureStatus, SimModel, TaskGroup
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
@@ -67,7 +67,7 @@ Access = tuple[int, int]
 Region = tuple[Allocation, int, int]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class BoundKernel:
     """A kernel whose regions were checked once (:meth:`SimBackend.bind_kernel`): its guarded
     body, the regions the sanitizer and failures need, and its modelled time."""
@@ -315,9 +315,13 @@ class SimBackend:
         submitted again and again while :meth:`BoundKernel.alive` (a repeatable executor's
         launches), which checks each region in constant time."""
         # Tuples, not lists: a program keeps one bound kernel per node and slot, and a capture
-        # stores these as they are (``tuple()`` of a tuple makes no copy).
-        resolved_writes = tuple([self._kernel_region(a, n, f"{label} write") for a, n in writes])
-        resolved = [self._kernel_region(a, n, f"{label} read") for a, n in reads]
+        # stores these as they are (``tuple()`` of a tuple makes no copy).  The regions are
+        # looked up with one message per kind: a program binds one kernel per node and slot.
+        region = self._kernel_region
+        what = f"{label} write"
+        resolved_writes = tuple([region(a, n, what) for a, n in writes])
+        what = f"{label} read"
+        resolved = [region(a, n, what) for a, n in reads]
         if executor is not None:
             resolved.append((executor, executor.start, 1))
         resolved_reads = tuple(resolved)
@@ -344,14 +348,15 @@ class SimBackend:
         ``ALIGN_UP(len, 32) + 32`` (11-01, ``aclrtMalloc`` constraints), within the allocation."""
         padding = []
         for allocation, address, nbytes in writes:
-            end = min(address + align_up(max(nbytes, 1), 32) + 32, allocation.start + allocation.data.nbytes)
+            # align_up(max(nbytes, 1), 32) + 32, inline: this runs for every output of every kernel bound
+            end = min(address + ((nbytes if nbytes > 1 else 1) + 31) // 32 * 32 + 32,
+                      allocation.start + allocation.data.nbytes)
             if end > address + nbytes:
                 padding.append((allocation, address + nbytes, end - address - nbytes))
         return tuple(padding)
 
     def _kernel_region(self, address: int, nbytes: int, what: str) -> Region:
-        allocation = self.memory.find_device(address, max(nbytes, 1), what=what, aligned=True)
-        return allocation, address, nbytes
+        return self.memory.find_device(address, nbytes if nbytes > 1 else 1, what=what, aligned=True), address, nbytes
 
     def latch(self, stream: SimStream) -> threading.Event:
         """Hold ``stream`` at this point until the returned event is set (a test helper)."""

@@ -62,7 +62,7 @@ __all__ = ["CaptureMode", "CaptureSession", "CaptureStatus", "Captures", "SimMod
 Region = tuple[Allocation, int, int]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Captured:
     """One task stored in a model, with the regions the sanitizer checks at each replay."""
 
