@@ -69,8 +69,10 @@ class LoopReader:
     def registered_on(self, loop: asyncio.AbstractEventLoop) -> bool:
         return self._loop is loop
 
-    def close(self) -> None:
-        """Unregister and close the duplicate (from any thread; idempotent)."""
+    def close(self, defer: bool = False) -> None:
+        """Unregister and close the duplicate (from any thread; idempotent).  ``defer``: never
+        on the spot, always through the loop's queue (a finalizer may run inside the loop's
+        own selector code, which must not see its map change under it)."""
         with self._lock:
             loop, fd = self._loop, self._fd
             self._loop, self._fd = None, -1
@@ -83,7 +85,7 @@ class LoopReader:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is loop:
+        if running is loop and not defer:
             _unregister(loop, fd)
             return
         try:

@@ -366,5 +366,5 @@ class Timeline:
 def _retire(state: LaneState, reader: LoopReader | None) -> None:
     """A collected timeline's finalizer: unregister its pipe from the loop, then retire it."""
     if reader is not None:
-        reader.close()
+        reader.close(defer=True)
     retire(state)

@@ -89,7 +89,7 @@ def test_a_dropped_timeline_unregisters_through_its_loop(device):
         fd = timeline._reader._fd
         del timeline
         gc.collect()
-        await asyncio.sleep(0)  # collected here: unregistered at once (from another thread: handed over)
+        await asyncio.sleep(0)  # the finalizer handed the removal to the loop's queue
         await asyncio.sleep(0)
         assert not _is_open(fd)
 
