@@ -460,13 +460,14 @@ class Pipeline:
         streams, touched = self._res.streams, self._touched
         lanes = touched.to_ask()
         failed = self._faults.collect([streams[lane] for lane in lanes], self._runs)
-        touched.found_clean([lane for lane in lanes if streams[lane] not in failed], completed_run)
-        if failed:
-            touched.touch_all(self._runs + 1)  # renewed: ask every stream until found clean again
-            for stream in failed:
-                stream.renew()
-            for entry in self._res.cache:
-                entry.program.rebind()
+        if not failed:
+            touched.found_clean(lanes, completed_run)
+            return
+        touched.touch_all(self._runs + 1)  # renewed: ask every stream until found clean again
+        for stream in failed:
+            stream.renew()
+        for entry in self._res.cache:
+            entry.program.rebind()
 
     # -- reporting and closing ------------------------------------------------------------------
     def stats(self) -> PipelineStats:
