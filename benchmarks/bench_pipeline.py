@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import math
 import os
@@ -38,7 +39,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +374,17 @@ def _one_node_graph() -> tuple[Graph, np.ndarray]:
     return g, np.ones(8, np.float32)
 
 
+@contextlib.asynccontextmanager
+async def _warm_one_node_pipeline(device: aclpipe.Device) -> AsyncIterator[tuple[Pipeline, np.ndarray, Any]]:
+    """The completion benchmarks' pipeline (one node, one compute stream, depth 1) after 20
+    warm-up runs: yields it, its input and its D2H stream's handle."""
+    g, value = _one_node_graph()
+    async with Pipeline(g, device, streams=1, depth=1) as pipe:
+        for _ in range(20):
+            await pipe.run(x=value)
+        yield pipe, value, pipe._res.streams[-1].handle
+
+
 async def _resumed_at(pipe: Pipeline, value: np.ndarray, clock: Callable[[], float],
                       release: Callable[[], None] | None) -> tuple[float, float]:
     """Run once; returns ``clock()`` as the caller resumes and how long after its completion
@@ -389,8 +401,8 @@ async def _resumed_at(pipe: Pipeline, value: np.ndarray, clock: Callable[[], flo
         if release is not None:
             await anyio.sleep(0.002)  # the run is enqueued and its caller waits
             release()
-    passed = pipe._res.timeline.passed_at(len(pipe._res.streams) - 1, pipe._res.timeline.value(
-        len(pipe._res.streams) - 1))
+    lane, timeline = pipe._d2h_lane, pipe._res.timeline
+    passed = timeline.passed_at(lane, timeline.value(lane))
     assert passed is not None
     return resumed[0], (resumed[1] - passed) / 1e9
 
@@ -403,12 +415,8 @@ async def _completion(device: aclpipe.Device, runs: int, held: bool) -> list[tup
     one-node graph, the device may finish before the host has enqueued the run's completion.
     """
     backend = device.backend
-    g, value = _one_node_graph()
     latencies = []
-    async with Pipeline(g, device, streams=1, depth=1) as pipe:
-        d2h = pipe._res.streams[-1].handle
-        for _ in range(20):
-            await pipe.run(x=value)
+    async with _warm_one_node_pipeline(device) as (pipe, value, d2h):
         for _ in range(runs):
             gate = backend.latch(d2h) if held else None
             backend.trace_begin()
@@ -457,12 +465,8 @@ async def _completion_native(device: aclpipe.Device, runs: int, held: bool, gate
     flag = ffi.new("int *")
     gate_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_gate")))
     flag_at = int(ffi.cast("uintptr_t", flag))
-    g, value = _one_node_graph()
     latencies = []
-    async with Pipeline(g, device, streams=1, depth=1) as pipe:
-        d2h = pipe._res.streams[-1].handle
-        for _ in range(20):
-            await pipe.run(x=value)
+    async with _warm_one_node_pipeline(device) as (pipe, value, d2h):
 
         def open_gate() -> None:
             flag[0] = 1
