@@ -53,3 +53,44 @@ def test_overlapping_pauses_in_two_threads_end_with_collection_on():
     release.set()
     thread.join(5)
     assert gc.isenabled()
+
+
+class _Node:
+    """A tracked object (instances of plain classes are followed by the collector)."""
+
+
+def _generation_of(target: object) -> int | None:
+    for generation in range(3):
+        if any(obj is target for obj in gc.get_objects(generation=generation)):
+            return generation
+    return None
+
+
+def test_what_a_pause_built_goes_to_the_oldest_generation_unscanned():
+    with paused_gc():
+        built = _Node()
+    assert _generation_of(built) == 2  # young collections will not scan it again
+
+
+def test_a_pause_that_raises_promotes_nothing():
+    young = None
+    try:
+        with paused_gc():
+            young = _Node()
+            raise KeyError("boom")
+    except KeyError:
+        pass
+    # Young: an automatic collection may have moved it one generation up since, never two.
+    assert _generation_of(young) in (0, 1)
+
+
+def test_objects_the_process_froze_stay_frozen():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with paused_gc():
+            built = _Node()
+        assert gc.get_freeze_count() == frozen  # never handed back to the collector
+        assert _generation_of(built) in (0, 1)  # young (see above)
+    finally:
+        gc.unfreeze()
