@@ -62,7 +62,7 @@ def _abandon_capture(backend: Any, origin: Any) -> None:
         pass  # an invalidated or unjoined capture has no model to free; the first error wins
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Step:
     """One node of one slot, ready to enqueue."""
 
@@ -128,6 +128,8 @@ class Program:
         self._pinned_by: WorkspaceStrategy | None = None
         self._building: Slot | None = None  # a half-built slot, for close() after a failure
         self._locations: dict[str, tuple[TensorDesc, str | None, int]] = {}  # see _location
+        #: value -> its descriptor at its constant's address: the same in every slot, built once
+        self._constant_descs: dict[str, TensorDesc] = {}
         try:
             for index in range(depth):
                 self.slots.append(self._build_slot(index))
@@ -185,13 +187,28 @@ class Program:
         return location
 
     def _desc(self, slot: Slot, value: str | None) -> TensorDesc | None:
-        if value is None:
-            return None
-        desc, constant, offset = self._location(value)
-        if constant is not None:
-            return desc.at(self.constants[constant].address)
-        assert slot.arena is not None
-        return desc.at(slot.arena.address + offset)
+        return None if value is None else self._descs(slot, (value,))[0]
+
+    def _descs(self, slot: Slot, values: Sequence[str | None]) -> tuple[TensorDesc | None, ...]:
+        """The descriptors of ``values`` at their addresses in ``slot`` (None stays None).  Per
+        node and slot, so written for speed: a constant's descriptor is shared by every slot."""
+        base = slot.arena.address if slot.arena is not None else 0
+        locations, constants = self._locations, self._constant_descs
+        descs: list[TensorDesc | None] = []
+        for value in values:
+            if value is None:
+                descs.append(None)
+                continue
+            desc, constant, offset = locations.get(value) or self._location(value)
+            if constant is None:
+                assert slot.arena is not None
+                descs.append(desc.at(base + offset))
+                continue
+            shared = constants.get(value)
+            if shared is None:
+                shared = constants[value] = desc.at(self.constants[constant].address)
+            descs.append(shared)
+        return tuple(descs)
 
     def _build_step(self, slot: Slot, node: PlannedNode, handles: list[Any], events: dict[int, Event]) -> Step:
         lane = self.lane_of[node.stream]
@@ -214,8 +231,8 @@ class Program:
 
     def _prepare_node(self, slot: Slot, step: Step) -> None:
         node, backend = step.node, self.device.backend
-        step.inputs = tuple(self._desc(slot, v) for v in node.inputs)
-        step.outputs = tuple(self._desc(slot, v) for v in node.outputs)
+        step.inputs = self._descs(slot, node.inputs)
+        step.outputs = self._descs(slot, node.outputs)
         try:
             executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
         except BackendError as error:

@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 __all__ = ["ExecutorRegion", "KernelClock", "SimExecutor", "kernel_clock", "prepare_executor"]
 
 _REGIONS = itertools.count(1)
+#: The byte every executor region stands for: only ever read (launches) or written in the
+#: sanitizer's books (destroy), never through numpy, so one read-only array serves them all
+#: (a program makes one executor per node and slot).
+_REGION_BYTE = np.zeros(1, np.uint8)
+_REGION_BYTE.flags.writeable = False
 
 
 class ExecutorRegion(Allocation):
@@ -38,7 +43,7 @@ class ExecutorRegion(Allocation):
     so the sanitizer can tell a destroy from a launch that may still run."""
 
     def __init__(self, op: str):
-        super().__init__(next(_REGIONS), 1, np.zeros(1, np.uint8), label=f"aclnn{op} executor")
+        super().__init__(next(_REGIONS), 1, _REGION_BYTE, label=f"aclnn{op} executor")
 
     def describe(self) -> str:
         return f"the {self.label} #{self.start}"
@@ -65,6 +70,8 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_frozen(item) for item in value)
     if kind in _MAPPINGS or isinstance(value, Mapping):
+        if not value:
+            return ()  # most nodes have no attributes: skip the sort
         return tuple(sorted((str(key), _frozen(item)) for key, item in value.items()))
     if isinstance(value, np.ndarray):
         return ("array", value.dtype.str, value.shape, value.tobytes())
