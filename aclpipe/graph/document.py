@@ -94,6 +94,12 @@ def _decode(data: bytes, where: Where) -> str:
                               "a graph file is YAML or JSON text") from None
 
 
+#: Per byte: +1 opens a flow collection, -1 closes one (a table lookup per byte).
+_BRACKET_STEPS = np.zeros(256, np.int8)
+_BRACKET_STEPS[[ord("["), ord("{")]] = 1
+_BRACKET_STEPS[[ord("]"), ord("}")]] = -1
+
+
 def _check_flow_nesting(text: str, where: Where, limits: LoadLimits) -> None:
     """Refuse bracket nesting far deeper than the limit before any parser runs.
 
@@ -103,9 +109,7 @@ def _check_flow_nesting(text: str, where: Where, limits: LoadLimits) -> None:
     data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
     if data.size == 0:
         return
-    steps = (np.isin(data, (ord("["), ord("{"))).astype(np.int32)
-             - np.isin(data, (ord("]"), ord("}"))).astype(np.int32))
-    depth = int(np.cumsum(steps).max(initial=0))
+    depth = int(np.cumsum(_BRACKET_STEPS[data], dtype=np.int32).max(initial=0))
     threshold = 4 * limits.max_depth + 64
     if depth > threshold:
         raise where.error("", f"brackets nest {depth} deep, far past the nesting limit of {limits.max_depth} "
