@@ -34,6 +34,7 @@ __all__ = ["FRESH_LOOKS", "place_sweep"]
 
 #: Fresh holes a writer examines, newest first.
 FRESH_LOOKS = 32
+_UNBOUNDED = 1 << 62  # wider than any arena
 
 
 def _covers(clock: Sequence[int], tag: Sequence[int]) -> bool:
@@ -85,12 +86,12 @@ class _Holes:
 
     def free(self, start: int, end: int, tag: tuple[int, ...], floor: Sequence[int]) -> None:
         """Add ``[start, end)``, last used under ``tag``: settled at once if ``floor`` covers it."""
-        blocking = next((t for t, need in enumerate(tag) if need > floor[t]), None)
-        if blocking is None:
-            self._settle(start, end)
-        else:
-            self._add(start, end, tag)
-            heapq.heappush(self.waiting[blocking], (tag[blocking], start))
+        for blocking, need in enumerate(tag):
+            if need > floor[blocking]:
+                self._add(start, end, tag)
+                heapq.heappush(self.waiting[blocking], (need, start))
+                return
+        self._settle(start, end)
 
     def promote(self, floor: Sequence[int]) -> None:
         """Settle the fresh holes ``floor`` now covers."""
@@ -134,14 +135,18 @@ class _Holes:
         at = bisect.bisect_left(by_size, (size, -1))
         if at < len(by_size):
             best = by_size[at]
-        for start in itertools.islice(reversed(self.fresh), FRESH_LOOKS):
-            if best is not None and best[0] == size:
-                break  # nothing fits tighter
-            end, tag = holes[start]
-            if (best is None or end - start < best[0]) and all(map(operator.le, tag or (), clock)):
-                low, high = self._run(start, clock)
-                if high - low >= size and (best is None or high - low < best[0]):
-                    best = (high - low, low)
+        room = best[0] if best is not None else _UNBOUNDED  # what a fresh run must beat
+        if room > size:  # else nothing fits tighter
+            le = operator.le
+            for start in itertools.islice(reversed(self.fresh), FRESH_LOOKS):
+                end, tag = holes[start]
+                # A run holds its hole, so a hole as wide as ``room`` cannot give a tighter one.
+                if end - start < room and all(map(le, tag, clock)):  # type: ignore[arg-type]  # fresh: tagged
+                    low, high = self._run(start, clock)
+                    if size <= high - low < room:
+                        best, room = (high - low, low), high - low
+                        if room == size:
+                            break
         if best is None:
             start = self.top
             if self.starts and self.holes[self.starts[-1]][0] == self.top and self._usable(self.starts[-1], clock):
