@@ -18,6 +18,9 @@
                 latency, speedup, and events/waits against one per cross-stream edge.
 ``completion``  device done (end of a run's last D2H copy, device clock) to the awaiting task
                 resuming with its result: median and p99, under asyncio and trio.
+``completion-split``  the same held runs with steps of the result path taken out in turn
+                (the fault query, the output copy, both; measurement only), alternating in
+                rounds within one process: what each step costs in place.
 ``workspaces``  a 200-node graph in which 100 nodes need a workspace (Softmax on 8 x 16),
                 4 streams, depth 2, under each workspace strategy: host cost per node
                 (submit -> enqueued and whole run), waits per run, and the pool against static.
@@ -562,6 +565,81 @@ def bench_completion(args: argparse.Namespace) -> None:
           "for any thread-to-loop wake on this machine")
 
 
+#: The result path with steps taken out, to see what each costs in place (measurement only: a
+#: pipeline without them is not correct).  Measured in rounds, the variants alternating.
+_SPLIT_VARIANTS = ("whole path", "no fault query", "no output copy", "neither")
+
+
+def _strip(pipe: Pipeline, variant: str) -> None:
+    """Give ``pipe`` (and its programs) stand-ins, on the instances, for the steps ``variant``
+    takes out of a run's result path; the whole path puts the class's methods back."""
+    pipe.__dict__.pop("_collect_faults", None)
+    programs = [entry.program for entry in pipe._res.cache]
+    for program in programs:
+        program.__dict__.pop("read_outputs", None)
+    if variant in ("no fault query", "neither"):
+        pipe.__dict__["_collect_faults"] = lambda run: None
+    if variant in ("no output copy", "neither"):
+        for program in programs:
+            program.__dict__["read_outputs"] = lambda slot: {}
+
+
+async def _held_split(device: aclpipe.Device, runs: int, gate: tuple[Any, Any] | None) -> dict[str, list[list[float]]]:
+    """Per variant, per round: completion host function start -> resumed of held runs."""
+    backend = device.backend
+    rounds = max(1, runs // 30)
+    results: dict[str, list[list[float]]] = {variant: [] for variant in _SPLIT_VARIANTS}
+    flag: Any = None
+    if gate is not None:
+        ffi, lib = gate
+        flag = ffi.new("int *")
+        gate_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_gate")))
+        flag_at = int(ffi.cast("uintptr_t", flag))
+    async with _warm_one_node_pipeline(device) as (pipe, value, d2h):
+
+        def open_gate() -> None:
+            flag[0] = 1
+
+        for _ in range(rounds):
+            for variant in _SPLIT_VARIANTS:
+                _strip(pipe, variant)
+                latencies = []
+                for _ in range(runs // rounds):
+                    if gate is not None:
+                        flag[0] = 0
+                        backend.host_func_c(d2h, gate_fn, flag_at)
+                        release = open_gate
+                    else:
+                        release = backend.latch(d2h).set
+                    latencies.append((await _resumed_at(pipe, value, time.perf_counter, release))[1])
+                results[variant].append(latencies)
+        _strip(pipe, "whole path")
+    return results
+
+
+def bench_completion_split(args: argparse.Namespace) -> None:
+    native = args.device != "sim"
+    gate = _gate() if native else None
+    print(f"\n== where the completion path goes, in place: held runs on {args.device}, {args.runs} per variant "
+          "in rounds of 30, the variants alternating (medians, us)")
+    print(f"{'event loop':<10} {'baseline':>9}   " + "   ".join(f"{variant:>22}" for variant in _SPLIT_VARIANTS))
+    for backend in ("asyncio", "trio"):
+        device = _open_host_device(args.device)
+        results = anyio.run(_held_split, device, args.runs, gate, backend=backend)
+        device.close()
+        base = statistics.median(anyio.run(_bare_wake, args.runs, backend=backend)) * 1e6
+        whole = [statistics.median(r) for r in results["whole path"]]
+        cells = []
+        for variant in _SPLIT_VARIANTS:
+            median = statistics.median(x for r in results[variant] for x in r) * 1e6
+            saved = sorted((w - statistics.median(r)) * 1e6 for w, r in zip(whole, results[variant], strict=True))
+            cells.append(f"{median:6.1f} (+{median - base:4.0f})" + (
+                f" -{statistics.median(saved):3.0f}" if variant != "whole path" else "     "))
+        print(f"{backend:<10} {base:9.1f}   " + "   ".join(f"{cell:>22}" for cell in cells))
+    print("each cell: host function -> resumed, (over the baseline), and -N: the median per round of what taking "
+          "the step(s) out saved against the whole path in the same round. Measurement only: without the fault "
+          "query a failed run would not raise; without the copy no result is returned")
+
 # -- 6. workspace strategies in the pipeline --------------------------------------------------------
 def workspace_graph(nodes: int = 200, branches: int = 4) -> Graph:
     """``branches`` chains alternating Softmax (which needs a workspace) and Relu on 8 x 16 floats."""
@@ -620,7 +698,7 @@ def bench_workspaces(args: argparse.Namespace) -> None:
 
 BENCHES: dict[str, Callable[[argparse.Namespace], None]] = {
     "host": bench_host, "overlap": bench_overlap, "memory": bench_memory, "streams": bench_streams,
-    "completion": bench_completion, "workspaces": bench_workspaces,
+    "completion": bench_completion, "completion-split": bench_completion_split, "workspaces": bench_workspaces,
 }
 
 

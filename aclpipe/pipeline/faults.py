@@ -114,12 +114,15 @@ class FaultLog:
     def retire(self, run: int, newest_run: int) -> None:
         """``run`` has finished or was abandoned: drop faults no live or future run can match."""
         self.live.discard(run)
-        oldest = min(self.live, default=newest_run + 1)
-        self.faults = [fault for fault in self.faults if fault.last_run >= oldest]
+        if self.faults:
+            oldest = min(self.live, default=newest_run + 1)
+            self.faults = [fault for fault in self.faults if fault.last_run >= oldest]
 
     def check(self, run: int, own_error: BaseException | None = None) -> None:
         """Raise for ``run`` if a recorded fault's window covers it, or if its own ``done`` event
         reported ``own_error`` (which no one else's consuming of stream errors can hide)."""
+        if not self.faults and own_error is None:  # every run's question; almost always the answer
+            return
         faults = [fault for fault in self.faults if fault.covers(run)]
         if not faults and own_error is not None:
             first = _context(own_error).get("run")

@@ -458,6 +458,8 @@ class Pipeline:
         Only streams that may hold one are asked (:class:`Touched`); ``completed_run`` and every
         run before it have completed."""
         streams, touched = self._res.streams, self._touched
+        if not touched.dirty:
+            return
         lanes = touched.to_ask()
         failed = self._faults.collect([streams[lane] for lane in lanes], self._runs)
         if not failed:

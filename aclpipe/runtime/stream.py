@@ -151,9 +151,10 @@ class Stream:
     def take_error(self) -> Exception | None:
         """Return and clear the sticky error without waiting (``aclrtGetLastError``-style)."""
         self._check()
-        self._collect_retired()
-        if self._errors:
-            return self._errors.pop(0)
+        if self._retired or self._errors:  # only after renew(): the result path skips this
+            self._collect_retired()
+            if self._errors:
+                return self._errors.pop(0)
         return self.device.backend.stream_take_error(self.handle)
 
     def abort(self) -> None:

@@ -62,14 +62,33 @@ def parked_timelines() -> int:
 
 
 class _Waiter:
-    __slots__ = ("event", "live", "promoted", "seq", "value")
+    """A task asleep until its lane reaches ``value``: on an anyio event, or (asyncio's reader
+    path) on a bare future of the loop, which wakes it without the event layers."""
 
-    def __init__(self, value: int, seq: int):
+    __slots__ = ("event", "future", "live", "promoted", "seq", "value")
+
+    def __init__(self, value: int, seq: int, future: asyncio.Future[None] | None = None):
         self.value = value
         self.seq = seq
-        self.event = anyio.Event()
+        self.future = future
+        self.event = anyio.Event() if future is None else None
         self.live = True
         self.promoted = False  # woken to take over as pump, not because its value arrived
+
+    def wake(self) -> None:
+        if self.future is not None:
+            if not self.future.done():  # a cancelled waiter's future is done already
+                self.future.set_result(None)
+        else:
+            assert self.event is not None
+            self.event.set()
+
+    async def sleep(self) -> None:
+        if self.future is not None:
+            await self.future
+        else:
+            assert self.event is not None
+            await self.event.wait()
 
     def __lt__(self, other: _Waiter) -> bool:
         return (self.value, self.seq) < (other.value, other.seq)
@@ -243,10 +262,10 @@ class Timeline:
         counter = self._lanes[lane].counter
         while counter[0] < value:
             self._check_lost(lane, value)
-            waiter = _Waiter(value, next(self._seq))
+            waiter = _Waiter(value, next(self._seq), loop.create_future())
             heapq.heappush(self._heaps[lane], waiter)
             try:
-                await waiter.event.wait()
+                await waiter.sleep()
             except BaseException:
                 waiter.live = False
                 raise
@@ -292,7 +311,7 @@ class Timeline:
         waiter = _Waiter(value, next(self._seq))
         heapq.heappush(self._heaps[lane], waiter)
         try:
-            await waiter.event.wait()
+            await waiter.sleep()
         except BaseException:
             if waiter.live:
                 waiter.live = False
@@ -312,15 +331,19 @@ class Timeline:
 
     def _wake_satisfied(self) -> None:
         for lane, heap in enumerate(self._heaps):
+            if not heap:  # the usual lane: nobody waits on it
+                continue
             reached = self._lanes[lane].counter[0]
             lost = self._lanes[lane].lost is not None
             while heap and (lost or heap[0].value <= reached or not heap[0].live):
                 waiter = heapq.heappop(heap)
                 if waiter.live:
                     waiter.live = False
-                    waiter.event.set()
+                    waiter.wake()
 
     def _promote_one(self) -> None:
+        if not any(self._heaps):  # nobody to wake or promote (a lone pump leaving)
+            return
         self._wake_satisfied()
         for heap in self._heaps:
             while heap:
@@ -328,7 +351,7 @@ class Timeline:
                 if waiter.live:
                     waiter.live = False
                     waiter.promoted = True
-                    waiter.event.set()
+                    waiter.wake()
                     return
 
     @property

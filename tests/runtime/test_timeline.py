@@ -76,6 +76,29 @@ async def test_a_cancelled_pump_hands_over_to_the_next_waiter(device):
     timeline.close()
 
 
+@pytest.mark.anyio
+async def test_a_waiter_cancelled_while_asleep_is_dropped_and_later_waits_still_wake(device):
+    stream = device.create_stream()
+    timeline = Timeline(1)
+    gate = device.backend.latch(stream.handle)
+    value = timeline.enqueue_advance(device.backend, stream.handle, 0)
+    with anyio.move_on_after(0.05) as scope:
+        await timeline.wait(0, value)  # asleep (asyncio: on a future of the loop) when cancelled
+    assert scope.cancelled_caught and timeline.waiting == 0
+    woken: list[int] = []
+
+    async def waiter() -> None:
+        await timeline.wait(0, value)
+        woken.append(value)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(waiter)
+        await anyio.sleep(0.02)
+        gate.set()
+    assert woken == [value] and timeline.waiting == 0
+    timeline.close()
+
+
 def test_counters_only_move_forward(device):
     stream = device.create_stream()
     timeline = Timeline(1)

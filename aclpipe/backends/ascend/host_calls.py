@@ -36,6 +36,8 @@ class HostErrors:
 
     def take(self) -> BackendError | None:
         """The oldest error (the rest are dropped: the first failure explains the others)."""
+        if not self._errors:  # the usual answer, without the lock: one read under the GIL
+            return None
         with self._lock:
             errors, self._errors = self._errors, []
         return errors[0] if errors else None

@@ -43,6 +43,9 @@ class AscendStream:
         self.destroyed = False
         self.subscribed = False  # to the device's report thread (callback mode)
         self.host_errors = HostErrors()
+        # Reused by every error query (a run's result asks for one): its value is never read
+        # there, so threads that share it do no harm.
+        self.status = ffi.new("aclrtStreamStatus *")
 
     def __repr__(self) -> str:
         return f"<AscendStream {self.name}{' destroyed' if self.destroyed else ''}>"
@@ -176,8 +179,7 @@ class Streams:
         error = stream.host_errors.take()
         if error is not None:
             return error
-        status = ffi.new("aclrtStreamStatus *")
-        code = self._runtime.aclrtStreamQuery(stream.handle, status)
+        code = self._runtime.aclrtStreamQuery(stream.handle, stream.status)
         return self._library.error(code, "aclrtStreamQuery", {"stream": stream.name}) if code else None
 
     @staticmethod

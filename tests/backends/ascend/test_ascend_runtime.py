@@ -212,13 +212,21 @@ async def test_the_c_completion_path_advances_a_timeline(any_ascend: Device):
     timeline = Timeline(1)
     staging = any_ascend.alloc_host(4 * 64)
     source = any_ascend.upload(np.arange(64, dtype=np.float32))
-    with latch(stream):
-        stream.memcpy(staging, source)
-        value = timeline.enqueue_advance(any_ascend.backend, stream.handle, 0)
-        await anyio.sleep(0.02)
-        assert timeline.value(0) == 0
-    with anyio.fail_after(TIMEOUT):
+    woken: list[int] = []
+
+    async def waiter(value: int) -> None:
         await timeline.wait(0, value)
+        woken.append(value)
+
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as group:
+            with latch(stream):
+                stream.memcpy(staging, source)
+                value = timeline.enqueue_advance(any_ascend.backend, stream.handle, 0)
+                group.start_soon(waiter, value)
+                await anyio.sleep(0.02)  # the waiter is parked: only the pipe can wake it
+                assert timeline.value(0) == 0 and not woken
+    assert woken == [value]
     np.testing.assert_array_equal(staging.numpy("float32"), np.arange(64, dtype=np.float32))
     later = [timeline.enqueue_advance(any_ascend.backend, stream.handle, 0) for _ in range(10)]
     with anyio.fail_after(TIMEOUT):
