@@ -93,6 +93,10 @@ class FaultInjector:
         for each in rules:
             each.released.set()
 
+    def may_hang(self) -> bool:
+        """Whether a planted rule hangs the tasks it matches."""
+        return any(rule.hang for rule in self._rules)
+
     def check(self, kind: str, name: str, context: dict[str, Any] | None) -> FaultRule | None:
         if not self._rules:
             return None

@@ -155,6 +155,39 @@ class SimStream:
             task.index = self.enqueued
         self._queue.put(task)
 
+    def adopt(self, entry: Task) -> None:
+        """Take ``entry`` (a model part) as this stream's next queue entry, to be run by the
+        calling thread with :meth:`step` and finished with :meth:`release`: a captured model's
+        replay run by the replaying stream's worker (see ``Captures._hand_over``).  The caller
+        makes sure this stream's own worker is idle and gets nothing meanwhile."""
+        assert entry.tasks
+        with self._cond:
+            self.check_submittable()
+            self.enqueued += 1
+            entry.index = self.enqueued
+        self._counted = False
+        self._current_index = entry.index
+        self._graph_context = entry.context
+        self._graph_last = entry.tasks[-1]
+
+    def step(self, task: Task) -> None:
+        """Run one task of the adopted entry, as this stream's worker would."""
+        try:
+            self._execute(task)
+        except BaseException as exc:  # noqa: BLE001 - as in the worker's loop
+            self._fail(task, error_from_code(507000, f"simulator bug in {task.kind} task: {exc!r}"))
+
+    def release(self) -> None:
+        """Finish the adopted entry."""
+        self._graph_context = None
+        self._graph_last = None
+        if not self._counted:
+            self._count_done()
+
+    def idle(self) -> bool:
+        """Every entry submitted so far has finished."""
+        return self.completed == self.enqueued
+
     def position(self) -> int:
         return self.enqueued
 
