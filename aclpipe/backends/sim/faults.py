@@ -75,16 +75,20 @@ class FaultInjector:
     def __init__(self) -> None:
         self._rules: list[FaultRule] = []
         self._lock = threading.Lock()
+        #: Whether any rule is planted: stream workers skip :meth:`check` for every task otherwise.
+        self.planted = False
 
     def add(self, rule: FaultRule) -> FaultRule:
         with self._lock:
             self._rules.append(rule)
+            self.planted = True
         return rule
 
     def clear(self) -> None:
         self.release()
         with self._lock:
             self._rules.clear()
+            self.planted = False
 
     def release(self, rule: FaultRule | None = None) -> None:
         """Let hung tasks go (all of them, or those of one rule)."""
