@@ -399,15 +399,22 @@ class Captures:
         start = model.start.begin_record(start_clock)
         # The model's streams fail on their own tasks only; the replaying stream adopts their
         # failures (so they do not bounce back into the next replay's start).
-        parts = {inner: [Task(WAIT, f"start {model.name}", event=model.start, generation=start, inherit=False)]
-                 for inner in model.streams.values()}
+        begin = f"start {model.name}"
+        parts = {inner: [sync_task(WAIT, begin, model.start, start, inherit=False)] for inner in model.streams.values()}
         generations: dict[SimEvent, int] = {}
         try:
             if sanitizer is None:  # the fast path: copy each part, renew its records and waits
                 for inner, template in model.templates.items():
                     parts[inner].extend(template)
+                shadows = model.shadows
                 for inner, index, item in model.sync_points:  # capture order: records before their waits
-                    parts[inner][index + 1] = self._replayed(model, item, inner, generations, context)
+                    task = item.task
+                    shadow = shadows[task.event]  # type: ignore[index]  # sync tasks have an event
+                    if task.kind == RECORD:
+                        generations[shadow] = shadow.begin_record({})
+                    # See _replayed: failures inside a model travel only through its end records.
+                    parts[inner][index + 1] = sync_task(task.kind, task.name, shadow, generations[shadow],
+                                                        inherit=False)
             else:
                 for item in model.items:
                     inner = model.streams[item.stream]
@@ -416,10 +423,11 @@ class Captures:
             model.start.complete(start, backend.engines.now(), None)  # nothing was enqueued
             raise
         joins: list[tuple[SimEvent, int]] = []
+        finish = f"end {model.name}"
         for inner, end in model.ends.items():
             end_clock = sanitizer.snapshot(inner.name) if sanitizer else {}
             generation = end.begin_record(end_clock)
-            parts[inner].append(Task(RECORD, f"end {model.name}", event=end, generation=generation))
+            parts[inner].append(sync_task(RECORD, finish, end, generation))
             joins.append((end, generation))
             model.replays[end] = generation
         # On the replaying stream, one queue entry: the start, then one wait for every model
