@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, error_from_code
+from ...ops.fp_errors import ignore_fp_errors_on_this_thread
 from ..protocol import FailureMode
 from .callbacks import CallbackThread
 from .event import SimEvent
@@ -241,6 +242,7 @@ class SimStream:
 
     # -- device side -------------------------------------------------------------------------
     def _loop(self) -> None:
+        ignore_fp_errors_on_this_thread()  # kernels make inf and nan as data; see aclpipe.ops.fp_errors
         while True:
             task = self._queue.get()
             if task is None:
