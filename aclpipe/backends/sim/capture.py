@@ -31,6 +31,10 @@ the error table ``25-01_aclError.md`` and the ACL Graph design notes
   submits one task, to the replaying stream; when that stream reaches it, the device hands
   each model stream its part (in the order the replays were submitted), as the runtime
   launches a model from the device side: the host never wakes the model's streams itself.
+  When nothing else of the model is in flight (and the timing model is off), the replaying
+  stream's worker runs the parts itself, in capture order, with each model stream's own
+  bookkeeping: the same results and failures without waking a thread per model stream
+  (see ``Captures._hand_over``).
 - ``aclmdlRICaptureTaskGrpBegin/End`` on a capturing stream mark single-op tasks that may
   change (anything else: ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT; nesting or unpaired calls:
   ACL_ERROR_STREAM_TASK_GROUP_STATUS); ``aclmdlRICaptureTaskUpdateBegin/End`` on a stream
