@@ -134,6 +134,10 @@ class SimStream:
         self._graph_context: dict[str, Any] | None = None  # run context of the part being executed
         self._graph_last: Task | None = None  # the part's last task
         self._counted = False  # the current queue entry was already counted as completed
+        # The index of the last queue entry this stream is wholly done with: set after its count
+        # and after the last of its state was reset (the count itself comes earlier, inside the
+        # entry's last record, so that whoever sees the record done sees the stream past it).
+        self._finished = 0
         self._callbacks: CallbackThread | None = None
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"aclpipe-{name}", daemon=True)
@@ -190,10 +194,12 @@ class SimStream:
         self._graph_last = None
         if not self._counted:
             self._count_done()
+        self._finished = self._current_index
 
     def idle(self) -> bool:
-        """Every entry submitted so far has finished."""
-        return self.completed == self.enqueued
+        """Every entry submitted so far has finished, and the worker is done with the last one
+        (not only counted it: it may still be returning from the record that counted it)."""
+        return self._finished == self.enqueued
 
     def position(self) -> int:
         return self.enqueued
@@ -255,6 +261,7 @@ class SimStream:
                 self._fail(task, error_from_code(507000, f"simulator bug in {task.kind} task: {exc!r}"))
             if not self._counted:
                 self._count_done()
+            self._finished = task.index
 
     def interrupted(self) -> bool:
         """Whether the current queue entry was discarded by an abort or a stop."""
