@@ -379,3 +379,21 @@ def test_a_fault_inside_a_replay_run_by_the_replaying_stream_is_its_stream_error
     runner.sync()
     np.testing.assert_array_equal(device.download(b, "float32", (8,)), 4 * np.arange(8))
     device.backend.model_destroy(model)
+
+
+def test_a_trace_of_a_replay_run_by_the_replaying_stream_names_the_models_streams(device):
+    threads: list[tuple[str, str]] = []
+    model, _buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
+    runner = device.create_stream()
+    backend = device.backend
+    backend.trace_begin()
+    backend.model_execute(model, runner.handle, {"run": 5})
+    runner.sync()
+    records = backend.trace_end()
+    kernels = {record.node: record for record in records if record.kind == "kernel"}
+    assert set(kernels) == {"double", "copy"} and all(record.run == 5 for record in kernels.values())
+    # Each kernel is the model stream's that captured it, though one thread ran them both.
+    assert kernels["double"].stream != kernels["copy"].stream
+    assert {kernels["double"].stream, kernels["copy"].stream} <= {inner.name for inner in model.streams.values()}
+    assert {name for _, name in threads} == {f"aclpipe-{runner.handle.name}"}
+    backend.model_destroy(model)
