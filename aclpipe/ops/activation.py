@@ -39,6 +39,7 @@ from .checks import (
     target_view,
 )
 from .elementwise import UnaryOp, erf, float_result, keep_dtype, sigmoid
+from .fp_errors import ignore_fp_errors
 from .registry import register
 
 __all__ = ["SoftmaxOp", "gelu", "gelu_tanh"]
@@ -143,7 +144,7 @@ class SoftmaxOp(OpSpec):
             row_sum = scratch_view(workspace, sum_at, (rows,), np.float32)
             # Along the last dim the rows are the output's own bytes: compute straight into them.
             target = target_view(outs[0], (rows, length), np.float32) if last else None
-            with np.errstate(all="ignore"):  # rows of -inf give nan, as in PyTorch
+            with ignore_fp_errors():  # rows of -inf give nan, as in PyTorch
                 np.maximum.reduce(values, axis=1, out=row_max)
                 shifted = np.subtract(values, row_max[:, None], out=None if log else target)
                 exponentials = np.exp(shifted, out=None if log else shifted)

@@ -40,6 +40,7 @@ from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
 from .base import Kernel, OpPlan, OpSpec, op_error
 from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
+from .fp_errors import ignore_fp_errors
 from .registry import register
 
 __all__ = ["BinaryOp", "UnaryOp", "erf", "float_result", "keep_dtype", "sigmoid"]
@@ -199,7 +200,7 @@ class UnaryOp(OpSpec):
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
             assert ins[0] is not None and outs[0] is not None
-            with np.errstate(all="ignore"):  # inf/nan results are data, as on the device
+            with ignore_fp_errors():  # inf/nan results are data, as on the device
                 store(outs[0], function(ins[0].astype(compute, copy=False), params))
 
         flops, traffic = elementwise_cost(out.numel, [x, out], self.flops)
@@ -211,7 +212,7 @@ def _direct_unary(ufunc: np.ufunc) -> Kernel:
 
     def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
-        with np.errstate(all="ignore"):  # inf/nan results are data, as on the device
+        with ignore_fp_errors():  # inf/nan results are data, as on the device
             ufunc(ins[0], out=outs[0])
 
     return kernel
@@ -329,7 +330,7 @@ class BinaryOp(OpSpec):
             assert ins[0] is not None and outs[0] is not None
             first = ins[0].astype(compute, copy=False)
             second = params["scalar"] if scalar_operand else np.asarray(ins[1]).astype(compute, copy=False)
-            with np.errstate(all="ignore"):  # x/0, overflow: inf/nan are data, as on the device
+            with ignore_fp_errors():  # x/0, overflow: inf/nan are data, as on the device
                 store(outs[0], function(first, second, params))
 
         flops, traffic = elementwise_cost(out.numel, [*call.tensors, out], self.flops)
@@ -342,7 +343,7 @@ def _direct_binary(ufunc: np.ufunc, scalar: Any) -> Kernel:
 
     def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
-        with np.errstate(all="ignore"):  # x/0, overflow: inf/nan are data, as on the device
+        with ignore_fp_errors():  # x/0, overflow: inf/nan are data, as on the device
             ufunc(ins[0], scalar if scalar is not None else ins[1], out=outs[0])
 
     return kernel

@@ -43,6 +43,7 @@ from .checks import (
     store,
     target_view,
 )
+from .fp_errors import ignore_fp_errors
 from .registry import register
 
 __all__ = ["BatchNormOp", "LayerNormOp", "RmsNormOp"]
@@ -159,7 +160,7 @@ class LayerNormOp(OpSpec):
             mean = scratch_view(workspace, mean_at, (rows,), np.float32)
             rstd = scratch_view(workspace, rstd_at, (rows,), np.float32)
             target = target_view(outs[0], (rows, columns), np.float32)
-            with np.errstate(all="ignore"):  # an empty normalized shape gives nan, like PyTorch
+            with ignore_fp_errors():  # an empty normalized shape gives nan, like PyTorch
                 np.add.reduce(values, axis=1, out=mean)
                 mean *= inverse_columns
                 centered = np.subtract(values, mean[:, None], out=target)
@@ -219,7 +220,7 @@ class RmsNormOp(OpSpec):
             values = compute_view(ins[0], dtype).reshape(rows, columns)
             rstd = scratch_view(workspace, rstd_at, (rows,), np.float32)
             target = target_view(outs[0], (rows, columns), np.float32)
-            with np.errstate(all="ignore"):
+            with ignore_fp_errors():
                 np.add.reduce(np.square(values), axis=1, out=rstd)
                 rstd /= columns
                 rstd += epsilon
@@ -281,7 +282,7 @@ class BatchNormOp(OpSpec):
             scale = scratch_view(workspace, scale_at, (channels,), np.float32)
             shift = scratch_view(workspace, shift_at, (channels,), np.float32)
             target = target_view(outs[0], shape, np.float32)
-            with np.errstate(all="ignore"):
+            with ignore_fp_errors():
                 np.divide(_flat(argument(ins, 1), channels, 1.0),
                           np.sqrt(_flat(argument(ins, 4), channels, 1.0) + np.float32(eps)), out=scale)
                 np.subtract(_flat(argument(ins, 2), channels, 0.0), _flat(argument(ins, 3), channels, 0.0) * scale,

@@ -48,6 +48,7 @@ from .checks import (
     scratch_view,
 )
 from .conv import Window, int_list, spatial_format
+from .fp_errors import ignore_fp_errors
 from .registry import register
 from .shape import copy_into, int_attr
 
@@ -137,7 +138,7 @@ class Quantize(OpSpec):
             values, scale, result = views[0], views[1], results[0]
             assert values is not None and scale is not None and result is not None
             factor = _broadcastable(scale.astype(np.float32), axis, values.ndim)
-            with np.errstate(all="ignore"):  # a zero scale gives inf/nan: saturated, as on the device
+            with ignore_fp_errors():  # a zero scale gives inf/nan: saturated, as on the device
                 if requantize:  # MLAS: float32(acc) * scale, then round
                     scaled = values.astype(np.float32) * factor
                 else:  # MLAS divides by the scale
@@ -216,7 +217,7 @@ class DynamicQuantize(OpSpec):
             low, high = np.float32(bounds[0]), np.float32(bounds[1])
             scale = np.float32(1.0) if high == low else np.float32((high - low) / np.float32(255.0))
             zero_point = np.rint(np.clip(np.float32(0.0) - low / scale, 0.0, 255.0))
-            with np.errstate(all="ignore"):
+            with ignore_fp_errors():
                 copy_into(quantized, round_saturate(values.astype(np.float32) / scale, zero_point, DType.uint8))
             copy_into(scale_out, np.asarray(scale))
             copy_into(zero_out, np.asarray(zero_point, np.uint8))

@@ -44,6 +44,7 @@ from .checks import (
     scratch_view,
     store,
 )
+from .fp_errors import ignore_fp_errors
 from .registry import register
 
 __all__ = ["ReduceOp"]
@@ -186,7 +187,7 @@ class ReduceOp(OpSpec):
             accumulator = scratch_view(workspace, accumulator_at, keep_shape, accumulate)
             values = ins[0].astype(operand, copy=False)
             # the mean of nothing is nan, as in PyTorch; overflow to inf is data, as on the device
-            with np.errstate(all="ignore"):
+            with ignore_fp_errors():
                 # the accumulator lives in the workspace: partial results are device scratch
                 reducer(values, axis=dims, keepdims=True, out=accumulator)
                 if divisor is not None:

@@ -816,7 +816,7 @@ class _Guarded:
     object with slots is what the cyclic collector then traverses instead of a function, its
     cells and the lists they hold."""
 
-    __slots__ = ("_scribbles", "label", "padding", "reads", "run", "writes")
+    __slots__ = ("_allocations", "_scribbles", "label", "padding", "reads", "run", "writes")
 
     def __init__(self, run: Callable[[], None], reads: tuple[Region, ...], writes: tuple[Region, ...],
                  padding: tuple[Region, ...], label: str):
@@ -825,14 +825,14 @@ class _Guarded:
         self.writes = writes
         self.padding = padding
         self.label = label
+        # Each allocation once (a kernel's regions mostly share a few): checked before every run.
+        self._allocations = tuple({id(a): a for a, _, _ in reads + writes}.values())
         self._scribbles: list[tuple[Allocation, np.ndarray]] | None = None  # the padding's bytes, at first run
 
     def __call__(self) -> None:
-        for regions, code, kind in ((self.reads, 507042, "reads"), (self.writes, 507043, "writes")):
-            for allocation, _, _ in regions:
-                if not allocation.alive:
-                    raise error_from_code(code, f"{self.label} {kind} {allocation.describe()}, freed while the "
-                                                "kernel was queued (use after free)")
+        for allocation in self._allocations:
+            if not allocation.alive:
+                self._trap()
         self.run()
         scribbles = self._scribbles
         if scribbles is None:
@@ -842,3 +842,11 @@ class _Guarded:
         for allocation, scribble in scribbles:
             if allocation.alive:
                 scribble.fill(POISON_BYTE)
+
+    def _trap(self) -> None:
+        """Raise the trap for the first region (reads first) in freed memory."""
+        for regions, code, kind in ((self.reads, 507042, "reads"), (self.writes, 507043, "writes")):
+            for allocation, _, _ in regions:
+                if not allocation.alive:
+                    raise error_from_code(code, f"{self.label} {kind} {allocation.describe()}, freed while the "
+                                                "kernel was queued (use after free)")

@@ -31,6 +31,10 @@ the error table ``25-01_aclError.md`` and the ACL Graph design notes
   submits one task, to the replaying stream; when that stream reaches it, the device hands
   each model stream its part (in the order the replays were submitted), as the runtime
   launches a model from the device side: the host never wakes the model's streams itself.
+  When nothing else of the model is in flight (and the timing model is off), the replaying
+  stream's worker runs the parts itself, in capture order, with each model stream's own
+  bookkeeping: the same results and failures without waking a thread per model stream
+  (see ``Captures._hand_over``).
 - ``aclmdlRICaptureTaskGrpBegin/End`` on a capturing stream mark single-op tasks that may
   change (anything else: ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT; nesting or unpaired calls:
   ACL_ERROR_STREAM_TASK_GROUP_STATUS); ``aclmdlRICaptureTaskUpdateBegin/End`` on a stream
@@ -98,6 +102,12 @@ class SimModel:
     #: (replaced by fresh ones at each replay): a replay without the sanitizer copies the lists.
     templates: dict[SimStream, list[Task]] = field(default_factory=dict)
     sync_points: list[tuple[SimStream, int, Captured]] = field(default_factory=list)
+    #: Every captured task as (its part's number in ``streams`` order, its position in the part),
+    #: in capture order: an order in which the parts can run one task at a time on one thread
+    #: (a captured wait always follows the record it waits for).
+    order: list[tuple[int, int]] = field(default_factory=list)
+    #: Held while a replay's parts are handed over (or run): hand-overs of one model never overlap.
+    handing: threading.Lock = field(default_factory=threading.Lock)
     #: Replays submitted whose parts the model's streams do not have yet, oldest first.
     pending: list[_Parts] = field(default_factory=list)
 
@@ -241,11 +251,13 @@ class Captures:
             event = item.task.event
             if event is not None and event not in model.shadows:
                 model.shadows[event] = SimEvent(f"{model.name}:{event.name}", False)
+        numbers = {inner: number for number, inner in enumerate(model.streams.values())}
         for item in model.items:
             inner = model.streams[item.stream]
             part = model.templates.setdefault(inner, [])
             if item.task.kind in (RECORD, WAIT):
                 model.sync_points.append((inner, len(part), item))
+            model.order.append((numbers[inner], len(part) + 1))  # a part starts with the wait for the start
             part.append(item.task)
         model.start = SimEvent(f"{model.name}:start", False)
         model.ends = {inner: SimEvent(f"{model.name}:end:{inner.name}", False) for inner in model.streams.values()}
@@ -391,15 +403,22 @@ class Captures:
         start = model.start.begin_record(start_clock)
         # The model's streams fail on their own tasks only; the replaying stream adopts their
         # failures (so they do not bounce back into the next replay's start).
-        parts = {inner: [Task(WAIT, f"start {model.name}", event=model.start, generation=start, inherit=False)]
-                 for inner in model.streams.values()}
+        begin = f"start {model.name}"
+        parts = {inner: [sync_task(WAIT, begin, model.start, start, inherit=False)] for inner in model.streams.values()}
         generations: dict[SimEvent, int] = {}
         try:
             if sanitizer is None:  # the fast path: copy each part, renew its records and waits
                 for inner, template in model.templates.items():
                     parts[inner].extend(template)
+                shadows = model.shadows
                 for inner, index, item in model.sync_points:  # capture order: records before their waits
-                    parts[inner][index + 1] = self._replayed(model, item, inner, generations, context)
+                    task = item.task
+                    shadow = shadows[task.event]  # type: ignore[index]  # sync tasks have an event
+                    if task.kind == RECORD:
+                        generations[shadow] = shadow.begin_record({})
+                    # See _replayed: failures inside a model travel only through its end records.
+                    parts[inner][index + 1] = sync_task(task.kind, task.name, shadow, generations[shadow],
+                                                        inherit=False)
             else:
                 for item in model.items:
                     inner = model.streams[item.stream]
@@ -408,10 +427,11 @@ class Captures:
             model.start.complete(start, backend.engines.now(), None)  # nothing was enqueued
             raise
         joins: list[tuple[SimEvent, int]] = []
+        finish = f"end {model.name}"
         for inner, end in model.ends.items():
             end_clock = sanitizer.snapshot(inner.name) if sanitizer else {}
             generation = end.begin_record(end_clock)
-            parts[inner].append(Task(RECORD, f"end {model.name}", event=end, generation=generation))
+            parts[inner].append(sync_task(RECORD, finish, end, generation))
             joins.append((end, generation))
             model.replays[end] = generation
         # On the replaying stream, one queue entry: the start, then one wait for every model
@@ -419,9 +439,9 @@ class Captures:
         pending = _Parts([(inner, Task(GRAPH, f"{model.name} replay", tasks=tasks, context=context))
                           for inner, tasks in parts.items()])
         model.pending.append(pending)  # under self._lock, before the replaying stream can reach it
-        replaying = [Task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
-                          discarded=lambda: self._drop(model, pending)),
-                     Task(RECORD, f"start {model.name}", event=model.start, generation=start)]
+        replaying = [Task(RECORD, f"start {model.name}", event=model.start, generation=start),
+                     Task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
+                          discarded=lambda: self._drop(model, pending))]
         if joins:
             (first, generation), rest = joins[0], joins[1:]
             replaying.append(Task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
@@ -432,20 +452,39 @@ class Captures:
                 sanitizer.wait(stream.name, model.ends[inner].snapshot)
 
     def _hand_over(self, model: SimModel, replay: _Parts) -> None:
-        """On the replaying stream: give the model's streams their parts of every replay
-        submitted up to this one (a replay submitted earlier on another stream goes first, as it
-        would have if the host had queued the parts itself)."""
-        with self._lock:
-            if replay not in model.pending:
-                return  # an earlier hand-over took it along
-            index = model.pending.index(replay)
-            ready, model.pending[:index + 1] = model.pending[:index + 1], []
-        for earlier in ready:
-            for inner, part in earlier.parts:
-                try:
-                    inner.submit(part)
-                except BackendError:  # the model's stream stopped after a failure: it takes no part
-                    _complete_records(part, self.backend.engines.now())
+        """On the replaying stream, once it recorded the replay's start: give the model's streams
+        their parts of every replay submitted up to this one (a replay submitted earlier on
+        another stream goes first, as it would have if the host had queued the parts itself).
+
+        When this replay is the only one to hand over and nothing of the model is running, the
+        replaying stream's worker runs the parts itself, task by task in capture order, with
+        the model's streams' own bookkeeping (failures, records, counts): the same work in an
+        order the model's streams could have run it, without waking three or more threads
+        and handing every record between them.  Not with the timing model (whose engines the
+        model's streams hold concurrently), a stream that stops on failure or a fault that
+        hangs (which an abort of the replaying stream must be able to leave behind)."""
+        with model.handing:
+            with self._lock:
+                if replay not in model.pending:
+                    return  # an earlier hand-over took it along
+                index = model.pending.index(replay)
+                ready, model.pending[:index + 1] = model.pending[:index + 1], []
+            if len(ready) == 1 and self._runs_here(replay):
+                _run_parts(replay, model.order)
+                return
+            for earlier in ready:
+                for inner, part in earlier.parts:
+                    try:
+                        inner.submit(part)
+                    except BackendError:  # the model's stream stopped after a failure: it takes no part
+                        _complete_records(part, self.backend.engines.now())
+
+    def _runs_here(self, replay: _Parts) -> bool:
+        """Whether the replaying stream may run ``replay``'s parts itself (see :meth:`_hand_over`)."""
+        backend = self.backend
+        if backend.engines.timing or backend.stop_on_failure or backend.faults.may_hang():
+            return False
+        return all(inner.stopped is None and inner.idle() for inner, _ in replay.parts)
 
     def _drop(self, model: SimModel, replay: _Parts) -> None:
         """The replaying stream dropped the replay (a stop or an abort): the model never runs it,
@@ -491,6 +530,25 @@ class Captures:
         model.destroyed = True
         for inner in model.streams.values():
             self.backend.stream_destroy(inner)
+
+
+def _run_parts(replay: _Parts, order: list[tuple[int, int]]) -> None:
+    """Run every part of ``replay`` on this thread: the waits for the start, every captured task
+    in capture order, the end records (see :meth:`Captures._hand_over`)."""
+    parts = replay.parts
+    for inner, part in parts:
+        inner.adopt(part)
+    try:
+        for inner, part in parts:
+            inner.step(part.tasks[0])  # type: ignore[index]
+        for number, position in order:
+            inner, part = parts[number]
+            inner.step(part.tasks[position])  # type: ignore[index]
+        for inner, part in parts:
+            inner.step(part.tasks[-1])  # type: ignore[index]
+    finally:
+        for inner, _ in parts:
+            inner.release()
 
 
 def _complete_records(part: Task, now: float) -> None:

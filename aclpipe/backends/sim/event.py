@@ -41,17 +41,28 @@ class SimEvent:
     """A simulated event: every record starts a generation that completes when its stream
     reaches it (see the module docstring)."""
 
+    # Slots, and the tables most events never use made on first use: a 20,000-node program
+    # makes about 35,000 events, and every container they hold is one more object for the
+    # cyclic collector to traverse.
+    __slots__ = ("_cond", "_discarded", "_errors", "_lock", "_marks", "_pending", "_recorded", "_timestamps",
+                 "armed", "capture", "destroyed", "name", "reusable", "snapshot", "timing")
+
     def __init__(self, name: str, timing: bool, reusable: bool = True, created: dict[str, int] | None = None):
         self.name = name
         self.timing = timing
         self.reusable = reusable
         self.destroyed = False
-        self._cond = threading.Condition()
+        # A plain lock guards the state; the condition waiters block on is made by the first
+        # wait that has to block (most events are never waited on while pending: a program
+        # makes tens of thousands, and a Condition costs an RLock, a deque and a dozen bound
+        # methods).  Notifiers hold the lock, so a waiter never misses a notify.
+        self._lock = threading.Lock()
+        self._cond: threading.Condition | None = None
         self._recorded = 0
         self._pending: set[int] = set()
-        self._discarded: set[int] = set()  # records a stopped or aborted stream will never reach
-        self._errors: dict[int, BackendError] = {}
-        self._timestamps: dict[int, float] = {}
+        self._discarded: set[int] | None = None  # records a stopped or aborted stream will never reach
+        self._errors: dict[int, BackendError] | None = None
+        self._timestamps: dict[int, float] | None = {} if timing else None  # only timing events are asked
         #: stream name -> the task number of this event's latest record there (at first: how many
         #: tasks the stream had run when the event was made): failures after the mark taint the
         #: next record.
@@ -62,13 +73,13 @@ class SimEvent:
 
     # -- host side ---------------------------------------------------------------------------
     def begin_record(self, snapshot: Clock) -> int:
-        with self._cond:
+        with self._lock:
             self._recorded += 1
             self._pending.add(self._recorded)
             self.snapshot = snapshot
             self.armed = True
-            # Only the newest generation's timestamp is ever asked for.
-            self._timestamps = {g: t for g, t in self._timestamps.items() if g in self._pending}
+            if self._timestamps:  # only the newest generation's timestamp is ever asked for
+                self._timestamps = {g: t for g, t in self._timestamps.items() if g in self._pending}
             return self._recorded
 
     def check_recordable(self) -> None:
@@ -92,7 +103,7 @@ class SimEvent:
             raise error_from_code(
                 107000, f"event {self.name} is reusable (aclrtCreateEventExWithFlag), which aclrtResetEvent refuses "
                 "(07_event_management.md); just record it again")
-        with self._cond:
+        with self._lock:
             self.armed = False
 
     @property
@@ -100,7 +111,7 @@ class SimEvent:
         return self._recorded
 
     def is_done(self, generation: int | None = None) -> bool:
-        with self._cond:
+        with self._lock:
             target = self._recorded if generation is None else generation
             return target not in self._pending
 
@@ -108,28 +119,39 @@ class SimEvent:
                   interrupted: Callable[[], bool] | None = None) -> bool:
         """Wait for ``generation``; False on timeout or once ``interrupted()`` is true (after a
         :meth:`wake`)."""
-        with self._cond:
+        with self._lock:
+            pending = self._pending
+            if generation not in pending:
+                return True
+            cond = self._cond
+            if cond is None:
+                cond = self._cond = threading.Condition(self._lock)
             if interrupted is None:
-                return self._cond.wait_for(lambda: generation not in self._pending, timeout)
-            self._cond.wait_for(lambda: generation not in self._pending or interrupted(), timeout)
-            return generation not in self._pending
+                return cond.wait_for(lambda: generation not in pending, timeout)
+            cond.wait_for(lambda: generation not in pending or interrupted(), timeout)
+            return generation not in pending
 
     def wake(self) -> None:
         """Wake every waiter so that it re-checks its ``interrupted`` (an abort)."""
-        with self._cond:
+        with self._lock:
+            self._notify()
+
+    def _notify(self) -> None:
+        """Wake every blocked waiter (the caller holds the lock)."""
+        if self._cond is not None:
             self._cond.notify_all()
 
     def error_of(self, generation: int) -> BackendError | None:
-        with self._cond:
-            return self._errors.get(generation)
+        with self._lock:
+            return self._errors.get(generation) if self._errors else None
 
     def idle(self) -> bool:
         """No record is pending, other than ones that will never run."""
-        with self._cond:
-            return not (self._pending - self._discarded)
+        with self._lock:
+            return not (self._pending - self._discarded if self._discarded else self._pending)
 
     def timestamp(self) -> float:
-        with self._cond:
+        with self._lock:
             generation = self._recorded
             if not self.timing:
                 raise error_from_code(
@@ -139,6 +161,7 @@ class SimEvent:
                 raise error_from_code(107006, f"event {self.name} was never recorded")
             if generation in self._pending:
                 raise error_from_code(507006, f"event {self.name} has not completed; sync it first")
+            assert self._timestamps is not None  # a timing event
             return self._timestamps[generation]
 
     # -- device side -------------------------------------------------------------------------
@@ -146,28 +169,37 @@ class SimEvent:
         """The first of a stream's ``failures`` (``(task number, error)``) after this event's
         previous record on that stream, or since the event was made.  The record executing now
         is that stream's task number ``executed``."""
-        with self._cond:
+        with self._lock:
             since = self._marks.get(stream, 0)
             self._marks[stream] = executed
+        if not failures:
+            return None
         return next((error for failed, error in failures if since <= failed < executed), None)
 
     def complete(self, generation: int, timestamp: float, error: BackendError | None) -> None:
-        with self._cond:
+        with self._lock:
             self._pending.discard(generation)
-            self._timestamps[generation] = timestamp
+            if self._timestamps is not None:
+                self._timestamps[generation] = timestamp
+            errors = self._errors
             if error is not None:
-                self._errors[generation] = error
-            elif generation in self._errors:
-                del self._errors[generation]
-            # Keep the error table small: only generations someone could still ask about.
-            for old in [g for g in self._errors if g < generation - 64]:
-                del self._errors[old]
-            self._cond.notify_all()
+                if errors is None:
+                    errors = self._errors = {}
+                errors[generation] = error
+            if errors:
+                if error is None:
+                    errors.pop(generation, None)
+                # Keep the error table small: only generations someone could still ask about.
+                for old in [g for g in errors if g < generation - 64]:
+                    del errors[old]
+            self._notify()
 
     def discard(self, generation: int) -> None:
         """The record of ``generation`` will never run (its stream stopped or was aborted):
         waits on it stay blocked, as the stream-abort docs warn, until they are aborted."""
-        with self._cond:
+        with self._lock:
             if generation in self._pending:
+                if self._discarded is None:
+                    self._discarded = set()
                 self._discarded.add(generation)
-            self._cond.notify_all()
+            self._notify()

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .backend import BoundKernel, SimBackend
     from .stream import SimStream
 
-__all__ = ["ExecutorRegion", "KernelClock", "SimExecutor", "kernel_clock", "prepare_executor"]
+__all__ = ["ExecutorRegion", "KernelClock", "SimExecutor", "kernel_clock", "kernels_skipped", "prepare_executor"]
 
 _REGIONS = itertools.count(1)
 #: The byte every executor region stands for: only ever read (launches) or written in the
@@ -266,5 +266,23 @@ def kernel_clock() -> Iterator[KernelClock]:
     _KernelRun.__call__ = timed  # type: ignore[method-assign, assignment]
     try:
         yield clock
+    finally:
+        _KernelRun.__call__ = untimed  # type: ignore[method-assign]
+
+
+@contextmanager
+def kernels_skipped() -> Iterator[None]:
+    """Skip every simulated kernel's body (the op's numpy kernel) while the block runs, on every
+    device of the process: what is left of a run is the simulator's machinery around the
+    kernels (streams, guards, events, copies, the host side), which benchmarks measure alone.
+    Outputs are garbage meanwhile.  Not reentrant, and not together with :func:`kernel_clock`."""
+    untimed = _KernelRun.__call__
+
+    def skipped(run: _KernelRun) -> None:
+        return None
+
+    _KernelRun.__call__ = skipped  # type: ignore[method-assign, assignment]
+    try:
+        yield
     finally:
         _KernelRun.__call__ = untimed  # type: ignore[method-assign]

@@ -75,16 +75,20 @@ class FaultInjector:
     def __init__(self) -> None:
         self._rules: list[FaultRule] = []
         self._lock = threading.Lock()
+        #: Whether any rule is planted: stream workers skip :meth:`check` for every task otherwise.
+        self.planted = False
 
     def add(self, rule: FaultRule) -> FaultRule:
         with self._lock:
             self._rules.append(rule)
+            self.planted = True
         return rule
 
     def clear(self) -> None:
         self.release()
         with self._lock:
             self._rules.clear()
+            self.planted = False
 
     def release(self, rule: FaultRule | None = None) -> None:
         """Let hung tasks go (all of them, or those of one rule)."""
@@ -92,6 +96,10 @@ class FaultInjector:
             rules = [rule] if rule else list(self._rules)
         for each in rules:
             each.released.set()
+
+    def may_hang(self) -> bool:
+        """Whether a planted rule hangs the tasks it matches."""
+        return any(rule.hang for rule in self._rules)
 
     def check(self, kind: str, name: str, context: dict[str, Any] | None) -> FaultRule | None:
         if not self._rules:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, error_from_code
+from ...ops.fp_errors import ignore_fp_errors_on_this_thread
 from ..protocol import FailureMode
 from .callbacks import CallbackThread
 from .event import SimEvent
@@ -73,14 +74,20 @@ class Task:
 
 
 _DEFAULTS = dict(Task("", "").__dict__)
+#: Kinds that run a body on an engine (everything else orders, waits or calls the host).
+_WORK = frozenset({KERNEL, COPY, MEMSET})
 
 
 def sync_task(kind: str, name: str, event: SimEvent, generation: int, *, inherit: bool = True) -> Task:
     """A record or wait task, made without the dataclass constructor (a replay makes dozens)."""
     task = object.__new__(Task)
-    task.__dict__.update(_DEFAULTS)
-    task.kind, task.name, task.event, task.generation, task.inherit, task.snapshot = (
-        kind, name, event, generation, inherit, {})
+    # A copy of the defaults' dict made whole, then given to the task: a third of what setting
+    # the fields one by one on a new instance dict costs.
+    fields = _DEFAULTS.copy()
+    fields["kind"], fields["name"], fields["event"], fields["generation"], fields["inherit"] = (
+        kind, name, event, generation, inherit)
+    fields["snapshot"] = {}
+    task.__dict__ = fields
     return task
 
 
@@ -127,6 +134,10 @@ class SimStream:
         self._graph_context: dict[str, Any] | None = None  # run context of the part being executed
         self._graph_last: Task | None = None  # the part's last task
         self._counted = False  # the current queue entry was already counted as completed
+        # The index of the last queue entry this stream is wholly done with: set after its count
+        # and after the last of its state was reset (the count itself comes earlier, inside the
+        # entry's last record, so that whoever sees the record done sees the stream past it).
+        self._finished = 0
         self._callbacks: CallbackThread | None = None
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"aclpipe-{name}", daemon=True)
@@ -154,6 +165,41 @@ class SimStream:
             self.enqueued += 1
             task.index = self.enqueued
         self._queue.put(task)
+
+    def adopt(self, entry: Task) -> None:
+        """Take ``entry`` (a model part) as this stream's next queue entry, to be run by the
+        calling thread with :meth:`step` and finished with :meth:`release`: a captured model's
+        replay run by the replaying stream's worker (see ``Captures._hand_over``).  The caller
+        makes sure this stream's own worker is idle and gets nothing meanwhile."""
+        assert entry.tasks
+        with self._cond:
+            self.check_submittable()
+            self.enqueued += 1
+            entry.index = self.enqueued
+        self._counted = False
+        self._current_index = entry.index
+        self._graph_context = entry.context
+        self._graph_last = entry.tasks[-1]
+
+    def step(self, task: Task) -> None:
+        """Run one task of the adopted entry, as this stream's worker would."""
+        try:
+            self._execute(task)
+        except BaseException as exc:  # noqa: BLE001 - as in the worker's loop
+            self._fail(task, error_from_code(507000, f"simulator bug in {task.kind} task: {exc!r}"))
+
+    def release(self) -> None:
+        """Finish the adopted entry."""
+        self._graph_context = None
+        self._graph_last = None
+        if not self._counted:
+            self._count_done()
+        self._finished = self._current_index
+
+    def idle(self) -> bool:
+        """Every entry submitted so far has finished, and the worker is done with the last one
+        (not only counted it: it may still be returning from the record that counted it)."""
+        return self._finished == self.enqueued
 
     def position(self) -> int:
         return self.enqueued
@@ -202,6 +248,7 @@ class SimStream:
 
     # -- device side -------------------------------------------------------------------------
     def _loop(self) -> None:
+        ignore_fp_errors_on_this_thread()  # kernels make inf and nan as data; see aclpipe.ops.fp_errors
         while True:
             task = self._queue.get()
             if task is None:
@@ -214,6 +261,7 @@ class SimStream:
                 self._fail(task, error_from_code(507000, f"simulator bug in {task.kind} task: {exc!r}"))
             if not self._counted:
                 self._count_done()
+            self._finished = task.index
 
     def interrupted(self) -> bool:
         """Whether the current queue entry was discarded by an abort or a stop."""
@@ -260,11 +308,15 @@ class SimStream:
             self.failures.append((self.executed - 1, error))
 
     def _execute(self, task: Task) -> None:
-        if task.kind != GRAPH:
+        kind = task.kind
+        if kind != GRAPH:
             self.executed += 1
         recorder = self.backend.recorder
-        if recorder is None or task.kind == GRAPH:  # a part's own tasks are recorded one by one
-            self._run_task(task)
+        if recorder is None or kind == GRAPH:  # a part's own tasks are recorded one by one
+            if kind in _WORK and self._current_index > self._discard_upto:
+                self._run_work(task)  # the common case first: a kernel or a copy, not interrupted
+            else:
+                self._run_task(task)
             return
         clock = self.backend.engines
         queued, skipped, failures = clock.now(), self.skipped, len(self.failures)
@@ -371,9 +423,12 @@ class SimStream:
     def _run_work(self, task: Task) -> None:
         backend = self.backend
         try:
-            if backend.run_faults(task, self):
+            if backend.faults.planted and backend.run_faults(task, self):
                 return
-            backend.execute(task)
+            if backend.engines.timing:
+                backend.execute(task)
+            else:
+                task.run()  # type: ignore[misc]  # work tasks always have a body
         except BackendError as error:
             self._fail(task, error)
         except Exception as exc:  # noqa: BLE001 - a kernel's bug is the stream's fault, as on the device

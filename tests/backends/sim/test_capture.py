@@ -303,3 +303,97 @@ def test_a_product_without_capture_refuses_it():
         with pytest.raises(BackendError) as caught:
             device.backend.capture_begin(stream.handle)
         assert caught.value.code == 207000
+
+
+def _fork_join_model(device, threads):
+    """A model over two streams: the origin doubles ``a``, the side stream (after a fork) copies it
+    into ``b``, the origin waits for it.  Each kernel notes the thread that ran it."""
+    origin, side = device.create_stream(), device.create_stream()
+    a = device.upload(np.arange(8, dtype=np.float32))
+    b = device.upload(np.zeros(8, np.float32))
+    views = {name: device.backend.memory.tensor(TensorDesc.contiguous((8,), "float32", buffer.address), what=name)
+             for name, buffer in (("a", a), ("b", b))}
+    fork, join = device.create_event(), device.create_event()
+    backend = device.backend
+
+    def double() -> None:
+        threads.append(("double", threading.current_thread().name))
+        views["a"] *= 2
+
+    def copy() -> None:
+        threads.append(("copy", threading.current_thread().name))
+        views["b"][...] = views["a"]
+
+    backend.capture_begin(origin.handle)
+    backend.launch_kernel(origin.handle, "double", double, writes=[(a.address, 32)], context={"node": "double"})
+    backend.event_record(fork.handle, origin.handle)
+    backend.stream_wait_event(side.handle, fork.handle)
+    backend.launch_kernel(side.handle, "copy", copy, reads=[(a.address, 32)], writes=[(b.address, 32)],
+                          context={"node": "copy"})
+    backend.event_record(join.handle, side.handle)
+    backend.stream_wait_event(origin.handle, join.handle)
+    return backend.capture_end(origin.handle), (a, b)
+
+
+def test_a_replay_with_nothing_else_in_flight_runs_on_the_replaying_streams_worker(device):
+    threads: list[tuple[str, str]] = []
+    model, buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
+    b = buffers[1]
+    runner = device.create_stream()
+    for _ in range(2):
+        device.backend.model_execute(model, runner.handle, {"run": 1})
+        runner.sync()
+    np.testing.assert_array_equal(device.download(b, "float32", (8,)), 4 * np.arange(8))  # in capture order
+    assert {name for _, name in threads} == {f"aclpipe-{runner.handle.name}"}
+    assert [kernel for kernel, _ in threads] == ["double", "copy"] * 2
+    device.backend.model_destroy(model)
+
+
+def test_a_replay_runs_on_the_models_own_streams_when_a_fault_may_hang(device):
+    threads: list[tuple[str, str]] = []
+    model, buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
+    b = buffers[1]
+    runner = device.create_stream()
+    device.inject_fault("kernel", "no such kernel", hang=True)  # an abort must be able to leave a hang behind
+    device.backend.model_execute(model, runner.handle, {"run": 1})
+    runner.sync()
+    np.testing.assert_array_equal(device.download(b, "float32", (8,)), 2 * np.arange(8))
+    names = {name for _, name in threads}
+    assert len(names) == 2 and f"aclpipe-{runner.handle.name}" not in names  # one model stream each
+    device.backend.release_hangs()
+    device.backend.model_destroy(model)
+
+
+def test_a_fault_inside_a_replay_run_by_the_replaying_stream_is_its_stream_error(device):
+    threads: list[tuple[str, str]] = []
+    model, buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
+    b = buffers[1]
+    runner = device.create_stream()
+    device.inject_fault("kernel", "copy")
+    device.backend.model_execute(model, runner.handle, {"run": 3})
+    with pytest.raises(DeviceFault) as caught:
+        runner.sync()
+    assert caught.value.context["node"] == "copy" and caught.value.context["run"] == 3
+    assert [kernel for kernel, _ in threads] == ["double"]  # the faulted kernel did not run
+    device.backend.model_execute(model, runner.handle, {"run": 4})  # the next replay runs cleanly
+    runner.sync()
+    np.testing.assert_array_equal(device.download(b, "float32", (8,)), 4 * np.arange(8))
+    device.backend.model_destroy(model)
+
+
+def test_a_trace_of_a_replay_run_by_the_replaying_stream_names_the_models_streams(device):
+    threads: list[tuple[str, str]] = []
+    model, _buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
+    runner = device.create_stream()
+    backend = device.backend
+    backend.trace_begin()
+    backend.model_execute(model, runner.handle, {"run": 5})
+    runner.sync()
+    records = backend.trace_end()
+    kernels = {record.node: record for record in records if record.kind == "kernel"}
+    assert set(kernels) == {"double", "copy"} and all(record.run == 5 for record in kernels.values())
+    # Each kernel is the model stream's that captured it, though one thread ran them both.
+    assert kernels["double"].stream != kernels["copy"].stream
+    assert {kernels["double"].stream, kernels["copy"].stream} <= {inner.name for inner in model.streams.values()}
+    assert {name for _, name in threads} == {f"aclpipe-{runner.handle.name}"}
+    backend.model_destroy(model)

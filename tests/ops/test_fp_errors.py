@@ -1,0 +1,44 @@
+"""Floating-point errors in kernels are ignored per thread (aclpipe.ops.fp_errors)."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+
+from aclpipe.ops.fp_errors import ignore_fp_errors, ignore_fp_errors_on_this_thread
+
+
+def _divide_by_zero() -> np.ndarray:
+    return np.ones(4, np.float32) / np.zeros(4, np.float32)
+
+
+def test_ignore_fp_errors_silences_a_division_by_zero_on_any_thread():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with ignore_fp_errors():
+            assert np.isinf(_divide_by_zero()).all()
+    assert np.geterr()["divide"] == "warn"  # restored
+
+
+def test_a_thread_that_ignores_them_for_good_leaves_the_others_alone():
+    seen: dict[str, object] = {}
+
+    def worker() -> None:
+        ignore_fp_errors_on_this_thread()
+        seen["state"] = np.geterr()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            seen["result"] = _divide_by_zero()  # no errstate: the thread's own state
+            with ignore_fp_errors():  # nothing to enter, and nothing restored on leaving
+                pass
+            seen["after"] = np.geterr()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen["state"] == seen["after"] == {"divide": "ignore", "over": "ignore", "under": "ignore",
+                                               "invalid": "ignore"}
+    assert np.isinf(seen["result"]).all()
+    assert np.geterr()["divide"] == "warn"  # this thread's state is untouched
