@@ -37,7 +37,6 @@ from .stream import (
     CONTROL,
     COPY,
     HOST_FUNC,
-    KERNEL,
     LATCH,
     MEMSET,
     RECORD,
@@ -46,6 +45,7 @@ from .stream import (
     SimStream,
     Task,
     describe_task,
+    kernel_task,
 )
 from .threads import LIMIT as THREAD_LIMIT
 
@@ -330,16 +330,16 @@ class SimBackend:
         if timing is None:  # per cost: the same op and shapes cost the same on every launch
             cores = cost.tiling(self.spec)
             timing = self._timings[cost] = (cost.seconds(self.spec, cores), cores)
+        # Each allocation once (a kernel's regions mostly share a few): checked before every run.
         allocations = tuple({id(a): a for a, _, _ in resolved_reads + resolved_writes}.values())
-        return BoundKernel(_Guarded(run, resolved_reads, resolved_writes, padding, label), resolved_reads,
-                           resolved_writes, padding, timing[0], timing[1], allocations)
+        return BoundKernel(_Guarded(run, resolved_reads, resolved_writes, padding, label, allocations),
+                           resolved_reads, resolved_writes, padding, timing[0], timing[1], allocations)
 
     def submit_kernel(self, stream: SimStream, name: str, bound: BoundKernel,
                       context: Mapping[str, Any] | None = None) -> None:
         """Enqueue a kernel bound by :meth:`bind_kernel` (the caller checked it is still alive)."""
         self._check_stream(stream)
-        task = Task(KERNEL, name, bound.run, seconds=bound.seconds, cores=bound.cores,
-                    context=dict(context) if context else {})
+        task = kernel_task(name, bound.run, bound.seconds, bound.cores, dict(context) if context else {})
         self._submit(stream, task, reads=bound.reads, writes=bound.writes, padding=bound.padding)
 
     @staticmethod
@@ -819,14 +819,13 @@ class _Guarded:
     __slots__ = ("_allocations", "_scribbles", "label", "padding", "reads", "run", "writes")
 
     def __init__(self, run: Callable[[], None], reads: tuple[Region, ...], writes: tuple[Region, ...],
-                 padding: tuple[Region, ...], label: str):
+                 padding: tuple[Region, ...], label: str, allocations: tuple[Allocation, ...]):
         self.run = run
         self.reads = reads
         self.writes = writes
         self.padding = padding
         self.label = label
-        # Each allocation once (a kernel's regions mostly share a few): checked before every run.
-        self._allocations = tuple({id(a): a for a, _, _ in reads + writes}.values())
+        self._allocations = allocations  # those of ``reads`` and ``writes``, each once
         self._scribbles: list[tuple[Allocation, np.ndarray]] | None = None  # the padding's bytes, at first run
 
     def __call__(self) -> None:

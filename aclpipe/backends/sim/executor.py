@@ -54,6 +54,8 @@ class ExecutorRegion(Allocation):
 #: a program's second slot, and every node of the same shape, reuses the first's plan.
 _PLANS: dict[Any, OpPlan] = {}
 _PLANS_KEPT = 4096
+#: A launch's modelled cost per (flops, bytes, cube), made once (at most ``_PLANS_KEPT`` kept).
+_COSTS: dict[tuple[float, float, bool], Cost] = {}
 
 
 #: Types whose key is ``(type name, value)``, tested before the slower checks below.
@@ -168,7 +170,12 @@ class SimExecutor:
         writes = [(t.address, t.extent_bytes) for t in outputs if t is not None and t.numel]
         if need:
             writes.append((workspace, need))
-        cost = Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube)
+        key = (plan.flops, plan.bytes, plan.cube)
+        cost = _COSTS.get(key)
+        if cost is None:  # one per op and shapes, not per node and slot
+            if len(_COSTS) >= _PLANS_KEPT:
+                _COSTS.pop(next(iter(_COSTS)))
+            cost = _COSTS[key] = Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube)
         run = _KernelRun(plan, backend.memory, inputs, outputs, workspace, label)
         return backend.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=self.region)
 

@@ -91,6 +91,19 @@ def sync_task(kind: str, name: str, event: SimEvent, generation: int, *, inherit
     return task
 
 
+def kernel_task(name: str, run: Callable[[], None], seconds: float, cores: int,
+                context: dict[str, Any]) -> Task:
+    """A kernel task, made like :func:`sync_task` (a capture of a 20,000-node program makes
+    one per node and slot)."""
+    task = object.__new__(Task)
+    fields = _DEFAULTS.copy()
+    fields["kind"], fields["name"], fields["run"], fields["seconds"], fields["cores"], fields["context"] = (
+        KERNEL, name, run, seconds, cores, context)
+    fields["snapshot"] = {}
+    task.__dict__ = fields
+    return task
+
+
 def describe_task(task: Task) -> str:
     """``kernel 'aclnnAdd' node=n3 op=Add run=7``: a task as error messages name it."""
     context = task.context or {}
