@@ -109,7 +109,9 @@ def _check_flow_nesting(text: str, where: Where, limits: LoadLimits) -> None:
     data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
     if data.size == 0:
         return
-    depth = int(np.cumsum(_BRACKET_STEPS[data], dtype=np.int32).max(initial=0))
+    steps = _BRACKET_STEPS[data]
+    steps = steps[steps != 0]  # the brackets alone: a graph file is mostly other text
+    depth = int(np.cumsum(steps, dtype=np.int32).max(initial=0))
     threshold = 4 * limits.max_depth + 64
     if depth > threshold:
         raise where.error("", f"brackets nest {depth} deep, far past the nesting limit of {limits.max_depth} "
