@@ -221,21 +221,30 @@ class Captures:
         following: dict[int, int] = {}  # position -> the next position on the same stream
         waiters: dict[int, list[int]] = {}  # record position -> positions of the waits on it
         latest: dict[SimEvent, int] = {}
-        for position, item in enumerate(items):
-            if item.stream in last:
-                following[last[item.stream]] = position
+        for position, item in enumerate(items):  # one pass per capture, over every task of it
+            previous = last.get(item.stream)
+            if previous is not None:
+                following[previous] = position
             last[item.stream] = position
-            event = item.task.event
-            if item.task.kind == RECORD and event is not None:
+            task = item.task
+            event = task.event
+            if event is None:
+                continue
+            if task.kind == RECORD:
                 latest[event] = position
-            elif item.task.kind == WAIT and event is not None and event in latest:
-                waiters.setdefault(latest[event], []).append(position)
+            elif task.kind == WAIT:
+                recorded = latest.get(event)
+                if recorded is not None:
+                    waiters.setdefault(recorded, []).append(position)
         end = last.get(session.origin)
         reaches = [False] * len(items)
         for position in range(len(items) - 1, -1, -1):  # every edge points forward in capture order
             nxt = following.get(position)
-            reaches[position] = (position == end or (nxt is not None and reaches[nxt])
-                                 or any(reaches[w] for w in waiters.get(position, ())))
+            if position == end or (nxt is not None and reaches[nxt]):
+                reaches[position] = True
+            else:
+                waits = waiters.get(position)
+                reaches[position] = waits is not None and any(reaches[w] for w in waits)
         unjoined = [stream.name for stream, position in last.items() if stream is not session.origin
                     and not (items[position].task.kind == RECORD and reaches[position])]
         if unjoined:
@@ -245,20 +254,24 @@ class Captures:
 
     def _build(self, session: CaptureSession) -> SimModel:
         backend, model = self.backend, session.model
+        streams, shadows = model.streams, model.shadows
         for item in model.items:
-            if item.stream not in model.streams:
-                model.streams[item.stream] = backend.model_stream(f"{model.name}:{item.stream.name}")
+            if item.stream not in streams:
+                streams[item.stream] = backend.model_stream(f"{model.name}:{item.stream.name}")
             event = item.task.event
-            if event is not None and event not in model.shadows:
-                model.shadows[event] = SimEvent(f"{model.name}:{event.name}", False)
-        numbers = {inner: number for number, inner in enumerate(model.streams.values())}
+            if event is not None and event not in shadows:
+                shadows[event] = SimEvent(f"{model.name}:{event.name}", False)
+        # Per captured stream: its model stream, its number and its part (one pass over the tasks).
+        lanes = {captured: (inner, number, model.templates.setdefault(inner, []))
+                 for number, (captured, inner) in enumerate(streams.items())}
+        sync_points, order = model.sync_points, model.order
         for item in model.items:
-            inner = model.streams[item.stream]
-            part = model.templates.setdefault(inner, [])
-            if item.task.kind in (RECORD, WAIT):
-                model.sync_points.append((inner, len(part), item))
-            model.order.append((numbers[inner], len(part) + 1))  # a part starts with the wait for the start
-            part.append(item.task)
+            inner, number, part = lanes[item.stream]
+            task = item.task
+            if task.kind in (RECORD, WAIT):
+                sync_points.append((inner, len(part), item))
+            order.append((number, len(part) + 1))  # a part starts with the wait for the start
+            part.append(task)
         model.start = SimEvent(f"{model.name}:start", False)
         model.ends = {inner: SimEvent(f"{model.name}:end:{inner.name}", False) for inner in model.streams.values()}
         model.ready = True
