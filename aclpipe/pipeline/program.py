@@ -26,11 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..backends.protocol import LaunchKind, LaunchRecord, MemcpyKind, graph_capture
+from ..dtypes import DType
 from ..errors import BackendError, error_from_code
 from ..plan import Plan, PlannedNode
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
@@ -450,11 +452,16 @@ class Program:
                 workspaces.release_after(workspace, stream, publish=False)
 
     def read_outputs(self, slot: Slot) -> dict[str, np.ndarray]:
-        result = {}
-        for output, value in self.plan.outputs.items():
-            desc = self.plan.values[value].desc
-            result[output] = slot.staging_out[output].numpy(desc.dtype, desc.shape).copy()
-        return result
+        """Copies of the run's outputs, out of the slot's staging (the run has completed)."""
+        staging = slot.staging_out
+        return {output: staging[output].copy_out(dtype, shape) for output, dtype, shape in self._outputs}
+
+    @cached_property
+    def _outputs(self) -> list[tuple[str, DType, tuple[int, ...]]]:
+        """(output, dtype, shape) of each graph output: what every run's result copies."""
+        values = self.plan.values
+        return [(output, values[value].desc.dtype, values[value].desc.shape)
+                for output, value in self.plan.outputs.items()]
 
     def write_inputs(self, slot: Slot, arrays: Mapping[str, np.ndarray]) -> None:
         for name, array in arrays.items():

@@ -91,15 +91,24 @@ class HostBuffer(_Buffer):
         Taking the view counts as a host write of those bytes: copies into or out of the
         buffer must have completed (synchronize the stream or an event recorded after them).
         """
-        # Every run's outputs come through here: the usual case costs one lookup and the check.
+        return self._checked(dtype, shape, offset, write=True).view()  # a fresh array: callers may reshape it
+
+    def copy_out(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """A copy of the buffer's first bytes as ``dtype`` with ``shape``.  It reads them on the
+        host: copies into the buffer must have completed (as for :meth:`numpy`)."""
+        return self._checked(dtype, shape, 0, write=False).copy()
+
+    def _checked(self, dtype: Any, shape: tuple[int, ...] | int | None, offset: int, *, write: bool) -> np.ndarray:
+        """The cached view, once the buffer is known open and the host access is checked."""
+        # Every run's inputs and outputs come through here: the usual case costs one lookup and the check.
         if not self._finalizer.alive:
             self.check_open()
         try:
             view, nbytes = self._views[(dtype, shape, offset)]
         except (KeyError, TypeError):  # not seen yet, or unhashable arguments
             view, nbytes = self._view(dtype, shape, offset)
-        self.device.backend.host_access(self.address + offset, max(nbytes, 1), write=True, what=self._what)
-        return view.view()  # a fresh array object: callers may reshape theirs in place
+        self.device.backend.host_access(self.address + offset, max(nbytes, 1), write=write, what=self._what)
+        return view
 
     def _view(self, dtype: Any, shape: tuple[int, ...] | int | None, offset: int) -> tuple[np.ndarray, int]:
         numpy_dtype = as_dtype(dtype).numpy

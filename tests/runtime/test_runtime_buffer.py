@@ -79,3 +79,32 @@ def test_closed_host_buffer_refuses_views(device):
     host.close()
     with pytest.raises(ClosedResourceError):
         host.numpy()
+
+
+def test_copy_out_is_a_copy_and_a_host_read(device):
+    stream = device.create_stream()
+    host, target = device.alloc_host(32), device.alloc(32)
+    host.numpy("float32", (8,))[...] = np.arange(8)
+    out = host.copy_out("float32", (2, 4))
+    assert out.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    out[...] = -1  # the caller's own array
+    assert host.numpy("float32", (8,))[0] == 0
+    with latch(stream):
+        stream.memcpy(target, host)  # a device read of it in flight: reading too is no hazard
+        assert host.copy_out("float32", (8,))[7] == 7
+    stream.sync()
+
+
+def test_copy_out_while_a_copy_into_the_buffer_is_in_flight_is_a_hazard(device):
+    stream = device.create_stream()
+    host = device.alloc_host(32)
+    source = device.upload(np.full(32, 7, np.uint8))
+    with latch(stream):
+        stream.memcpy(host, source)
+        with pytest.raises(HazardError, match="host view"):
+            host.copy_out("uint8", (32,))
+    stream.sync()
+    assert (host.copy_out("uint8", (32,)) == 7).all()
+    host.close()
+    with pytest.raises(ClosedResourceError):
+        host.copy_out("uint8", (32,))
