@@ -219,7 +219,7 @@ class Program:
 
     def _build_step(self, slot: Slot, node: PlannedNode, handles: list[Any], events: dict[int, Event]) -> Step:
         lane = self.lane_of[node.stream]
-        step = Step(node, handles[lane], lane, tuple(events[w].handle for w in node.waits),
+        step = Step(node, handles[lane], lane, tuple([events[w].handle for w in node.waits]),
                     events[node.index].handle if node.record else None, key=(slot.index, node.index))
         if node.op == "H2D":
             name = node.attrs["input"]

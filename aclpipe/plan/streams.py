@@ -114,7 +114,11 @@ def chains(dag: Dag) -> list[list[int]]:
     every node, each in dependency order; sorted by first node."""
     reduced = transitive_reduction(dag)
     levels = bottom_levels(dag)
-    succs = [sorted(s, key=lambda n: (-levels[n], n)) for s in reduced.succs]
+    # Successors by bottom level, highest first (ties by index): one rank per node, sorted once.
+    rank = [0] * len(dag)
+    for position, node in enumerate(sorted(range(len(dag)), key=lambda n: (-levels[n], n))):
+        rank[node] = position
+    succs = [sorted(s, key=rank.__getitem__) if len(s) > 1 else list(s) for s in reduced.succs]
     match_left: dict[int, int] = {}
     match_right: dict[int, int] = {}
     dead: set[int] = set()

@@ -87,8 +87,8 @@ def prepare_executor(op: str, inputs: Sequence[TensorDesc | None], outputs: Sequ
     and kernel, as a :class:`SimExecutor`.  A call whose signature passed before reuses its
     plan; one that fails is checked (and fails) again every time."""
     try:
-        key: Any = (op, tuple(t.signature() if t is not None else None for t in inputs),
-                    tuple(t.signature() if t is not None else None for t in outputs), _frozen(attrs))
+        key: Any = (op, tuple([t.signature() if t is not None else None for t in inputs]),
+                    tuple([t.signature() if t is not None else None for t in outputs]), _frozen(attrs))
         plan = _PLANS.get(key)
     except TypeError:  # an attribute that is not hashable: no reuse
         key, plan = None, None
