@@ -26,6 +26,7 @@ import numpy as np
 
 from ..dtypes import DType, as_dtype
 from ..errors import GraphError
+from ..gc_pause import paused_gc
 from ..ops.base import OpSpec
 from ..tensor import TensorDesc
 from .builder import (
@@ -286,7 +287,8 @@ class Graph:
         shapes = normalize_shapes(self, input_shapes)
         key = tuple(sorted(shapes.items()))
         if key not in self._bound:
-            self._bound[key] = bind_graph(self, shapes)
+            with paused_gc():  # a bound node and value per node, all kept (see aclpipe.gc_pause)
+                self._bound[key] = bind_graph(self, shapes)
         return self._bound[key]
 
     def save(self, path: str | Path) -> None:

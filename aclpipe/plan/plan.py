@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ..gc_pause import paused_gc
 from ..tensor import TensorDesc
 from .arena import A2_RULE, ArenaRule
 from .events import place_events
@@ -217,6 +218,12 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
     """
     if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
         raise ValueError(f"streams must be an int >= 1, got {streams!r}")
+    with paused_gc():  # an object or more per node and value, all kept (see aclpipe.gc_pause)
+        return _make_plan(graph, streams, costs, alignment, rule)
+
+
+def _make_plan(graph: BoundGraph, streams: int, costs: Mapping[str, float] | None, alignment: int | None,
+               rule: ArenaRule | None) -> Plan:
     rows = _draft(graph)
     estimated: dict[tuple[Any, ...], float] = {}  # graphs repeat their layers
     dag = Dag(tuple(tuple(p) for p in _dependencies(graph, rows)),
