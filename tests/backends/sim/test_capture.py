@@ -4,6 +4,7 @@ an origin stream, streams joining through events, replay with one call on one st
 from __future__ import annotations
 
 import threading
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -335,11 +336,24 @@ def _fork_join_model(device, threads):
     return backend.capture_end(origin.handle), (a, b)
 
 
-def test_a_replay_with_nothing_else_in_flight_runs_on_the_replaying_streams_worker(device):
+class _Replay(NamedTuple):
+    threads: list[tuple[str, str]]  # (kernel, thread) per kernel run
+    model: Any
+    b: Any  # what the side stream's copy writes; ``a`` is kept alive by the model's kernels
+    buffers: tuple[Any, Any]
+    runner: Any  # the stream that replays the model
+
+
+def _replay(device) -> _Replay:
+    """The fork-join model and a stream to replay it; callers keep ``buffers`` (their ``_kept``)
+    alive for as long as the model may run."""
     threads: list[tuple[str, str]] = []
     model, buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
-    b = buffers[1]
-    runner = device.create_stream()
+    return _Replay(threads, model, buffers[1], buffers, device.create_stream())
+
+
+def test_a_replay_with_nothing_else_in_flight_runs_on_the_replaying_streams_worker(device):
+    threads, model, b, _kept, runner = _replay(device)
     for _ in range(2):
         device.backend.model_execute(model, runner.handle, {"run": 1})
         runner.sync()
@@ -350,10 +364,7 @@ def test_a_replay_with_nothing_else_in_flight_runs_on_the_replaying_streams_work
 
 
 def test_a_replay_runs_on_the_models_own_streams_when_a_fault_may_hang(device):
-    threads: list[tuple[str, str]] = []
-    model, buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
-    b = buffers[1]
-    runner = device.create_stream()
+    threads, model, b, _kept, runner = _replay(device)
     device.inject_fault("kernel", "no such kernel", hang=True)  # an abort must be able to leave a hang behind
     device.backend.model_execute(model, runner.handle, {"run": 1})
     runner.sync()
@@ -365,10 +376,7 @@ def test_a_replay_runs_on_the_models_own_streams_when_a_fault_may_hang(device):
 
 
 def test_a_fault_inside_a_replay_run_by_the_replaying_stream_is_its_stream_error(device):
-    threads: list[tuple[str, str]] = []
-    model, buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
-    b = buffers[1]
-    runner = device.create_stream()
+    threads, model, b, _kept, runner = _replay(device)
     device.inject_fault("kernel", "copy")
     device.backend.model_execute(model, runner.handle, {"run": 3})
     with pytest.raises(DeviceFault) as caught:
@@ -382,9 +390,7 @@ def test_a_fault_inside_a_replay_run_by_the_replaying_stream_is_its_stream_error
 
 
 def test_a_trace_of_a_replay_run_by_the_replaying_stream_names_the_models_streams(device):
-    threads: list[tuple[str, str]] = []
-    model, _buffers = _fork_join_model(device, threads)  # both kept alive: the model writes them
-    runner = device.create_stream()
+    threads, model, _, _kept, runner = _replay(device)
     backend = device.backend
     backend.trace_begin()
     backend.model_execute(model, runner.handle, {"run": 5})
