@@ -55,6 +55,7 @@ from ...errors import BackendError, error_from_code
 from ..protocol import CaptureMode, CaptureStatus
 from .event import SimEvent
 from .memory import Allocation
+from .sanitizer import Clock
 from .stream import CONTROL, GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, describe_task, sync_task
 
 if TYPE_CHECKING:
@@ -423,15 +424,8 @@ class Captures:
             if sanitizer is None:  # the fast path: copy each part, renew its records and waits
                 for inner, template in model.templates.items():
                     parts[inner].extend(template)
-                shadows = model.shadows
                 for inner, index, item in model.sync_points:  # capture order: records before their waits
-                    task = item.task
-                    shadow = shadows[task.event]  # type: ignore[index]  # sync tasks have an event
-                    if task.kind == RECORD:
-                        generations[shadow] = shadow.begin_record({})
-                    # See _replayed: failures inside a model travel only through its end records.
-                    parts[inner][index + 1] = sync_task(task.kind, task.name, shadow, generations[shadow],
-                                                        inherit=False)
+                    parts[inner][index + 1] = _replayed_sync(model, item.task, generations, {})
             else:
                 for item in model.items:
                     inner = model.streams[item.stream]
@@ -515,16 +509,13 @@ class Captures:
         """The task ``item`` becomes in this replay: records and waits on the model's own events."""
         task, sanitizer = item.task, self.backend.sanitizer
         if task.kind in (RECORD, WAIT):
-            assert task.event is not None
-            shadow = model.shadows[task.event]
-            if task.kind == RECORD:
-                generations[shadow] = shadow.begin_record(sanitizer.snapshot(inner.name) if sanitizer else {})
+            clock: Clock = {}
+            if sanitizer is not None and task.kind == RECORD:
+                clock = sanitizer.snapshot(inner.name)
             elif sanitizer is not None:
-                sanitizer.wait(inner.name, shadow.snapshot)
-            # Inside a model, failures travel only through each model stream's end record to the
-            # replaying stream: a model's fork and tails form a cycle across replays, around which
-            # an inherited failure would otherwise taint the next replay of the same model.
-            return sync_task(task.kind, task.name, shadow, generations[shadow], inherit=False)
+                assert task.event is not None
+                sanitizer.wait(inner.name, model.shadows[task.event].snapshot)
+            return _replayed_sync(model, task, generations, clock)
         if sanitizer is not None:
             clock = sanitizer.enqueue(inner.name)
             regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
@@ -543,6 +534,19 @@ class Captures:
         model.destroyed = True
         for inner in model.streams.values():
             self.backend.stream_destroy(inner)
+
+
+def _replayed_sync(model: SimModel, task: Task, generations: dict[SimEvent, int], clock: Clock) -> Task:
+    """The record or wait ``task`` becomes in a replay: on the model's own (shadow) event, a
+    record starting a new generation of it with ``clock``."""
+    assert task.event is not None
+    shadow = model.shadows[task.event]
+    if task.kind == RECORD:
+        generations[shadow] = shadow.begin_record(clock)
+    # Inside a model, failures travel only through each model stream's end record to the
+    # replaying stream: a model's fork and tails form a cycle across replays, around which an
+    # inherited failure would otherwise taint the next replay of the same model.
+    return sync_task(task.kind, task.name, shadow, generations[shadow], inherit=False)
 
 
 def _run_parts(replay: _Parts, order: list[tuple[int, int]]) -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -58,6 +58,17 @@ _PLANS_KEPT = 4096
 _COSTS: dict[tuple[float, float, bool], Cost] = {}
 
 
+_V = TypeVar("_V")
+
+
+def _keep(cache: dict[Any, _V], key: Any, value: _V) -> _V:
+    """Remember ``value`` under ``key``, dropping the oldest entry beyond ``_PLANS_KEPT``."""
+    if len(cache) >= _PLANS_KEPT:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+    return value
+
+
 #: Types whose key is ``(type name, value)``, tested before the slower checks below.
 _SCALARS = frozenset({int, float, str, bool, type(None)})
 #: Mapping types recognized without the (slower) ``Mapping`` ABC check.
@@ -95,9 +106,7 @@ def prepare_executor(op: str, inputs: Sequence[TensorDesc | None], outputs: Sequ
     if plan is None:
         plan = get_op(op).prepare(list(inputs), list(outputs), dict(attrs))
         if key is not None:
-            if len(_PLANS) >= _PLANS_KEPT:
-                _PLANS.pop(next(iter(_PLANS)))  # the oldest entry
-            _PLANS[key] = plan
+            _keep(_PLANS, key, plan)
     return SimExecutor(op, plan, tuple(inputs), tuple(outputs))
 
 
@@ -173,9 +182,7 @@ class SimExecutor:
         key = (plan.flops, plan.bytes, plan.cube)
         cost = _COSTS.get(key)
         if cost is None:  # one per op and shapes, not per node and slot
-            if len(_COSTS) >= _PLANS_KEPT:
-                _COSTS.pop(next(iter(_COSTS)))
-            cost = _COSTS[key] = Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube)
+            cost = _keep(_COSTS, key, Cost(flops=plan.flops, bytes=plan.bytes, cube=plan.cube))
         run = _KernelRun(plan, backend.memory, inputs, outputs, workspace, label)
         return backend.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=self.region)
 
@@ -270,11 +277,8 @@ def kernel_clock() -> Iterator[KernelClock]:
         finally:
             clock.spans.append(time.perf_counter() - start)
 
-    _KernelRun.__call__ = timed  # type: ignore[method-assign, assignment]
-    try:
+    with _kernel_body(timed):
         yield clock
-    finally:
-        _KernelRun.__call__ = untimed  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -283,13 +287,19 @@ def kernels_skipped() -> Iterator[None]:
     device of the process: what is left of a run is the simulator's machinery around the
     kernels (streams, guards, events, copies, the host side), which benchmarks measure alone.
     Outputs are garbage meanwhile.  Not reentrant, and not together with :func:`kernel_clock`."""
-    untimed = _KernelRun.__call__
-
     def skipped(run: _KernelRun) -> None:
         return None
 
-    _KernelRun.__call__ = skipped  # type: ignore[method-assign, assignment]
+    with _kernel_body(skipped):
+        yield
+
+
+@contextmanager
+def _kernel_body(body: Callable[[_KernelRun], None]) -> Iterator[None]:
+    """Every kernel run calls ``body`` instead of the op's kernel while the block runs."""
+    usual = _KernelRun.__call__
+    _KernelRun.__call__ = body  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:
-        _KernelRun.__call__ = untimed  # type: ignore[method-assign]
+        _KernelRun.__call__ = usual  # type: ignore[method-assign]
