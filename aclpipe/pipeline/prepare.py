@@ -79,9 +79,8 @@ class Preparer:
         signature."""
         key = inputs if isinstance(inputs, Signature) else self.signature(inputs)
         plan = self._plans.get(key)
-        if plan is None:
-            with paused_gc():  # binding and planning build an object or more per node, all kept
-                plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+        if plan is None:  # binding and planning pause the collector themselves (aclpipe.gc_pause)
+            plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
             self._plans[key] = plan
         return plan
 

@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, TypeVar
 
 from ..errors import PlanError
 from ..tensor import TensorDesc
@@ -42,6 +43,18 @@ HBM_BYTES_PER_US = 1.6e6  # 1.6 TB/s
 PCIE_BYTES_PER_US = 2.5e4  # 25 GB/s
 VECTOR_FLOPS_PER_US = 2.0e7  # 20 TFLOP/s
 CUBE_FLOPS_PER_US = 3.0e8  # 300 TFLOP/s (fp16 matrix unit)
+
+
+_T = TypeVar("_T")
+
+
+def unchecked(cls: type[_T], fields: dict[str, Any]) -> _T:
+    """An instance of the frozen dataclass ``cls`` from every field's value, built without its
+    ``__init__`` or checks (one ``object.__setattr__`` per field: 1.7 against 0.6 µs for a
+    planned node).  Only for values the planner itself made; one per node and value."""
+    instance = object.__new__(cls)
+    instance.__dict__.update(fields)
+    return instance
 
 
 @dataclass(frozen=True)
@@ -80,10 +93,7 @@ class Dag:
     def _trusted(cls, preds: tuple[tuple[int, ...], ...], costs: tuple[float, ...]) -> Dag:
         """A DAG of what another DAG's passes derived: each ``preds[i]`` already sorted,
         without repeats and naming other nodes, ``costs`` floats as checked (no checks again)."""
-        dag = object.__new__(cls)
-        object.__setattr__(dag, "preds", preds)
-        object.__setattr__(dag, "costs", costs)
-        return dag
+        return unchecked(cls, {"preds": preds, "costs": costs})
 
     def __len__(self) -> int:
         return len(self.preds)
