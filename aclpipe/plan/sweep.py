@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-import operator
 from collections.abc import Sequence
 
 from .conflicts import Lifetimes
@@ -37,8 +36,12 @@ FRESH_LOOKS = 32
 _UNBOUNDED = 1 << 62  # wider than any arena
 
 
-def _covers(clock: Sequence[int], tag: Sequence[int]) -> bool:
-    return all(map(operator.le, tag, clock))
+def _clears(blockers: Sequence[tuple[int, int]], clock: Sequence[int]) -> bool:
+    """Whether ``clock`` covers a hole with these blockers (none: a settled hole)."""
+    for stream, need in blockers:
+        if clock[stream] < need:
+            return False
+    return True
 
 
 class _Holes:
@@ -47,23 +50,29 @@ class _Holes:
     Every hole is in ``starts`` (sorted) and ``holes`` (start -> end and tag, ``None`` for a
     settled hole); settled holes are also in ``by_size`` and never touch each other (they are
     merged); fresh ones wait in a heap per stream for the floor to reach their tag.
+
+    A fresh hole also keeps its *blockers* in ``fresh``: the ``(stream, count)`` parts of its
+    tag the floor did not cover when it was freed.  The floor only grows and every clock still
+    to come covers it, so a later clock covers the tag exactly when it covers the blockers
+    (mostly one pair: one comparison instead of one per stream).
     """
 
     def __init__(self, width: int) -> None:
         self.starts: list[int] = []
         self.holes: dict[int, tuple[int, tuple[int, ...] | None]] = {}
         self.by_size: list[tuple[int, int]] = []
-        self.fresh: dict[int, None] = {}  # fresh starts, oldest first
+        self.fresh: dict[int, tuple[tuple[int, int], ...]] = {}  # fresh start -> its blockers, oldest first
         self.waiting: list[list[tuple[int, int]]] = [[] for _ in range(width)]  # per stream: (count, start)
         self.top = 0
 
-    def _add(self, start: int, end: int, tag: tuple[int, ...] | None) -> None:
+    def _add(self, start: int, end: int, tag: tuple[int, ...] | None,
+             blockers: tuple[tuple[int, int], ...] = ()) -> None:
         bisect.insort(self.starts, start)
         self.holes[start] = (end, tag)
         if tag is None:
             bisect.insort(self.by_size, (end - start, start))
         else:
-            self.fresh[start] = None
+            self.fresh[start] = blockers
 
     def _remove(self, start: int) -> tuple[int, tuple[int, ...] | None]:
         end, tag = self.holes.pop(start)
@@ -86,11 +95,12 @@ class _Holes:
 
     def free(self, start: int, end: int, tag: tuple[int, ...], floor: Sequence[int]) -> None:
         """Add ``[start, end)``, last used under ``tag``: settled at once if ``floor`` covers it."""
-        for blocking, need in enumerate(tag):
-            if need > floor[blocking]:
-                self._add(start, end, tag)
-                heapq.heappush(self.waiting[blocking], (need, start))
-                return
+        blockers = tuple([(stream, need) for stream, need in enumerate(tag) if need > floor[stream]])
+        if blockers:
+            self._add(start, end, tag, blockers)
+            blocking, need = blockers[0]
+            heapq.heappush(self.waiting[blocking], (need, start))
+            return
         self._settle(start, end)
 
     def promote(self, floor: Sequence[int]) -> None:
@@ -106,27 +116,21 @@ class _Holes:
 
     def _run(self, start: int, clock: Sequence[int]) -> tuple[int, int]:
         """The widest span of adjacent holes around ``start`` that ``clock`` may use."""
-        starts, holes = self.starts, self.holes  # locals: this runs for every hole a writer looks at
+        starts, holes, fresh = self.starts, self.holes, self.fresh  # locals: this runs for every hole looked at
         at = bisect.bisect_left(starts, start)
         low, high = at, at
         while low:
-            end, tag = holes[starts[low - 1]]
-            if end != starts[low] or not (tag is None or all(map(operator.le, tag, clock))):
+            neighbour = starts[low - 1]
+            if holes[neighbour][0] != starts[low] or not _clears(fresh.get(neighbour, ()), clock):
                 break
             low -= 1
         last = len(starts) - 1
         while high < last:
-            if holes[starts[high]][0] != starts[high + 1]:
-                break
-            tag = holes[starts[high + 1]][1]
-            if not (tag is None or all(map(operator.le, tag, clock))):
+            neighbour = starts[high + 1]
+            if holes[starts[high]][0] != neighbour or not _clears(fresh.get(neighbour, ()), clock):
                 break
             high += 1
         return starts[low], holes[starts[high]][0]
-
-    def _usable(self, start: int, clock: Sequence[int]) -> bool:
-        tag = self.holes[start][1]
-        return tag is None or _covers(clock, tag)
 
     def take(self, size: int, clock: Sequence[int], floor: Sequence[int]) -> int:
         """Offset for ``size`` bytes under ``clock``: the tightest usable span, else the top."""
@@ -137,19 +141,23 @@ class _Holes:
             best = by_size[at]
         room = best[0] if best is not None else _UNBOUNDED  # what a fresh run must beat
         if room > size:  # else nothing fits tighter
-            le = operator.le
-            for start in itertools.islice(reversed(self.fresh), FRESH_LOOKS):
-                end, tag = holes[start]
+            for start, blockers in itertools.islice(reversed(self.fresh.items()), FRESH_LOOKS):
                 # A run holds its hole, so a hole as wide as ``room`` cannot give a tighter one.
-                if end - start < room and all(map(le, tag, clock)):  # type: ignore[arg-type]  # fresh: tagged
+                if holes[start][0] - start >= room:
+                    continue
+                for stream, need in blockers:  # _clears, inline: this runs for every hole looked at
+                    if clock[stream] < need:
+                        break
+                else:
                     low, high = self._run(start, clock)
                     if size <= high - low < room:
                         best, room = (high - low, low), high - low
                         if room == size:
-                            break
+                            break  # out of the walk over the fresh holes: nothing fits tighter
         if best is None:
             start = self.top
-            if self.starts and self.holes[self.starts[-1]][0] == self.top and self._usable(self.starts[-1], clock):
+            if (self.starts and self.holes[self.starts[-1]][0] == self.top
+                    and _clears(self.fresh.get(self.starts[-1], ()), clock)):
                 start = self._run(self.starts[-1], clock)[0]  # grow the arena by only what it lacks
             self._carve(start, min(start + size, self.top), floor)
             self.top = max(self.top, start + size)
