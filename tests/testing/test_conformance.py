@@ -119,8 +119,12 @@ class LenientFree(SimBackend):
 
 
 class NoAlignmentCheck(SimBackend):
-    def _kernel_region(self, address, nbytes, what):
-        return self.memory.find_device(address, max(nbytes, 1), what=what), address, nbytes
+    def __init__(self, index=0, **options):
+        super().__init__(index, **options)
+        memory = self.memory
+        memory.kernel_regions = lambda accesses, label, kind: tuple(
+            (memory.find_device(address, max(nbytes, 1), what=f"{label} {kind}"), address, nbytes)
+            for address, nbytes in accesses)
 
 
 class BlindSanitizer(SimBackend):

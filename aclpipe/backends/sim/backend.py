@@ -315,16 +315,11 @@ class SimBackend:
         submitted again and again while :meth:`BoundKernel.alive` (a repeatable executor's
         launches), which checks each region in constant time."""
         # Tuples, not lists: a program keeps one bound kernel per node and slot, and a capture
-        # stores these as they are (``tuple()`` of a tuple makes no copy).  The regions are
-        # looked up with one message per kind: a program binds one kernel per node and slot.
-        region = self._kernel_region
-        what = f"{label} write"
-        resolved_writes = tuple([region(a, n, what) for a, n in writes])
-        what = f"{label} read"
-        resolved = [region(a, n, what) for a, n in reads]
+        # stores these as they are (``tuple()`` of a tuple makes no copy).
+        resolved_writes = self.memory.kernel_regions(writes, label, "write")
+        resolved_reads = self.memory.kernel_regions(reads, label, "read")
         if executor is not None:
-            resolved.append((executor, executor.start, 1))
-        resolved_reads = tuple(resolved)
+            resolved_reads += ((executor, executor.start, 1),)
         padding = self._padding(resolved_writes)
         timing = self._timings.get(cost)
         if timing is None:  # per cost: the same op and shapes cost the same on every launch
@@ -354,9 +349,6 @@ class SimBackend:
             if end > address + nbytes:
                 padding.append((allocation, address + nbytes, end - address - nbytes))
         return tuple(padding)
-
-    def _kernel_region(self, address: int, nbytes: int, what: str) -> Region:
-        return self.memory.find_device(address, nbytes if nbytes > 1 else 1, what=what, aligned=True), address, nbytes
 
     def latch(self, stream: SimStream) -> threading.Event:
         """Hold ``stream`` at this point until the returned event is set (a test helper)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import collections
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,8 @@ class DeviceMemory:
         #: The allocation the last lookup found: launches of one program mostly hit one arena,
         #: so most lookups are one range check instead of a search.
         self._last: Allocation | None = None
+        #: The allocations :meth:`kernel_regions` found last, newest first (see there).
+        self._recent: list[Allocation] = []
 
     # -- device allocations ------------------------------------------------------------
     def alloc(self, nbytes: int, label: str = "") -> Allocation:
@@ -190,6 +193,32 @@ class DeviceMemory:
         if aligned and address % ALIGNMENT:
             raise error_from_code(107008, f"{what}: address {address:#x} is not {ALIGNMENT}-byte aligned")
         return self.find(address, nbytes, what=what)[0]
+
+    def kernel_regions(self, accesses: Iterable[tuple[int, int]], label: str,
+                       kind: str) -> tuple[tuple[Allocation, int, int], ...]:
+        """``(allocation, address, nbytes)`` for each ``(address, nbytes)`` a kernel declares:
+        :meth:`find_device` with ``aligned=True`` (an empty region counts as one byte), whose
+        errors say ``"<label> <kind>"``.
+
+        The few allocations found last are tried first: a program binds one kernel per node and
+        slot, whose regions mostly lie in the slot's arena and a few constants, so looking up
+        only the last one would miss at every switch between the two."""
+        regions = []
+        recent = self._recent
+        base, top = self.base, self._next
+        for address, nbytes in accesses:
+            end = address + (nbytes if nbytes > 1 else 1)
+            for allocation in recent:  # the same checks as find_device's, on each recent one
+                if allocation.start <= address and end <= allocation.start + allocation.size and allocation.alive:
+                    break
+            else:
+                allocation = None
+            if allocation is None or address % ALIGNMENT or not base <= address < top:
+                allocation = self.find_device(address, end - address, what=f"{label} {kind}", aligned=True)
+                # Replaced whole, never changed in place: another thread may be walking the old list.
+                recent = self._recent = [allocation, *[known for known in recent if known is not allocation][:3]]
+            regions.append((allocation, address, nbytes))
+        return tuple(regions)
 
     def bytes_at(self, address: int, nbytes: int, *, what: str) -> np.ndarray:
         allocation, offset = self.find(address, nbytes, what=what)
