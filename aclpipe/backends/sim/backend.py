@@ -307,7 +307,7 @@ class SimBackend:
         self._check_stream(stream)
         label = (context or {}).get("node") or name
         bound = self.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=executor)
-        self.submit_kernel(stream, name, bound, context)
+        self.submit_kernel(stream, name, bound, dict(context) if context else {})
 
     def bind_kernel(self, run: Callable[[], None], *, reads: Sequence[Access] = (), writes: Sequence[Access] = (),
                     cost: Cost = _NO_COST, label: str = "kernel", executor: Allocation | None = None) -> BoundKernel:
@@ -330,11 +330,11 @@ class SimBackend:
         return BoundKernel(_Guarded(run, resolved_reads, resolved_writes, padding, label, allocations),
                            resolved_reads, resolved_writes, padding, timing[0], timing[1], allocations)
 
-    def submit_kernel(self, stream: SimStream, name: str, bound: BoundKernel,
-                      context: Mapping[str, Any] | None = None) -> None:
-        """Enqueue a kernel bound by :meth:`bind_kernel` (the caller checked it is still alive)."""
+    def submit_kernel(self, stream: SimStream, name: str, bound: BoundKernel, context: dict[str, Any]) -> None:
+        """Enqueue a kernel bound by :meth:`bind_kernel` (the caller checked it is still alive);
+        the task keeps ``context`` as it is (the callers make a new one per launch)."""
         self._check_stream(stream)
-        task = kernel_task(name, bound.run, bound.seconds, bound.cores, dict(context) if context else {})
+        task = kernel_task(name, bound.run, bound.seconds, bound.cores, context)
         self._submit(stream, task, reads=bound.reads, writes=bound.writes, padding=bound.padding)
 
     @staticmethod
