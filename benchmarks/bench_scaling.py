@@ -329,12 +329,24 @@ def run_size_repeated(size: int, args: argparse.Namespace) -> list[tuple[int, di
     return [_medians(tree_runs) for tree_runs in runs]
 
 
+GOAL_STAGES = ("load yaml", "bind", "prepare")
+
+
 def _medians(runs: list[tuple[int, dict[str, dict[str, float]]]]) -> tuple[int, dict[str, dict[str, float]]]:
     rows: dict[str, dict[str, float]] = {}
     for stage in {stage for _, measured_rows in runs for stage in measured_rows}:
         found = [measured_rows[stage] for _, measured_rows in runs if stage in measured_rows]
         rows[stage] = {key: statistics.median(row[key] for row in found) for key in ("seconds", "cpu", "peak_mb")}
         rows[stage]["rss_mb"] = max(row["rss_mb"] for row in found)
+    # Goal 3's sum per process, then its median and best: on shared cores the best process is
+    # the closest to what the code costs, the median to what a user sees.
+    totals = [{clock: sum(measured_rows[stage][clock] for stage in GOAL_STAGES) for clock in ("seconds", "cpu")}
+              for _, measured_rows in runs if all(stage in measured_rows for stage in GOAL_STAGES)]
+    if totals:
+        rows["goal sum"] = {f"{kind} {clock}": pick(total[clock] for total in totals)
+                            for clock in ("seconds", "cpu") for kind, pick in (("median", statistics.median),
+                                                                               ("best", min))}
+        rows["goal sum"]["processes"] = len(totals)
     return runs[-1][0], rows
 
 
@@ -353,15 +365,17 @@ def _report(measured_sizes: list[tuple[int, dict[str, dict[str, float]]]], args:
               "fitted exponent of time in nodes")
         _table(measured_sizes, clock)
     last_nodes, last = measured_sizes[-1]
-    if all(stage in last for stage in ("load yaml", "bind", "prepare")):
-        rss = max(row["rss_mb"] for row in last.values())
+    summed = last.get("goal sum")
+    if summed is not None:
+        rss = max(row["rss_mb"] for stage, row in last.items() if stage != "goal sum")
+        count = int(summed["processes"])
         for clock in ("seconds", "cpu"):
-            total = sum(last[stage][clock] for stage in ("load yaml", "bind", "prepare"))
             planned = (f"; load yaml + bind + make_plan = "
                        f"{sum(last[stage][clock] for stage in ('load yaml', 'bind', 'make_plan')):.2f} s"
                        if "make_plan" in last else "")
+            spread = f" (median of {count} processes; the best {summed[f'best {clock}']:.2f} s)" if count > 1 else ""
             print(f"{last_nodes:,} nodes, {'wall' if clock == 'seconds' else 'CPU'}: load yaml + bind + prepare "
-                  f"(which plans) = {total:.2f} s (goal <= {GOAL_SECONDS:g} s){planned}")
+                  f"(which plans) = {summed[f'median {clock}']:.2f} s{spread} (goal <= {GOAL_SECONDS:g} s){planned}")
         print(f"process peak RSS {rss:.0f} MB (goal <= {GOAL_RSS_MB:g} MB)")
 
 
