@@ -113,6 +113,11 @@ def prepare_executor(op: str, inputs: Sequence[TensorDesc | None], outputs: Sequ
 class SimExecutor:
     """What the simulated phase one returns: the op's plan bound to its tensors, single-use
     until made repeatable, re-pointable and destroyable like an ``aclOpExecutor``."""
+
+    # Slots: a prepared program holds one executor per node and slot.
+    __slots__ = ("_bound", "destroyed", "inputs", "op", "outputs", "plan", "region", "repeatable", "used",
+                 "workspace_size")
+
     def __init__(self, op: str, plan: OpPlan, inputs: tuple[TensorDesc | None, ...],
                  outputs: tuple[TensorDesc | None, ...]):
         self.op = op
