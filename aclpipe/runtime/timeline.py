@@ -262,10 +262,11 @@ class Timeline:
         counter = self._lanes[lane].counter
         while counter[0] < value:
             self._check_lost(lane, value)
-            waiter = _Waiter(value, next(self._seq), loop.create_future())
+            future = loop.create_future()
+            waiter = _Waiter(value, next(self._seq), future)
             heapq.heappush(self._heaps[lane], waiter)
             try:
-                await waiter.sleep()
+                await future  # not waiter.sleep(): one coroutine frame fewer to resume, cold
             except BaseException:
                 waiter.live = False
                 raise
