@@ -47,7 +47,7 @@ import anyio
 from ..errors import ClosedResourceError
 from .completion import HOST_FUNC_ADDRESS, STAMPS, ffi
 from .lanes import LaneState, parked_states, retire, sweep, try_release
-from .loop_reader import LoopReader
+from .loop_reader import READ_BYTES, LoopReader
 
 if TYPE_CHECKING:
     from ..backends.protocol import Backend
@@ -325,7 +325,7 @@ class Timeline:
         # One read: a byte written after it leaves the pipe readable, so the pump's next wait
         # returns at once (a second read would only cost a syscall and an exception per wake).
         try:
-            if os.read(self._state.read_fd, 4096):
+            if os.read(self._state.read_fd, READ_BYTES):
                 self._wakeups += 1
         except BlockingIOError:
             pass
