@@ -20,7 +20,9 @@
                 resuming with its result: median and p99, under asyncio and trio.
 ``completion-split``  the same held runs with steps of the result path taken out in turn
                 (the fault query, the output copy, both; measurement only), alternating in
-                rounds within one process: what each step costs in place.
+                rounds within one process: what each step costs in place.  ``--cpu``: the loop
+                thread's CPU time from the completion wait returning to the caller resuming
+                instead (time descheduled left out: steadier on a busy machine).
 ``workspaces``  a 200-node graph in which 100 nodes need a workspace (Softmax on 8 x 16),
                 4 streams, depth 2, under each workspace strategy: host cost per node
                 (submit -> enqueued and whole run), waits per run, and the pool against static.
@@ -584,8 +586,27 @@ def _strip(pipe: Pipeline, variant: str) -> None:
             program.__dict__["read_outputs"] = lambda slot: {}
 
 
-async def _held_split(device: aclpipe.Device, runs: int, gate: tuple[Any, Any] | None) -> dict[str, list[list[float]]]:
-    """Per variant, per round: completion host function start -> resumed of held runs."""
+def _time_cpu_after_wait(pipe: Pipeline) -> list[float]:
+    """Hook ``pipe``'s timeline (on the instance: one coroutine frame more for every variant)
+    so that each completed wait appends the loop thread's CPU clock (``time.thread_time``);
+    returns that list.  CPU time leaves out the time the thread was descheduled."""
+    timeline = pipe._res.timeline
+    woke: list[float] = []
+    wait = timeline.wait
+
+    async def timed_wait(lane: int, value: int) -> None:
+        await wait(lane, value)
+        woke.append(time.thread_time())
+
+    timeline.wait = timed_wait  # type: ignore[method-assign]
+    return woke
+
+
+async def _held_split(device: aclpipe.Device, runs: int, gate: tuple[Any, Any] | None, cpu: bool = False
+                      ) -> dict[str, list[list[float]]]:
+    """Per variant, per round: completion host function start -> resumed of held runs (with
+    ``cpu``: the loop thread's CPU time from the completion wait returning to the caller
+    resuming, instead)."""
     backend = device.backend
     rounds = max(1, runs // 30)
     results: dict[str, list[list[float]]] = {variant: [] for variant in _SPLIT_VARIANTS}
@@ -596,6 +617,7 @@ async def _held_split(device: aclpipe.Device, runs: int, gate: tuple[Any, Any] |
         gate_fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "aclpipe_bench_gate")))
         flag_at = int(ffi.cast("uintptr_t", flag))
     async with _warm_one_node_pipeline(device) as (pipe, value, d2h):
+        woke = _time_cpu_after_wait(pipe) if cpu else []
 
         def open_gate() -> None:
             flag[0] = 1
@@ -611,7 +633,8 @@ async def _held_split(device: aclpipe.Device, runs: int, gate: tuple[Any, Any] |
                         release = open_gate
                     else:
                         release = backend.latch(d2h).set
-                    latencies.append((await _resumed_at(pipe, value, time.perf_counter, release))[1])
+                    resumed, since_host_func = await _resumed_at(pipe, value, time.thread_time, release)
+                    latencies.append(resumed - woke[-1] if cpu else since_host_func)
                 results[variant].append(latencies)
         _strip(pipe, "whole path")
     return results
@@ -620,25 +643,29 @@ async def _held_split(device: aclpipe.Device, runs: int, gate: tuple[Any, Any] |
 def bench_completion_split(args: argparse.Namespace) -> None:
     native = args.device != "sim"
     gate = _gate() if native else None
+    what = "loop thread CPU time from the completion wait returning to the caller resuming" if args.cpu else ""
     print(f"\n== where the completion path goes, in place: held runs on {args.device}, {args.runs} per variant "
-          "in rounds of 30, the variants alternating (medians, us)")
+          f"in rounds of 30, the variants alternating (medians, us){'; ' + what if what else ''}")
     print(f"{'event loop':<10} {'baseline':>9}   " + "   ".join(f"{variant:>22}" for variant in _SPLIT_VARIANTS))
     for backend in ("asyncio", "trio"):
         device = _open_host_device(args.device)
-        results = anyio.run(_held_split, device, args.runs, gate, backend=backend)
+        results = anyio.run(_held_split, device, args.runs, gate, args.cpu, backend=backend)
         device.close()
-        base = statistics.median(anyio.run(_bare_wake, args.runs, backend=backend)) * 1e6
+        base = 0.0 if args.cpu else statistics.median(anyio.run(_bare_wake, args.runs, backend=backend)) * 1e6
         whole = [statistics.median(r) for r in results["whole path"]]
         cells = []
         for variant in _SPLIT_VARIANTS:
             median = statistics.median(x for r in results[variant] for x in r) * 1e6
             saved = sorted((w - statistics.median(r)) * 1e6 for w, r in zip(whole, results[variant], strict=True))
-            cells.append(f"{median:6.1f} (+{median - base:4.0f})" + (
+            over = "" if args.cpu else f" (+{median - base:4.0f})"
+            cells.append(f"{median:6.1f}{over}" + (
                 f" -{statistics.median(saved):3.0f}" if variant != "whole path" else "     "))
         print(f"{backend:<10} {base:9.1f}   " + "   ".join(f"{cell:>22}" for cell in cells))
     print("each cell: host function -> resumed, (over the baseline), and -N: the median per round of what taking "
           "the step(s) out saved against the whole path in the same round. Measurement only: without the fault "
-          "query a failed run would not raise; without the copy no result is returned")
+          "query a failed run would not raise; without the copy no result is returned"
+          + (". --cpu: the loop thread's CPU time instead of latency (so no baseline); the hook adds one coroutine "
+             "frame to every variant" if args.cpu else ""))
 
 # -- 6. workspace strategies in the pipeline --------------------------------------------------------
 def workspace_graph(nodes: int = 200, branches: int = 4) -> Graph:
@@ -709,6 +736,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timing-model measurements repeated (best kept)")
     parser.add_argument("--device", default="sim", help="host, workspaces, completion: 'sim' (default) or "
                         "'ascend' (the fake CANN unless ACLPIPE_ASCEND_LIB points at a CANN installation)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="completion-split: report the loop thread's CPU time after the wake-up instead of latency")
     parser.add_argument("--time-scale", type=float, default=None,
                         help="wall seconds per modelled device second (default: 5000 overlap, 2000 streams)")
     args = parser.parse_args(argv)

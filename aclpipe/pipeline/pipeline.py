@@ -377,6 +377,8 @@ class Pipeline:
         return len(self._res.streams) - 1
 
     async def _finish(self, ticket: Ticket) -> dict[str, np.ndarray]:
+        if self._completion.due:  # the previous results' latencies, looked up before this wait
+            self._completion.settle(self._res.timeline, self._d2h_lane)
         self._finishing += 1
         try:
             return await self._result(ticket)
@@ -408,9 +410,7 @@ class Pipeline:
             self._release_ticket(ticket, slot_back=True)
         if ticket.rows is not None:
             outputs = ShapeBuckets.slice(outputs, ticket.rows)
-        passed = res.timeline.passed_at(self._d2h_lane, ticket.value)
-        if passed is not None:
-            self._completion.add(time.monotonic_ns() - passed)
+        self._completion.resumed(ticket.value, time.monotonic_ns())
         return outputs
 
     async def _abandon(self, ticket: Ticket) -> None:
@@ -461,10 +461,13 @@ class Pipeline:
         if not touched.dirty:
             return
         lanes = touched.to_ask()
-        failed = self._faults.collect([streams[lane] for lane in lanes], self._runs)
-        if not failed:
+        # The usual answer (no error anywhere) in one call per stream, then only the streams
+        # that hold one go through the fault log.
+        failing = [streams[lane] for lane in lanes if streams[lane].has_error()]
+        if not failing:
             touched.found_clean(lanes, completed_run)
             return
+        failed = self._faults.collect(failing, self._runs)
         touched.touch_all(self._runs + 1)  # renewed: ask every stream until found clean again
         for stream in failed:
             stream.renew()
@@ -475,6 +478,8 @@ class Pipeline:
     def stats(self) -> PipelineStats:
         """The pipeline's counters (see :class:`PipelineStats`); also after :meth:`aclose`."""
         res = self._res
+        if self._completion.due:
+            self._completion.settle(res.timeline, self._d2h_lane)
         with res.lock:
             programs = [entry.program for entry in res.cache]
             workspace = res.workspaces.stats().as_dict()

@@ -7,7 +7,10 @@ import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..runtime.timeline import Timeline
 
 __all__ = ["CompletionLog", "PipelineStats"]
 
@@ -74,13 +77,32 @@ class PipelineStats:
 
 
 class CompletionLog:
-    """The latest completion latencies, in nanoseconds (a bounded window: constant cost per run)."""
+    """The latest completion latencies, in nanoseconds (a bounded window: constant cost per run).
+
+    A run's result only notes when its caller resumes (:meth:`resumed`); the stamp its
+    completion host function wrote is looked up later (:meth:`settle`), before the pipeline
+    next waits or reports, so that the lookup is not part of the latency it measures.  The
+    timeline keeps the last 64 stamps of a lane: one looked up later than that is dropped.
+    """
 
     def __init__(self, keep: int = 1024):
         self.samples: collections.deque[int] = collections.deque(maxlen=keep)
+        self.due: list[tuple[int, int]] = []  # (lane value, monotonic ns its caller resumed at)
 
     def add(self, nanoseconds: int) -> None:
         self.samples.append(nanoseconds)
+
+    def resumed(self, value: int, at: int) -> None:
+        """The run that ``value`` completes gave its caller the result at ``at`` (monotonic ns)."""
+        self.due.append((value, at))
+
+    def settle(self, timeline: Timeline, lane: int) -> None:
+        """Match the runs noted by :meth:`resumed` with their host functions' stamps."""
+        for value, at in self.due:
+            passed = timeline.passed_at(lane, value)
+            if passed is not None:
+                self.samples.append(at - passed)
+        self.due.clear()
 
     def summary(self) -> dict[str, float]:
         """``samples``, ``median_us`` and ``p99_us`` (nearest rank); empty without samples."""

@@ -83,6 +83,8 @@ class HostBuffer(_Buffer):
         #: (dtype, shape, offset) -> (view, nbytes): views already checked, reused by each run
         self._views: dict[tuple[Any, Any, int], tuple[np.ndarray, int]] = {}
         self._what = f"host view of {label or 'HostBuffer'}"  # what the sanitizer names
+        #: copy_out's previous (dtype, shape, view, nbytes)
+        self._last_out: tuple[Any, Any, np.ndarray, int] | None = None
 
     def numpy(self, dtype: Any = np.uint8, shape: tuple[int, ...] | int | None = None, *,
               offset: int = 0) -> np.ndarray:
@@ -96,19 +98,33 @@ class HostBuffer(_Buffer):
     def copy_out(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         """A copy of the buffer's first bytes as ``dtype`` with ``shape``.  It reads them on the
         host: copies into the buffer must have completed (as for :meth:`numpy`)."""
-        return self._checked(dtype, shape, 0, write=False).copy()
+        # A run's result reads each output buffer with the same dtype and shape objects every
+        # time: the previous view is recognised by identity, without hashing a key (the result
+        # path runs cold after each wait, where every step counts).
+        last = self._last_out
+        if last is not None and last[0] is dtype and last[1] is shape and self._finalizer.alive:
+            view, nbytes = last[2], last[3]
+        else:
+            view, nbytes = self._lookup(dtype, shape, 0)
+            self._last_out = (dtype, shape, view, nbytes)
+        self.device.backend.host_access(self.address, max(nbytes, 1), write=False, what=self._what)
+        return view.copy()
 
     def _checked(self, dtype: Any, shape: tuple[int, ...] | int | None, offset: int, *, write: bool) -> np.ndarray:
         """The cached view, once the buffer is known open and the host access is checked."""
-        # Every run's inputs and outputs come through here: the usual case costs one lookup and the check.
+        view, nbytes = self._lookup(dtype, shape, offset)
+        self.device.backend.host_access(self.address + offset, max(nbytes, 1), write=write, what=self._what)
+        return view
+
+    def _lookup(self, dtype: Any, shape: tuple[int, ...] | int | None, offset: int) -> tuple[np.ndarray, int]:
+        """The cached view and its size, once the buffer is known open."""
+        # Every run's inputs and outputs come through here: the usual case costs one lookup.
         if not self._finalizer.alive:
             self.check_open()
         try:
-            view, nbytes = self._views[(dtype, shape, offset)]
+            return self._views[(dtype, shape, offset)]
         except (KeyError, TypeError):  # not seen yet, or unhashable arguments
-            view, nbytes = self._view(dtype, shape, offset)
-        self.device.backend.host_access(self.address + offset, max(nbytes, 1), write=write, what=self._what)
-        return view
+            return self._view(dtype, shape, offset)
 
     def _view(self, dtype: Any, shape: tuple[int, ...] | int | None, offset: int) -> tuple[np.ndarray, int]:
         numpy_dtype = as_dtype(dtype).numpy

@@ -46,7 +46,7 @@ class Stream:
         self._mode = failure_mode
         self._handles = [handle]  # every backend stream this object owns: the current one last
         self._retired: list[tuple[Any, Any]] = []  # (old handle, event at its end) after renew()
-        self._errors: list[BackendError] = []  # sticky errors taken from retired handles
+        self._errors: list[BackendError] = []  # taken from the device, not yet from take_error (renew, has_error)
         self.renewals = 0
         self._finalizer = weakref.finalize(self, _destroy, device.backend, self._handles)
 
@@ -151,11 +151,30 @@ class Stream:
     def take_error(self) -> Exception | None:
         """Return and clear the sticky error without waiting (``aclrtGetLastError``-style)."""
         self._check()
-        if self._retired or self._errors:  # only after renew(): the result path skips this
+        if self._retired or self._errors:  # only after renew() or has_error(): the usual case skips this
             self._collect_retired()
             if self._errors:
                 return self._errors.pop(0)
         return self.device.backend.stream_take_error(self.handle)
+
+    def has_error(self) -> bool:
+        """Whether :meth:`take_error` has an error to return.  The device's sticky error, if
+        any, is consumed now and kept here for :meth:`take_error`, in order.
+
+        It is what a pipeline asks of every stream after every run, and the answer is almost
+        always no: that answer costs one backend call and builds nothing."""
+        self._check()
+        if self._errors:
+            return True
+        if self._retired:  # only after renew()
+            self._collect_retired()
+            if self._errors:
+                return True
+        error = self.device.backend.stream_take_error(self.handle)
+        if error is None:
+            return False
+        self._errors.append(error)
+        return True
 
     def abort(self) -> None:
         """``aclrtStreamAbort``: discard every task enqueued so far and stop the one running

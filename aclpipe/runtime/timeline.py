@@ -47,7 +47,7 @@ import anyio
 from ..errors import ClosedResourceError
 from .completion import HOST_FUNC_ADDRESS, STAMPS, ffi
 from .lanes import LaneState, parked_states, retire, sweep, try_release
-from .loop_reader import LoopReader
+from .loop_reader import READ_BYTES, LoopReader
 
 if TYPE_CHECKING:
     from ..backends.protocol import Backend
@@ -262,10 +262,11 @@ class Timeline:
         counter = self._lanes[lane].counter
         while counter[0] < value:
             self._check_lost(lane, value)
-            waiter = _Waiter(value, next(self._seq), loop.create_future())
+            future = loop.create_future()
+            waiter = _Waiter(value, next(self._seq), future)
             heapq.heappush(self._heaps[lane], waiter)
             try:
-                await waiter.sleep()
+                await future  # not waiter.sleep(): one coroutine frame fewer to resume, cold
             except BaseException:
                 waiter.live = False
                 raise
@@ -324,7 +325,7 @@ class Timeline:
         # One read: a byte written after it leaves the pipe readable, so the pump's next wait
         # returns at once (a second read would only cost a syscall and an exception per wake).
         try:
-            if os.read(self._state.read_fd, 4096):
+            if os.read(self._state.read_fd, READ_BYTES):
                 self._wakeups += 1
         except BlockingIOError:
             pass

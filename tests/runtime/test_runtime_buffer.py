@@ -99,3 +99,18 @@ def test_copy_out_is_a_copy_and_a_host_read(device):
     host.close()
     with pytest.raises(ClosedResourceError):
         host.copy_out("float32", (8,))
+
+
+def test_copy_out_reuses_its_view_only_for_the_same_dtype_and_shape(device):
+    host = device.alloc_host(32)
+    host.numpy("float32", (8,))[...] = np.arange(8)
+    shape = (2, 4)
+    first = host.copy_out("float32", shape)
+    again = host.copy_out("float32", shape)  # the same objects: the view kept from the call before
+    assert again.tolist() == first.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]] and again is not first
+    assert host.copy_out("int32", shape).dtype == np.int32  # another dtype: another view
+    assert host.copy_out("float32", (4, 2)).shape == (4, 2)  # an equal-valued key made anew
+    assert host.copy_out("float32", shape).shape == (2, 4)
+    host.close()
+    with pytest.raises(ClosedResourceError):
+        host.copy_out("float32", shape)  # even with the view it kept

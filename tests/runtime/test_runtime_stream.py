@@ -118,6 +118,56 @@ def test_take_error_returns_and_clears(device):
     stream.sync()
 
 
+def test_has_error_keeps_the_error_for_take_error(device):
+    stream = device.create_stream()
+    assert not stream.has_error()  # nothing failed: no error, nothing kept
+    buffer = device.alloc(8)
+    device.inject_fault("copy")
+    stream.memset(buffer, 0)
+    with pytest.raises(DeviceFault):
+        stream.record().sync()  # the copy has run; the stream keeps its sticky error
+    assert stream.has_error() and stream.has_error()  # asking again neither loses nor repeats it
+    assert isinstance(stream.take_error(), DeviceFault)
+    assert not stream.has_error() and stream.take_error() is None
+
+
+def test_an_error_has_error_took_is_still_raised_once_by_sync(device):
+    stream = device.create_stream()
+    buffer = device.alloc(8)
+    device.inject_fault("copy")
+    stream.memset(buffer, 0)
+    with pytest.raises(DeviceFault):
+        stream.record().sync()
+    assert stream.has_error()
+    with pytest.raises(DeviceFault):
+        stream.sync()
+    stream.sync()
+    assert not stream.has_error()
+
+
+def test_has_error_sees_the_error_of_a_renewed_streams_old_handle(device):
+    stream = device.create_stream()
+    buffer = device.alloc(64)
+    device.inject_fault("copy", skip=1)
+    with latch(stream):
+        stream.memset(buffer, 1)
+        stream.memset(buffer, 2)  # fails, on the old device stream
+        stream.renew()
+        stream.memset(buffer, 3)
+    with pytest.raises(DeviceFault):
+        stream.record().sync()  # behind the old stream's end, whose failure the record carries too
+    assert stream.has_error()  # taken from the old handle, which renew() retired
+    assert isinstance(stream.take_error(), DeviceFault) and not stream.has_error()
+    assert (device.download(buffer, "uint8", (64,)) == 3).all()
+
+
+def test_has_error_refuses_a_closed_stream(device):
+    stream = device.create_stream()
+    stream.close()
+    with pytest.raises(ClosedResourceError):
+        stream.has_error()
+
+
 def test_priority_and_close(device):
     stream = device.create_stream(priority=3)
     assert stream.priority == 3 and stream.name in repr(stream)

@@ -99,6 +99,37 @@ async def test_a_waiter_cancelled_while_asleep_is_dropped_and_later_waits_still_
     timeline.close()
 
 
+@pytest.mark.anyio
+async def test_more_wake_ups_than_one_read_drains_leave_later_waits_right(device):
+    """Each host function writes a byte; one read drains at most READ_BYTES of them, and what it
+    leaves keeps the pipe readable: later waits neither hang nor return before their value."""
+    from aclpipe.runtime.loop_reader import READ_BYTES
+
+    stream = device.create_stream()
+    timeline = Timeline(1)
+    gate = device.backend.latch(stream.handle)
+    backlog = [timeline.enqueue_advance(device.backend, stream.handle, 0) for _ in range(READ_BYTES * 3)]
+    gate.set()
+    with anyio.fail_after(5):
+        await timeline.wait(0, backlog[-1])
+    for _ in range(3):  # the bytes the first read left behind wake these waits early: they sleep on
+        gate = device.backend.latch(stream.handle)
+        value = timeline.enqueue_advance(device.backend, stream.handle, 0)
+        returned: list[int] = []
+
+        async def wait(value: int = value, returned: list[int] = returned) -> None:
+            await timeline.wait(0, value)
+            returned.append(timeline.value(0))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await anyio.sleep(0.01)
+            assert returned == [] and timeline.value(0) == value - 1
+            gate.set()
+        assert returned == [value]
+    timeline.close()
+
+
 def test_counters_only_move_forward(device):
     stream = device.create_stream()
     timeline = Timeline(1)
