@@ -103,6 +103,12 @@ class SimModel:
     #: (replaced by fresh ones at each replay): a replay without the sanitizer copies the lists.
     templates: dict[SimStream, list[Task]] = field(default_factory=dict)
     sync_points: list[tuple[SimStream, int, Captured]] = field(default_factory=list)
+    #: The same, ready to renew: ``(model stream, position, kind, name, shadow, record number)``
+    #: where a record takes the next of this replay's record numbers and a wait the number of the
+    #: latest record of its shadow before it in capture order; ``recorded`` lists the shadow of
+    #: each record number (a replay begins their records in that order).
+    renewals: list[tuple[SimStream, int, str, str, SimEvent, int]] = field(default_factory=list)
+    recorded: list[SimEvent] = field(default_factory=list)
     #: Every captured task as (its part's number in ``streams`` order, its position in the part),
     #: in capture order: an order in which the parts can run one task at a time on one thread
     #: (a captured wait always follows the record it waits for).
@@ -273,6 +279,7 @@ class Captures:
                 sync_points.append((inner, len(part), item))
             order.append((number, len(part) + 1))  # a part starts with the wait for the start
             part.append(task)
+        _plan_renewals(model)
         model.start = SimEvent(f"{model.name}:start", False)
         model.ends = {inner: SimEvent(f"{model.name}:end:{inner.name}", False) for inner in model.streams.values()}
         model.ready = True
@@ -424,8 +431,9 @@ class Captures:
             if sanitizer is None:  # the fast path: copy each part, renew its records and waits
                 for inner, template in model.templates.items():
                     parts[inner].extend(template)
-                for inner, index, item in model.sync_points:  # capture order: records before their waits
-                    parts[inner][index + 1] = _replayed_sync(model, item.task, generations, {})
+                numbers = [shadow.begin_record({}) for shadow in model.recorded]  # in capture order
+                for inner, index, kind, name, shadow, number in model.renewals:
+                    parts[inner][index + 1] = sync_task(kind, name, shadow, numbers[number], inherit=False)
             else:
                 for item in model.items:
                     inner = model.streams[item.stream]
@@ -443,17 +451,18 @@ class Captures:
             model.replays[end] = generation
         # On the replaying stream, one queue entry: the start, then one wait for every model
         # stream's end (a failure inside the model is this stream's: aclmdlRIExecuteAsync).
-        pending = _Parts([(inner, Task(GRAPH, f"{model.name} replay", tasks=tasks, context=context))
+        replay = f"{model.name} replay"
+        pending = _Parts([(inner, _task(GRAPH, replay, tasks=tasks, context=context))
                           for inner, tasks in parts.items()])
         model.pending.append(pending)  # under self._lock, before the replaying stream can reach it
-        replaying = [Task(RECORD, f"start {model.name}", event=model.start, generation=start),
-                     Task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
-                          discarded=lambda: self._drop(model, pending))]
+        replaying = [_task(RECORD, f"start {model.name}", event=model.start, generation=start),
+                     _task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
+                           discarded=lambda: self._drop(model, pending))]
         if joins:
             (first, generation), rest = joins[0], joins[1:]
-            replaying.append(Task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
-                                  joins=rest))
-        backend._submit(stream, Task(GRAPH, f"{model.name} replay", tasks=replaying, context=context))
+            replaying.append(_task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
+                                   joins=rest))
+        backend._submit(stream, _task(GRAPH, replay, tasks=replaying, context=context))
         if sanitizer is not None:
             for inner in parts:
                 sanitizer.wait(stream.name, model.ends[inner].snapshot)
@@ -534,6 +543,34 @@ class Captures:
         model.destroyed = True
         for inner in model.streams.values():
             self.backend.stream_destroy(inner)
+
+
+#: A task's fields as the dataclass sets them by default (each task gets a copy).
+_TASK_FIELDS = dict(Task("", "").__dict__)
+
+
+def _task(kind: str, name: str, **fields: Any) -> Task:
+    """``Task(kind, name, **fields)`` without the dataclass constructor, as :func:`sync_task`
+    makes its tasks (a replay makes seven of these)."""
+    task = object.__new__(Task)
+    values = _TASK_FIELDS.copy()
+    values["kind"], values["name"], values["snapshot"] = kind, name, {}
+    values.update(fields)
+    task.__dict__ = values
+    return task
+
+
+def _plan_renewals(model: SimModel) -> None:
+    """Fill ``model.renewals`` and ``model.recorded`` from its sync points (see :class:`SimModel`)."""
+    latest: dict[SimEvent, int] = {}
+    for inner, index, item in model.sync_points:  # capture order: a wait follows the record it waits for
+        task = item.task
+        assert task.event is not None
+        shadow = model.shadows[task.event]
+        if task.kind == RECORD:
+            latest[shadow] = len(model.recorded)
+            model.recorded.append(shadow)
+        model.renewals.append((inner, index, task.kind, task.name, shadow, latest[shadow]))
 
 
 def _replayed_sync(model: SimModel, task: Task, generations: dict[SimEvent, int], clock: Clock) -> Task:

@@ -403,3 +403,50 @@ def test_a_trace_of_a_replay_run_by_the_replaying_stream_names_the_models_stream
     assert {kernels["double"].stream, kernels["copy"].stream} <= {inner.name for inner in model.streams.values()}
     assert {name for _, name in threads} == {f"aclpipe-{runner.handle.name}"}
     backend.model_destroy(model)
+
+
+@pytest.mark.parametrize("timing", [False, True])
+def test_an_event_recorded_twice_in_a_capture_is_waited_on_at_each_record_in_every_replay(timing):
+    """Without the sanitizer a replay renews its records and waits from a plan made at capture
+    end: a wait must take the generation of its event's latest record before it in capture
+    order.  With the timing model the model's streams run concurrently, and the origin's slow
+    kernel between the two records makes a wait on the first record's generation copy too early."""
+    device = aclpipe.open_device("sim", sanitizer=False, timing=timing)
+    try:
+        origin, side, runner = device.create_stream(), device.create_stream(), device.create_stream()
+        a = device.upload(np.arange(8, dtype=np.float32))
+        b = device.upload(np.zeros(8, np.float32))
+        views = {name: device.backend.memory.tensor(TensorDesc.contiguous((8,), "float32", buffer.address),
+                                                    what=name) for name, buffer in (("a", a), ("b", b))}
+        copies: list[np.ndarray] = []
+        ping, pong = device.create_event(), device.create_event()
+        backend = device.backend
+
+        def slow_increment() -> None:
+            threading.Event().wait(0.02)
+            views["a"] += 1
+
+        def copy() -> None:
+            views["b"][...] = views["a"]
+            copies.append(views["b"].copy())
+
+        backend.capture_begin(origin.handle)
+        for step in range(2):
+            if step:
+                backend.launch_kernel(origin.handle, "increment", slow_increment, writes=[(a.address, 32)])
+            backend.event_record(ping.handle, origin.handle)
+            backend.stream_wait_event(side.handle, ping.handle)
+            backend.launch_kernel(side.handle, "copy", copy, reads=[(a.address, 32)], writes=[(b.address, 32)])
+            backend.event_record(pong.handle, side.handle)
+            backend.stream_wait_event(origin.handle, pong.handle)
+        model = backend.capture_end(origin.handle)
+        for _ in range(3):
+            backend.model_execute(model, runner.handle, {"run": 1})
+        runner.sync()
+        start = np.arange(8, dtype=np.float32)
+        expected = [start, start + 1, start + 1, start + 2, start + 2, start + 3]
+        for got, want in zip(copies, expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+        backend.model_destroy(model)
+    finally:
+        device.close()
