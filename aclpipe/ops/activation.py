@@ -95,6 +95,8 @@ def _as_rows(array: np.ndarray, dim: int) -> np.ndarray:
     """``array`` with ``dim`` moved last and the rest flattened: shape ``(rows, length)``."""
     if array.ndim == 0:
         return array.reshape(1, 1)
+    if dim == array.ndim - 1:  # already last: a reshape (np.moveaxis costs 4 µs of Python)
+        return array.reshape(-1, array.shape[-1])
     moved = np.moveaxis(array, dim, -1)
     return moved.reshape(-1, moved.shape[-1])
 
