@@ -468,7 +468,7 @@ def test_an_event_recorded_twice_in_a_capture_is_waited_on_at_each_record_in_eve
 def test_a_replay_run_by_one_thread_skips_the_models_own_records_and_waits_unless_traced():
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
-        threads, model, b, _kept, runner = _replay(device)
+        _threads, model, b, _kept, runner = _replay(device)
         backend = device.backend
         shadows = list(model.shadows.values())
         for _ in range(2):
