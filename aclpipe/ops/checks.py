@@ -191,12 +191,13 @@ def scratch_view(workspace: np.ndarray | None, offset: int, shape: tuple[int, ..
     is short, or shared with a concurrent kernel, is caught at launch or by the sanitizer.
     """
     numpy_dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * numpy_dtype.itemsize
+    flat = len(shape) == 1  # most kernels keep a vector per row: no reshape (called per launch)
+    nbytes = (shape[0] if flat else math.prod(shape)) * numpy_dtype.itemsize
     if workspace is None or offset + nbytes > workspace.size:
         have = 0 if workspace is None else workspace.size
         raise ValueError(f"workspace of {have} bytes cannot hold {nbytes} bytes at offset {offset}")
-    view: np.ndarray = workspace[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
-    return view
+    view: np.ndarray = workspace[offset:offset + nbytes].view(numpy_dtype)
+    return view if flat else view.reshape(shape)
 
 
 def argument(values: Sequence[Any], index: int) -> Any:

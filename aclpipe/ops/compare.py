@@ -24,6 +24,7 @@ from ..dtypes import DType, promote_types
 from ..tensor import TensorDesc
 from .base import OpPlan, OpSpec
 from .checks import ALL, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
+from .fp_errors import ignore_fp_errors
 from .registry import register
 
 __all__ = ["CompareOp", "LogicalOp"]
@@ -70,7 +71,7 @@ class CompareOp(OpSpec):
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
             assert ins[0] is not None and ins[1] is not None and outs[0] is not None
-            with np.errstate(invalid="ignore"):  # comparisons with nan are data
+            with ignore_fp_errors():  # comparisons with nan are data
                 store(outs[0], predicate(ins[0].astype(compute, copy=False), ins[1].astype(compute, copy=False)))
 
         flops, traffic = elementwise_cost(out.numel, [*tensors, out])

@@ -183,12 +183,51 @@ class Convolution(OpSpec):
         mode = cube_math_type(self.name, attrs)
         x, weight, window = call.x, call.weight, call.window
         out = need_output(self.name, "output", outputs[0] if outputs else None, call.shape, x.dtype)
+        flops = 2.0 * out.numel * weight.shape[1] * math.prod(window.kernel)
+        if _pointwise(window):  # the unfolded columns would be the input itself: no workspace
+            traffic = float(x.nbytes + weight.nbytes + out.nbytes)
+            return OpPlan(_pointwise_kernel(call, mode), 0, flops, traffic, cube=True,
+                          variant=f"pointwise-{len(window.kernel)}d")
         columns = x.shape[0] * x.shape[1] * math.prod(window.kernel) * math.prod(window.out)
         workspace_size = columns * np.dtype(np.float32).itemsize
-        flops = 2.0 * out.numel * weight.shape[1] * math.prod(window.kernel)
         traffic = float(x.nbytes + weight.nbytes + out.nbytes + 2 * workspace_size)
         return OpPlan(_im2col_kernel(call, mode), workspace_size, flops, traffic, cube=True,
                       variant=f"im2col-{len(window.kernel)}d")
+
+
+def _pointwise(window: Window) -> bool:
+    """A 1x1 kernel with stride 1 and no padding: each output pixel reads its own input pixel."""
+    return all(k == 1 for k in window.kernel) and all(s == 1 for s in window.stride) and not any(window.padding)
+
+
+def _pointwise_kernel(call: _ConvCall, mode: int) -> Kernel:
+    """A 1x1 convolution as the im2col kernel computes it, reading the input where it lies: the
+    same matmul of the same operands (the columns would be a copy of the input), so the same bits."""
+    groups, dtype = call.groups, call.x.dtype
+    batch, channels = call.x.shape[:2]
+    out_channels = call.weight.shape[0]
+    pixels = math.prod(call.window.out)
+    in_shape = (batch, groups, channels // groups, pixels)
+    out_shape = (batch, groups, out_channels // groups, pixels)
+    bias_shape = (-1,) + (1,) * len(call.window.kernel)
+
+    def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
+               workspace: np.ndarray | None) -> None:
+        x, weight, out = inputs[0], inputs[1], outputs[0]
+        bias = inputs[2] if len(inputs) == 3 else None
+        assert x is not None and weight is not None and out is not None
+        if out.size == 0:
+            return
+        columns = np.asarray(cube_operand(x, dtype, mode), dtype=np.float32).reshape(in_shape)
+        filters = cube_operand(weight, dtype, mode).reshape(groups, out_channels // groups, -1)
+        target = target_view(out, out_shape, np.float32)
+        result = np.matmul(filters, columns, out=target).reshape(out.shape)
+        if bias is not None:
+            result += bias.astype(np.float32, copy=False).reshape(bias_shape)
+        if target is None:
+            store(out, result)
+
+    return kernel
 
 
 def _im2col_kernel(call: _ConvCall, mode: int) -> Kernel:

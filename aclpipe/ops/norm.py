@@ -282,11 +282,12 @@ class BatchNormOp(OpSpec):
             scale = scratch_view(workspace, scale_at, (channels,), np.float32)
             shift = scratch_view(workspace, shift_at, (channels,), np.float32)
             target = target_view(outs[0], shape, np.float32)
-            with ignore_fp_errors():
-                np.divide(_flat(argument(ins, 1), channels, 1.0),
-                          np.sqrt(_flat(argument(ins, 4), channels, 1.0) + np.float32(eps)), out=scale)
-                np.subtract(_flat(argument(ins, 2), channels, 0.0), _flat(argument(ins, 3), channels, 0.0) * scale,
-                            out=shift)
+            with ignore_fp_errors():  # the channel vectors in the workspace: the same fp32 steps, no temporaries
+                np.add(_flat(argument(ins, 4), channels, 1.0), np.float32(eps), out=scale)
+                np.sqrt(scale, out=scale)
+                np.divide(_flat(argument(ins, 1), channels, 1.0), scale, out=scale)
+                np.multiply(_flat(argument(ins, 3), channels, 0.0), scale, out=shift)
+                np.subtract(_flat(argument(ins, 2), channels, 0.0), shift, out=shift)
                 result = np.multiply(compute_view(ins[0], dtype), scale.reshape(broadcast), out=target)
                 result += shift.reshape(broadcast)
             if target is None:

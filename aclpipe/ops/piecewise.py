@@ -36,6 +36,27 @@ def hardsigmoid(x: np.ndarray) -> np.ndarray:
     return np.asarray(np.minimum(np.maximum(x / x.dtype.type(6) + x.dtype.type(0.5), 0), 1))
 
 
+def _hardsigmoid_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> None:
+    """:func:`hardsigmoid` computed in ``out``: the same ufuncs on the same dtype, so the same bits."""
+    kind = x.dtype.type
+    np.divide(x, kind(6), out=out)
+    np.add(out, kind(0.5), out=out)
+    np.maximum(out, 0, out=out)
+    np.minimum(out, 1, out=out)
+
+
+def _clamp_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> None:
+    """:func:`_clamp` computed in ``out`` (the same ufuncs, so the same bits)."""
+    low, high = params["min"], params["max"]
+    kind = x.dtype.type
+    if low is None:
+        np.minimum(x, kind(high), out=out)
+        return
+    np.maximum(x, kind(low), out=out)
+    if high is not None:
+        np.minimum(out, kind(high), out=out)
+
+
 def _clamp_attrs(op: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
     bounds = {key: None if attrs.get(key) is None else scalar_attr(op, key, attrs) for key in ("min", "max")}
     if bounds["min"] is None and bounds["max"] is None:
@@ -114,8 +135,9 @@ class Prelu(OpSpec):
 
 _OPS = (
     _Clamp("Clamp", _clamp, NUMERIC, keep_dtype, flops=2.0, parse_attrs=_clamp_attrs,
-           attrs={"min": None, "max": None}),
-    UnaryOp("Hardsigmoid", lambda x, params: hardsigmoid(x), FLOATS, keep_dtype, flops=4.0),
+           attrs={"min": None, "max": None}, into=_clamp_into),
+    UnaryOp("Hardsigmoid", lambda x, params: hardsigmoid(x), FLOATS, keep_dtype, flops=4.0,
+            into=_hardsigmoid_into),
     UnaryOp("Hardswish", lambda x, params: x * hardsigmoid(x), FLOATS, keep_dtype, flops=5.0),
     UnaryOp("LeakyRelu", _leaky_relu, FLOATS, keep_dtype, flops=2.0, parse_attrs=_leaky_attrs,
             attrs={"negativeSlope": 0.01}),

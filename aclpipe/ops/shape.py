@@ -42,6 +42,7 @@ from .checks import (
     normalize_dim,
     normalize_dims,
 )
+from .fp_errors import ignore_fp_errors
 from .registry import register
 
 __all__ = [
@@ -60,8 +61,9 @@ __all__ = [
 
 def copy_into(out: np.ndarray, value: np.ndarray) -> None:
     """Write ``value`` into ``out``, converting dtype; conversions of NaN/out-of-range values are
-    undefined on the device, so numpy's warnings about them are silenced."""
-    with np.errstate(invalid="ignore", over="ignore"):
+    undefined on the device, so numpy's warnings about them are silenced (for nothing on a stream
+    worker, which ignores them already: ``np.errstate`` costs 1.5 µs, more than a small copy)."""
+    with ignore_fp_errors():
         np.copyto(out, value, casting="unsafe")
 
 

@@ -38,6 +38,15 @@ def test_a_shape_input_is_a_host_value_passed_as_an_ordinary_run_input():
     assert graph.signatures == 3  # (6,)+[2,3] twice, (6,)+[3,-1], (4,)+[2,2]
 
 
+def test_host_values_of_the_same_shape_with_other_contents_pick_their_own_program():
+    graph = load_onnx(_reshape_model())
+    x = np.arange(6, dtype=np.float32)
+    shapes = [[2, 3], [2, 3], [3, 2], [3, 2], [2, 3], [6, 1], [6, 1]]
+    results = anyio.run(run_pipeline, graph, [{"x": x, "shape": np.array(shape)} for shape in shapes])
+    for shape, result in zip(shapes, results, strict=True):
+        np.testing.assert_array_equal(result["y"], x.reshape(shape))
+
+
 async def _prepare_and_run(graph, **inputs):
     device = aclpipe.open_device("sim", sanitizer=True)
     try:

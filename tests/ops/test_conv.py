@@ -162,3 +162,31 @@ def test_workspace_shared_by_unordered_streams_is_a_hazard(device):
     expected = reference_conv(x, weight, None, [1, 1], [0, 0], [1, 1], 1)
     for call in calls:
         assert_close_to_peak(call.results()[0], expected, "float32", scale=4)
+
+
+@pytest.mark.parametrize("shape,weight_shape,groups,bias,layout", [
+    ((2, 6, 5, 4), (8, 6, 1, 1), 1, True, "contiguous"),
+    ((2, 6, 5, 4), (4, 3, 1, 1), 2, False, "transposed"),
+    ((3, 4, 7), (6, 2, 1), 2, True, "contiguous"),
+    ((2, 16, 1, 1), (8, 16, 1, 1), 1, True, "view"),
+])
+def test_a_1x1_convolution_reads_its_input_in_place_with_the_bits_of_the_unfolded_form(
+        device, shape, weight_shape, groups, bias, layout):
+    from aclpipe.ops.conv import _im2col_kernel
+
+    x, weight = random(shape, "float32", 1), random(weight_shape, "float32", 2)
+    bias_values = random((weight_shape[0],), "float32", 3) if bias else None
+    attrs = {"groups": groups}
+    spec = get_op("Convolution")
+    descs = [desc(shape), desc(weight_shape), desc((weight_shape[0],)) if bias else None]
+    (out_desc,) = spec.infer(descs, attrs)
+    plan = spec.prepare(descs, [out_desc], attrs)
+    assert plan.workspace_size == 0 and plan.variant == f"pointwise-{len(shape) - 2}d"
+    (out,) = run_op(device, "Convolution", [x, weight, bias_values], attrs, layout=layout)
+    unfolded = np.empty(out_desc.shape, np.float32)
+    columns = np.empty(x.size * 4, np.uint8)  # the im2col workspace: N*C*prod(out) floats
+    _im2col_kernel(spec._call(descs, attrs), 0)([x, weight, bias_values] if bias else [x, weight, None],
+                                                 [unfolded], columns)
+    np.testing.assert_array_equal(out.view(np.uint32), unfolded.view(np.uint32))
+    assert_close_to_peak(out, reference_conv(x, weight, bias_values, [1] * (len(shape) - 2),
+                                             [0] * (len(shape) - 2), [1] * (len(shape) - 2), groups), "float32")

@@ -124,6 +124,25 @@ def test_erf_is_accurate_across_its_range(device):
     np.testing.assert_allclose(out, _erf(x.astype(np.float64)), rtol=2e-7, atol=1e-30)
 
 
+def test_erf_pieces_are_within_1e_7_everywhere_including_their_ends_and_tiny_values():
+    from aclpipe.ops.elementwise import erf
+
+    ends = np.arange(0, 4 * 32 + 1) / 32
+    x = np.concatenate([np.linspace(-4.5, 4.5, 90_001), ends, -ends, np.nextafter(ends, 5), np.nextafter(ends, -1),
+                        np.geomspace(1e-38, 1.0, 2_001), -np.geomspace(1e-38, 1.0, 2_001)]).astype(np.float32)
+    wide = x.astype(np.float64)
+    exact = _erf(wide)
+    got = erf(x)
+    assert got.dtype == np.float64
+    nonzero = exact != 0
+    assert np.max(np.abs(got[nonzero] - exact[nonzero]) / np.abs(exact[nonzero])) < 1e-7
+    np.testing.assert_array_equal(got[~nonzero], exact[~nonzero])  # erf(+-0) is +-0, sign included
+    assert np.array_equal(np.signbit(got[~nonzero]), np.signbit(wide[~nonzero]))
+    with np.errstate(invalid="ignore"):
+        special = erf(np.array([np.nan, np.inf, -np.inf, 1e30, -1e30], np.float32))
+    assert np.isnan(special[0]) and special[1:].astype(np.float32).tolist() == [1.0, -1.0, 1.0, -1.0]
+
+
 @pytest.mark.parametrize("shapes,expected", [
     (((3, 1), (1, 4)), (3, 4)),
     (((2, 3, 4), (4,)), (2, 3, 4)),

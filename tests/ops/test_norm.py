@@ -189,3 +189,16 @@ def test_infer_describes_statistics_as_float32():
     out, mean, rstd = get_op("LayerNorm").infer(
         [TensorDesc.contiguous((2, 3, 4), "float16")], {"normalizedShape": [3, 4]})
     assert out.dtype == DType.float16 and mean.shape == rstd.shape == (2, 1, 1) and mean.dtype == DType.float32
+
+
+def test_batch_norm_in_fp32_gives_the_bits_of_its_documented_steps(device):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 5, 4, 3)).astype(np.float32)
+    weight, bias, mean = (rng.standard_normal(5).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.1, 2.0, 5).astype(np.float32)
+    eps = np.float32(1e-3)
+    scale = weight / np.sqrt(var + eps)  # every step in fp32, as the kernel keeps them
+    shift = bias - mean * scale
+    expected = x * scale.reshape(5, 1, 1) + shift.reshape(5, 1, 1)
+    (out,) = run_op(device, "BatchNorm", [x, weight, bias, mean, var], {"eps": 1e-3})
+    np.testing.assert_array_equal(out.view(np.uint32), expected.astype(np.float32).view(np.uint32))

@@ -71,3 +71,26 @@ def test_prelu_scales_negative_values_per_channel(device, shape, slopes):
 def test_prelu_refuses_a_weight_that_is_not_per_channel():
     with pytest.raises(InvalidArgumentError, match="weight"):
         prepare("Prelu", [TensorDesc.contiguous((2, 3, 4), "float32"), TensorDesc.contiguous((4,), "float32")])
+
+
+@pytest.mark.parametrize("dtype,op,attrs", [
+    ("float32", "Hardsigmoid", {}), ("float32", "Clamp", {"min": -1.5, "max": 2.0}),
+    ("float32", "Clamp", {"min": 0.5}), ("float32", "Clamp", {"max": 0.0}), ("float32", "Relu", {}),
+    ("int32", "Clamp", {"min": -2, "max": 3}), ("int32", "Clamp", {"max": 1}), ("int32", "Relu", {}),
+])
+def test_ops_written_straight_into_the_output_give_the_bits_of_their_plain_form(device, dtype, op, attrs):
+    from aclpipe.ops import get_op
+
+    x = random_array(np.random.default_rng(8), (3, 5, 7), dtype, low=-9, high=9)
+    if dtype == "float32":
+        x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    spec = get_op(op)
+    params = spec.parse_attrs(op, attrs) if spec.parse_attrs else {}
+    expected = np.asarray(spec.function(x, params)).astype(dtype)
+    for layout in ("contiguous", "transposed"):
+        (out,) = run_op(device, op, [x], attrs, layout=layout)
+        assert out.dtype == x.dtype
+        np.testing.assert_array_equal(out.view(np.uint32 if dtype == "float32" else np.int32),
+                                      expected.view(np.uint32 if dtype == "float32" else np.int32))
+    plan = spec.prepare([TensorDesc.contiguous(x.shape, dtype)], [TensorDesc.contiguous(x.shape, dtype)], attrs)
+    assert plan.kernel.__qualname__.startswith("_into_unary")  # the straight path is the one tested

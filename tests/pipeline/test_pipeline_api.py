@@ -164,6 +164,31 @@ async def test_prepare_up_front_then_runs_hit_the_cache(device):
         assert pipe.stats().prepare_hits == 2
 
 
+async def test_runs_with_the_last_signature_skip_the_graphs_lookup_but_not_its_checks(device, monkeypatch):
+    graph = mlp(batch="batch")
+    calls: list[dict[str, object]] = []
+    lookup = type(graph).signature
+
+    def counted(self, **inputs):
+        calls.append(inputs)
+        return lookup(self, **inputs)
+
+    monkeypatch.setattr(type(graph), "signature", counted)
+    async with Pipeline(graph, device) as pipe:
+        for rows in (4, 4, 4):
+            x = batch(rows, seed=rows)
+            assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+        assert len(calls) == 1  # the first run looked the shapes up; the others reused it
+        with pytest.raises(GraphError, match="fixed at 32"):  # a new shape: the full check, as ever
+            await pipe.run(x=np.zeros((4, 31), np.float32))
+        with pytest.raises(TypeError, match="expected dtype float32"):  # dtypes are checked before
+            await pipe.run(x=np.zeros((4, 32), np.float64))
+        for rows in (2, 4, 2):
+            x = batch(rows, seed=rows)
+            assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+        assert len(calls) == 5 and pipe.stats().signatures == 2
+
+
 async def test_stats_fields(device):
     graph = mixed40()
     async with Pipeline(graph, device, streams=4, depth=2, workspace="pool") as pipe:

@@ -34,7 +34,10 @@ the error table ``25-01_aclError.md`` and the ACL Graph design notes
   When nothing else of the model is in flight (and the timing model is off), the replaying
   stream's worker runs the parts itself, in capture order, with each model stream's own
   bookkeeping: the same results and failures without waking a thread per model stream
-  (see ``Captures._hand_over``).
+  (see ``Captures._hand_over``).  The records and waits a model holds between its own
+  streams only order them (none passes a failure on), so such a replay skips them, and
+  without the sanitizer a replay's own records and waits are made when its parts are handed
+  to the model's streams, not when it is submitted.
 - ``aclmdlRICaptureTaskGrpBegin/End`` on a capturing stream mark single-op tasks that may
   change (anything else: ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT; nesting or unpaired calls:
   ACL_ERROR_STREAM_TASK_GROUP_STATUS); ``aclmdlRICaptureTaskUpdateBegin/End`` on a stream
@@ -103,10 +106,20 @@ class SimModel:
     #: (replaced by fresh ones at each replay): a replay without the sanitizer copies the lists.
     templates: dict[SimStream, list[Task]] = field(default_factory=dict)
     sync_points: list[tuple[SimStream, int, Captured]] = field(default_factory=list)
+    #: The same, ready to renew: ``(model stream, position, kind, name, shadow, record number)``
+    #: where a record takes the next of this replay's record numbers and a wait the number of the
+    #: latest record of its shadow before it in capture order; ``recorded`` lists the shadow of
+    #: each record number (a replay begins their records in that order).
+    renewals: list[tuple[SimStream, int, str, str, SimEvent, int]] = field(default_factory=list)
+    recorded: list[SimEvent] = field(default_factory=list)
     #: Every captured task as (its part's number in ``streams`` order, its position in the part),
     #: in capture order: an order in which the parts can run one task at a time on one thread
     #: (a captured wait always follows the record it waits for).
     order: list[tuple[int, int]] = field(default_factory=list)
+    #: ``order`` without the records and waits: what a replay run by one thread, in capture
+    #: order, must run (every record and wait inside a model only orders the model's streams,
+    #: which capture order already does; none passes a failure on: see ``_replayed_sync``).
+    work_order: list[tuple[int, int]] = field(default_factory=list)
     #: Held while a replay's parts are handed over (or run): hand-overs of one model never overlap.
     handing: threading.Lock = field(default_factory=threading.Lock)
     #: Replays submitted whose parts the model's streams do not have yet, oldest first.
@@ -126,6 +139,10 @@ class _Parts:
     """One replay's part for each model stream, handed over when the replaying stream starts it."""
 
     parts: list[tuple[SimStream, Task]]
+    #: False while the parts still hold the captured records and waits where this replay's
+    #: own go (made by ``_renew`` when the parts are handed to the model's streams; a replay
+    #: run by one thread needs none of them).
+    renewed: bool = True
 
 
 @dataclass(eq=False)
@@ -271,8 +288,11 @@ class Captures:
             task = item.task
             if task.kind in (RECORD, WAIT):
                 sync_points.append((inner, len(part), item))
+            else:
+                model.work_order.append((number, len(part) + 1))
             order.append((number, len(part) + 1))  # a part starts with the wait for the start
             part.append(task)
+        _plan_renewals(model)
         model.start = SimEvent(f"{model.name}:start", False)
         model.ends = {inner: SimEvent(f"{model.name}:end:{inner.name}", False) for inner in model.streams.values()}
         model.ready = True
@@ -421,11 +441,10 @@ class Captures:
         parts = {inner: [sync_task(WAIT, begin, model.start, start, inherit=False)] for inner in model.streams.values()}
         generations: dict[SimEvent, int] = {}
         try:
-            if sanitizer is None:  # the fast path: copy each part, renew its records and waits
+            renewed = sanitizer is not None
+            if not renewed:  # the fast path: copy each part; its records and waits are renewed at hand-over
                 for inner, template in model.templates.items():
                     parts[inner].extend(template)
-                for inner, index, item in model.sync_points:  # capture order: records before their waits
-                    parts[inner][index + 1] = _replayed_sync(model, item.task, generations, {})
             else:
                 for item in model.items:
                     inner = model.streams[item.stream]
@@ -443,17 +462,18 @@ class Captures:
             model.replays[end] = generation
         # On the replaying stream, one queue entry: the start, then one wait for every model
         # stream's end (a failure inside the model is this stream's: aclmdlRIExecuteAsync).
-        pending = _Parts([(inner, Task(GRAPH, f"{model.name} replay", tasks=tasks, context=context))
-                          for inner, tasks in parts.items()])
+        replay = f"{model.name} replay"
+        pending = _Parts([(inner, _task(GRAPH, replay, tasks=tasks, context=context))
+                          for inner, tasks in parts.items()], renewed)
         model.pending.append(pending)  # under self._lock, before the replaying stream can reach it
-        replaying = [Task(RECORD, f"start {model.name}", event=model.start, generation=start),
-                     Task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
-                          discarded=lambda: self._drop(model, pending))]
+        replaying = [_task(RECORD, f"start {model.name}", event=model.start, generation=start),
+                     _task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
+                           discarded=lambda: self._drop(model, pending))]
         if joins:
             (first, generation), rest = joins[0], joins[1:]
-            replaying.append(Task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
-                                  joins=rest))
-        backend._submit(stream, Task(GRAPH, f"{model.name} replay", tasks=replaying, context=context))
+            replaying.append(_task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
+                                   joins=rest))
+        backend._submit(stream, _task(GRAPH, replay, tasks=replaying, context=context))
         if sanitizer is not None:
             for inner in parts:
                 sanitizer.wait(stream.name, model.ends[inner].snapshot)
@@ -467,7 +487,9 @@ class Captures:
         replaying stream's worker runs the parts itself, task by task in capture order, with
         the model's streams' own bookkeeping (failures, records, counts): the same work in an
         order the model's streams could have run it, without waking three or more threads
-        and handing every record between them.  Not with the timing model (whose engines the
+        and handing every record between them; the model's records and waits between its own
+        streams are skipped (capture order already orders them, and none passes a failure on)
+        unless a trace records every task.  Not with the timing model (whose engines the
         model's streams hold concurrently), a stream that stops on failure or a fault that
         hangs (which an abort of the replaying stream must be able to leave behind)."""
         with model.handing:
@@ -477,9 +499,14 @@ class Captures:
                 index = model.pending.index(replay)
                 ready, model.pending[:index + 1] = model.pending[:index + 1], []
             if len(ready) == 1 and self._runs_here(replay):
-                _run_parts(replay, model.order)
+                if replay.renewed or self.backend.recorder is None:
+                    _run_parts(replay, model.order if replay.renewed else model.work_order)
+                else:  # a trace lists every task the model's streams run: the records and waits too
+                    _renew(model, replay)
+                    _run_parts(replay, model.order)
                 return
             for earlier in ready:
+                _renew(model, earlier)  # oldest first: each replay's records after the one before
                 for inner, part in earlier.parts:
                     try:
                         inner.submit(part)
@@ -502,7 +529,7 @@ class Captures:
             model.pending.remove(replay)
         now = self.backend.engines.now()
         for _, part in replay.parts:
-            _complete_records(part, now)
+            _complete_records(part, now, everything=replay.renewed)
 
     def _replayed(self, model: SimModel, item: Captured, inner: SimStream, generations: dict[SimEvent, int],
                   context: dict[str, Any]) -> Task:
@@ -534,6 +561,47 @@ class Captures:
         model.destroyed = True
         for inner in model.streams.values():
             self.backend.stream_destroy(inner)
+
+
+#: A task's fields as the dataclass sets them by default (each task gets a copy).
+_TASK_FIELDS = dict(Task("", "").__dict__)
+
+
+def _task(kind: str, name: str, **fields: Any) -> Task:
+    """``Task(kind, name, **fields)`` without the dataclass constructor, as :func:`sync_task`
+    makes its tasks (a replay makes seven of these)."""
+    task = object.__new__(Task)
+    values = _TASK_FIELDS.copy()
+    values["kind"], values["name"], values["snapshot"] = kind, name, {}
+    values.update(fields)
+    task.__dict__ = values
+    return task
+
+
+def _renew(model: SimModel, replay: _Parts) -> None:
+    """Put this replay's own records and waits (new generations of the model's shadow events)
+    where its parts still hold the captured ones; the replay's hand-overs run in submission
+    order, so each replay's records begin after the one before."""
+    if replay.renewed:
+        return
+    tasks = {inner: part.tasks for inner, part in replay.parts}
+    numbers = [shadow.begin_record({}) for shadow in model.recorded]  # in capture order
+    for inner, index, kind, name, shadow, number in model.renewals:
+        tasks[inner][index + 1] = sync_task(kind, name, shadow, numbers[number], inherit=False)  # type: ignore[index]
+    replay.renewed = True
+
+
+def _plan_renewals(model: SimModel) -> None:
+    """Fill ``model.renewals`` and ``model.recorded`` from its sync points (see :class:`SimModel`)."""
+    latest: dict[SimEvent, int] = {}
+    for inner, index, item in model.sync_points:  # capture order: a wait follows the record it waits for
+        task = item.task
+        assert task.event is not None
+        shadow = model.shadows[task.event]
+        if task.kind == RECORD:
+            latest[shadow] = len(model.recorded)
+            model.recorded.append(shadow)
+        model.renewals.append((inner, index, task.kind, task.name, shadow, latest[shadow]))
 
 
 def _replayed_sync(model: SimModel, task: Task, generations: dict[SimEvent, int], clock: Clock) -> Task:
@@ -568,8 +636,10 @@ def _run_parts(replay: _Parts, order: list[tuple[int, int]]) -> None:
             inner.release()
 
 
-def _complete_records(part: Task, now: float) -> None:
-    for task in part.tasks or ():
+def _complete_records(part: Task, now: float, everything: bool = True) -> None:
+    """Finish the records of a part that will never run; only its end record when its own
+    records were never made (the part still holds the captured ones: see ``_Parts.renewed``)."""
+    for task in (part.tasks or ()) if everything else (part.tasks or ())[-1:]:
         if task.kind == RECORD and task.event is not None:
             task.event.complete(task.generation, now, None)
 

@@ -16,6 +16,17 @@ from aclpipe.tensor import TensorDesc
 from aclpipe.testing import latch
 
 
+@pytest.fixture(params=[True, False], ids=["sanitizer", "no-sanitizer"])
+def device(request):
+    """Each test twice: with the sanitizer (every replay's records and waits made when it is
+    submitted, its regions checked) and without it (records and waits made at hand-over, and
+    none for a replay run by one thread)."""
+    dev = aclpipe.open_device("sim", sanitizer=request.param)
+    yield dev
+    dev.release_hangs()
+    dev.close()
+
+
 def _negate(device, stream, buffer, node="neg"):
     desc = TensorDesc.contiguous((8,), "float32", buffer.address)
     executor = device.backend.op_prepare("Neg", [desc], [desc], {})
@@ -280,6 +291,8 @@ def test_an_update_must_match_the_group(device):
 
 
 def test_the_sanitizer_checks_replays(device):
+    if device.backend.sanitizer is None:
+        pytest.skip("the sanitizer's own check")
     origin, side = device.create_stream(), device.create_stream()
     buffer = device.upload(np.ones(8, np.float32))
     fork, join = device.create_event(), device.create_event()
@@ -403,3 +416,74 @@ def test_a_trace_of_a_replay_run_by_the_replaying_stream_names_the_models_stream
     assert {kernels["double"].stream, kernels["copy"].stream} <= {inner.name for inner in model.streams.values()}
     assert {name for _, name in threads} == {f"aclpipe-{runner.handle.name}"}
     backend.model_destroy(model)
+
+
+@pytest.mark.parametrize("timing", [False, True])
+def test_an_event_recorded_twice_in_a_capture_is_waited_on_at_each_record_in_every_replay(timing):
+    """Without the sanitizer a replay renews its records and waits from a plan made at capture
+    end: a wait must take the generation of its event's latest record before it in capture
+    order.  With the timing model the model's streams run concurrently, and the origin's slow
+    kernel between the two records makes a wait on the first record's generation copy too early."""
+    device = aclpipe.open_device("sim", sanitizer=False, timing=timing)
+    try:
+        origin, side, runner = device.create_stream(), device.create_stream(), device.create_stream()
+        a = device.upload(np.arange(8, dtype=np.float32))
+        b = device.upload(np.zeros(8, np.float32))
+        views = {name: device.backend.memory.tensor(TensorDesc.contiguous((8,), "float32", buffer.address),
+                                                    what=name) for name, buffer in (("a", a), ("b", b))}
+        copies: list[np.ndarray] = []
+        ping, pong = device.create_event(), device.create_event()
+        backend = device.backend
+
+        def slow_increment() -> None:
+            threading.Event().wait(0.02)
+            views["a"] += 1
+
+        def copy() -> None:
+            views["b"][...] = views["a"]
+            copies.append(views["b"].copy())
+
+        backend.capture_begin(origin.handle)
+        for step in range(2):
+            if step:
+                backend.launch_kernel(origin.handle, "increment", slow_increment, writes=[(a.address, 32)])
+            backend.event_record(ping.handle, origin.handle)
+            backend.stream_wait_event(side.handle, ping.handle)
+            backend.launch_kernel(side.handle, "copy", copy, reads=[(a.address, 32)], writes=[(b.address, 32)])
+            backend.event_record(pong.handle, side.handle)
+            backend.stream_wait_event(origin.handle, pong.handle)
+        model = backend.capture_end(origin.handle)
+        for _ in range(3):
+            backend.model_execute(model, runner.handle, {"run": 1})
+        runner.sync()
+        start = np.arange(8, dtype=np.float32)
+        expected = [start, start + 1, start + 1, start + 2, start + 2, start + 3]
+        for got, want in zip(copies, expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+        backend.model_destroy(model)
+    finally:
+        device.close()
+
+
+def test_a_replay_run_by_one_thread_skips_the_models_own_records_and_waits_unless_traced():
+    device = aclpipe.open_device("sim", sanitizer=False)
+    try:
+        _threads, model, b, _kept, runner = _replay(device)
+        backend = device.backend
+        shadows = list(model.shadows.values())
+        for _ in range(2):
+            backend.model_execute(model, runner.handle, {"run": 1})
+            runner.sync()
+        np.testing.assert_array_equal(device.download(b, "float32", (8,)), 4 * np.arange(8))
+        assert [shadow.generation for shadow in shadows] == [0, 0]  # never recorded: capture order ordered them
+        backend.trace_begin()
+        backend.model_execute(model, runner.handle, {"run": 2})
+        runner.sync()
+        records = backend.trace_end()
+        assert [shadow.generation for shadow in shadows] == [1, 1]
+        inner = {stream.name for stream in model.streams.values()}
+        assert {record.kind for record in records if record.stream in inner} >= {"kernel", "record", "wait"}
+        np.testing.assert_array_equal(device.download(b, "float32", (8,)), 8 * np.arange(8))
+        backend.model_destroy(model)
+    finally:
+        device.close()
