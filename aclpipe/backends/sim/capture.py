@@ -59,7 +59,7 @@ from ..protocol import CaptureMode, CaptureStatus
 from .event import SimEvent
 from .memory import Allocation
 from .sanitizer import Clock
-from .stream import CONTROL, GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, describe_task, sync_task
+from .stream import CONTROL, GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, bare_task, describe_task, sync_task
 
 if TYPE_CHECKING:
     from .backend import SimBackend
@@ -463,17 +463,17 @@ class Captures:
         # On the replaying stream, one queue entry: the start, then one wait for every model
         # stream's end (a failure inside the model is this stream's: aclmdlRIExecuteAsync).
         replay = f"{model.name} replay"
-        pending = _Parts([(inner, _task(GRAPH, replay, tasks=tasks, context=context))
+        pending = _Parts([(inner, bare_task(GRAPH, replay, tasks=tasks, context=context))
                           for inner, tasks in parts.items()], renewed)
         model.pending.append(pending)  # under self._lock, before the replaying stream can reach it
-        replaying = [_task(RECORD, f"start {model.name}", event=model.start, generation=start),
-                     _task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
-                           discarded=lambda: self._drop(model, pending))]
+        replaying = [bare_task(RECORD, f"start {model.name}", event=model.start, generation=start),
+                     bare_task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
+                               discarded=lambda: self._drop(model, pending))]
         if joins:
             (first, generation), rest = joins[0], joins[1:]
-            replaying.append(_task(WAIT, f"join {model.name}", event=first, generation=generation, adopt_error=True,
-                                   joins=rest))
-        backend._submit(stream, _task(GRAPH, replay, tasks=replaying, context=context))
+            replaying.append(bare_task(WAIT, f"join {model.name}", event=first, generation=generation,
+                                       adopt_error=True, joins=rest))
+        backend._submit(stream, bare_task(GRAPH, replay, tasks=replaying, context=context))
         if sanitizer is not None:
             for inner in parts:
                 sanitizer.wait(stream.name, model.ends[inner].snapshot)
@@ -561,21 +561,6 @@ class Captures:
         model.destroyed = True
         for inner in model.streams.values():
             self.backend.stream_destroy(inner)
-
-
-#: A task's fields as the dataclass sets them by default (each task gets a copy).
-_TASK_FIELDS = dict(Task("", "").__dict__)
-
-
-def _task(kind: str, name: str, **fields: Any) -> Task:
-    """``Task(kind, name, **fields)`` without the dataclass constructor, as :func:`sync_task`
-    makes its tasks (a replay makes seven of these)."""
-    task = object.__new__(Task)
-    values = _TASK_FIELDS.copy()
-    values["kind"], values["name"], values["snapshot"] = kind, name, {}
-    values.update(fields)
-    task.__dict__ = values
-    return task
 
 
 def _renew(model: SimModel, replay: _Parts) -> None:

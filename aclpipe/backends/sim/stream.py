@@ -73,6 +73,7 @@ class Task:
     native: bool = False  # HOST_FUNC: a C function that runs no Python (called on the stream's worker)
 
 
+_FIELD_NAMES = frozenset(Task.__dataclass_fields__)
 #: Kinds that run a body on an engine (everything else orders, waits or calls the host).
 _WORK = frozenset({KERNEL, COPY, MEMSET})
 
@@ -106,6 +107,19 @@ def kernel_task(name: str, run: Callable[[], None], seconds: float, cores: int,
     task.cores = cores
     task.context = context
     task.snapshot = {}
+    return task
+
+
+def bare_task(kind: str, name: str, **fields: Any) -> Task:
+    """``Task(kind, name, **fields)`` made like :func:`sync_task` (a replay makes seven)."""
+    task = object.__new__(Task)
+    task.kind = kind
+    task.name = name
+    task.snapshot = {}
+    for field_name, value in fields.items():
+        if field_name not in _FIELD_NAMES:  # what the constructor would refuse
+            raise TypeError(f"Task has no field {field_name!r}")
+        setattr(task, field_name, value)
     return task
 
 

@@ -107,3 +107,26 @@ def test_stream_limit():
         assert caught.value.code == 207008
         streams[0].close()
         device.create_stream()
+
+
+def test_tasks_made_without_the_constructor_read_like_constructed_ones():
+    from dataclasses import fields
+
+    from aclpipe.backends.sim.stream import KERNEL, RECORD, Task, bare_task, kernel_task, sync_task
+
+    def run():
+        return None
+
+    made = {"kernel": (kernel_task("k", run, 1.5, 2, {"node": "n"}), Task(KERNEL, "k", run, seconds=1.5, cores=2,
+                                                                         context={"node": "n"})),
+            "sync": (sync_task(RECORD, "r", None, 3, inherit=False),  # type: ignore[arg-type]
+                     Task(RECORD, "r", event=None, generation=3, inherit=False)),
+            "bare": (bare_task(RECORD, "b", generation=4, adopt_error=True),
+                     Task(RECORD, "b", generation=4, adopt_error=True))}
+    for quick, constructed in made.values():
+        assert {f.name: getattr(quick, f.name) for f in fields(Task)} == \
+               {f.name: getattr(constructed, f.name) for f in fields(Task)}
+    first, second = kernel_task("k", run, 0.0, 1, {}), kernel_task("k", run, 0.0, 1, {})
+    assert first.snapshot is not second.snapshot  # each task its own clock, as default_factory gives
+    with pytest.raises(TypeError, match="no field 'generaton'"):
+        bare_task(RECORD, "typo", generaton=1)
