@@ -35,6 +35,7 @@ from ..backends.protocol import LaunchKind, LaunchRecord, MemcpyKind, graph_capt
 from ..dtypes import DType
 from ..errors import BackendError, error_from_code
 from ..plan import Plan, PlannedNode
+from ..runtime.completion import HostCopies
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
 from .launches import LaunchTable, enqueue_records
@@ -104,6 +105,10 @@ class Slot:
     fork: Event | None = None  # recorded first by a captured run; every stream it uses waits on it
     body: LaunchTable | None = None  # every step's launches, when workspaces are pinned
     tail: LaunchTable | None = None  # each used stream's tail, joined by the D2H stream
+    #: (output, staging view, address, nbytes, what) per graph output: see Program.read_outputs
+    reads: list[tuple[str, np.ndarray, int, int, str]] | None = None
+    copies: HostCopies | None = None  # staging -> each run's result arrays, in its completion
+    results: dict[str, np.ndarray] | None = None  # the arrays the run in flight fills
 
     @property
     def event_count(self) -> int:
@@ -384,7 +389,7 @@ class Program:
         if slot.done is not None:
             # Outside any model: records inside one synchronize only the model.
             backend.event_record(slot.done.handle, d2h)
-        return timeline.enqueue_advance(backend, d2h, d2h_lane)
+        return timeline.enqueue_advance(backend, d2h, d2h_lane, self._result_copies(slot))
 
     def _tail_records(self, slot: Slot) -> list[LaunchRecord]:
         d2h = self.streams[-1].handle
@@ -397,10 +402,14 @@ class Program:
     def run_error(self, slot: Slot) -> BackendError | None:
         """The error the slot's last run ended with, as its ``done`` event reports it (None when
         it ran cleanly, or when the backend's events carry no errors)."""
-        if slot.done is None:
+        done = slot.done
+        if done is None:
             return None
         try:
-            slot.done.sync(0)  # the completion host function ran after it: this never waits
+            # The completion host function ran after it, so this never waits.  Straight to the
+            # backend, which refuses a destroyed event as Event.sync would: the result path runs
+            # cold after each wait, where every frame counts.
+            self.device.backend.event_sync(done.handle, 0)
         except BackendError as error:
             return error
         return None
@@ -452,9 +461,37 @@ class Program:
                 workspaces.release_after(workspace, stream, publish=False)
 
     def read_outputs(self, slot: Slot) -> dict[str, np.ndarray]:
-        """Copies of the run's outputs, out of the slot's staging (the run has completed)."""
+        """Copies of the run's outputs, out of the slot's staging (the run has completed): the
+        arrays its completion host function copied them into, handed over once."""
+        # The result path runs cold after each wait, where every frame and every numpy call
+        # counts: the copies were made on the runtime's thread before the wake-up, and the
+        # staging views (for the host-read checks) are taken once per slot.
+        reads = slot.reads or self._reads(slot)
+        access = self.device.backend.host_access
+        for _, _, address, nbytes, what in reads:
+            access(address, nbytes, write=False, what=what)
+        results = slot.results
+        if results is None:  # already handed over (or no completion enqueued): copy again
+            return {output: view.copy() for output, view, *_ in reads}
+        slot.results = None
+        return results
+
+    def _reads(self, slot: Slot) -> list[tuple[str, np.ndarray, int, int, str]]:
+        """Each output's staging view, taken once per slot (:meth:`close` drops them)."""
         staging = slot.staging_out
-        return {output: staging[output].copy_out(dtype, shape) for output, dtype, shape in self._outputs}
+        slot.reads = [(output, *staging[output].read_view(dtype, shape)) for output, dtype, shape in self._outputs]
+        return slot.reads
+
+    def _result_copies(self, slot: Slot) -> tuple[Any, list[np.ndarray]]:
+        """The arrays the run now enqueued returns, made now, and the table of copies into them
+        that its completion host function makes (:class:`HostCopies`)."""
+        reads = slot.reads or self._reads(slot)
+        copies = slot.copies
+        if copies is None:
+            copies = slot.copies = HostCopies([view for _, view, *_ in reads])
+        table, arrays = copies.fresh()
+        slot.results = {output: array for (output, *_), array in zip(reads, arrays, strict=True)}
+        return table, arrays
 
     @cached_property
     def _outputs(self) -> list[tuple[str, DType, tuple[int, ...]]]:
@@ -519,6 +556,9 @@ class Program:
             for executor in slot.executors:
                 backend.op_destroy(executor)
             slot.executors.clear()
+            # Views of the staging buffers closed below (the device passed every completion
+            # that copies out of them: see the docstring).
+            slot.reads = slot.copies = slot.results = None
             for buffer in [*slot.staging_in.values(), *slot.staging_out.values()]:
                 buffer.close()
             if slot.arena is not None:

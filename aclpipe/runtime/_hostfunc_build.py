@@ -11,16 +11,31 @@ so the host can tell how long after the device passed a completion point the awa
 resumed (``Timeline.passed_at``).  It is plain C so that no Python runs on a runtime thread
 (ARCHITECTURE.md 3.2, 6); the simulator's callback thread calls the very same function, so
 both backends exercise one completion path.  ``aclpipe_advance_version()`` tells a stale
-build (one without ``counter[1]``) from the current one.
+build (one without ``counter[1]``, or without the copies) from the current one.
+
+The args may also list ``copies`` (``ncopies`` of them, or none): host-to-host byte copies made
+after the stamp and before the counter moves.  A run's result uses them to copy its outputs
+from the pinned staging (which the stream's D2H copies filled before it reached this host
+function) into the arrays handed to the caller, so the loop thread wakes with the copies done.
+A plain ``memcpy`` of host memory: no runtime call, which the ``aclrtLaunchHostFunc`` callback
+rules (``hicann/runtime`` ``docs/zh/api_ref/12_execution_control.md``) restrict.
 """
 
 from cffi import FFI
 
 CDEF = """
 typedef struct {
+    void *dst;
+    const void *src;
+    size_t nbytes;
+} aclpipe_copy;
+
+typedef struct {
     int64_t *counter;
     int64_t value;
     int wake_fd;
+    int ncopies;
+    aclpipe_copy *copies;
 } aclpipe_advance_args;
 
 void aclpipe_advance(void *args);
@@ -29,6 +44,7 @@ int aclpipe_advance_version(void);
 
 SOURCE = r"""
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 #include <errno.h>
 #include <time.h>
@@ -36,9 +52,17 @@ SOURCE = r"""
 #define ACLPIPE_STAMPS 64  /* counter[2 + 2 * (v % 64)]: when v was passed; the next one: v */
 
 typedef struct {
+    void *dst;
+    const void *src;
+    size_t nbytes;
+} aclpipe_copy;
+
+typedef struct {
     int64_t *counter;  /* [0]: passed; [1]: returned (nothing touched after); then stamps */
     int64_t value;
     int wake_fd;
+    int ncopies;  /* host-to-host copies made before the counter moves (0: none) */
+    aclpipe_copy *copies;
 } aclpipe_advance_args;
 
 static void store_max(int64_t *target, int64_t value)
@@ -52,7 +76,7 @@ static void store_max(int64_t *target, int64_t value)
 
 int aclpipe_advance_version(void)
 {
-    return 3;
+    return 4;
 }
 
 void aclpipe_advance(void *raw)
@@ -62,6 +86,8 @@ void aclpipe_advance(void *raw)
     int64_t *counter = args->counter;
     int64_t value = args->value;
     int fd = args->wake_fd;
+    int ncopies = args->ncopies;
+    aclpipe_copy *copies = args->copies;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t *stamp = counter + 2 + 2 * (value % ACLPIPE_STAMPS);
@@ -70,6 +96,12 @@ void aclpipe_advance(void *raw)
     __atomic_store_n(stamp + 1, (int64_t)0, __ATOMIC_RELEASE);
     __atomic_store_n(stamp, (int64_t)now.tv_sec * 1000000000 + (int64_t)now.tv_nsec, __ATOMIC_RELEASE);
     __atomic_store_n(stamp + 1, value, __ATOMIC_RELEASE);
+    /* The copies land before the counter moves (its release store publishes them): whoever
+       sees the value may read the destinations. */
+    for (int i = 0; i < ncopies; ++i) {
+        if (copies[i].nbytes)
+            memcpy(copies[i].dst, copies[i].src, copies[i].nbytes);
+    }
     store_max(counter, value);
     if (fd >= 0) {
         char byte = 1;

@@ -110,6 +110,15 @@ class HostBuffer(_Buffer):
         self.device.backend.host_access(self.address, max(nbytes, 1), write=False, what=self._what)
         return view.copy()
 
+    def read_view(self, dtype: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, int, int, str]:
+        """``(view, address, nbytes, what)``: the buffer's first bytes as ``dtype`` with ``shape``,
+        for a caller that reads them after every run, as :meth:`copy_out` does, without asking
+        for the view each time.  Before each read it calls the backend's
+        ``host_access(address, nbytes, write=False, what=what)``, then copies the view; the view
+        is the buffer's memory, never to be handed out, nor read once the buffer is closed."""
+        view, nbytes = self._lookup(dtype, shape, 0)
+        return view, self.address, max(nbytes, 1), self._what
+
     def _checked(self, dtype: Any, shape: tuple[int, ...] | int | None, offset: int, *, write: bool) -> np.ndarray:
         """The cached view, once the buffer is known open and the host access is checked."""
         view, nbytes = self._lookup(dtype, shape, offset)

@@ -2,7 +2,9 @@
 
 ``aclpipe_advance(args)`` runs on a runtime thread when a stream passes a completion point.
 ``args`` is an ``aclpipe_advance_args``: a pointer to the lane's two counters, the value to
-publish and the wake pipe's write end.  In order, it raises ``counter[0]`` to the value,
+publish, the wake pipe's write end and the host-to-host copies to make first (``ncopies``
+``aclpipe_copy`` entries: a run's outputs, staging to the caller's arrays).  In order, after
+the stamp below and the copies, it raises ``counter[0]`` to the value,
 writes one byte to the pipe, and raises ``counter[1]`` to the value: once the host sees
 ``counter[1]`` reach the value, that call touches nothing of the host's any more.  First of
 all it stamps the monotonic clock (nanoseconds, ``CLOCK_MONOTONIC``: ``time.monotonic_ns`` on
@@ -23,20 +25,32 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["COMPILED", "COUNTER_LENGTH", "HOST_FUNC_ADDRESS", "STAMPS", "ffi"]
+import numpy as np
+
+__all__ = ["COMPILED", "COUNTER_LENGTH", "HOST_FUNC_ADDRESS", "STAMPS", "HostCopies", "ffi"]
 
 _CDEF = """
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t nbytes;
+} aclpipe_copy;
+
 typedef struct {
     int64_t *counter;
     int64_t value;
     int wake_fd;
+    int ncopies;
+    aclpipe_copy *copies;
 } aclpipe_advance_args;
 """
 
-#: The ABI version of the compiled helper this module expects (``counter[1]`` and the stamps).
-_VERSION = 3
+#: The ABI version of the compiled helper this module expects (``counter[1]``, the stamps and
+#: the copies).
+_VERSION = 4
 #: How many recent values keep their stamp (``ACLPIPE_STAMPS`` in the C source).
 STAMPS = 64
 #: Integers in a lane's counter array: passed, returned, then the stamps.
@@ -76,6 +90,10 @@ def _fallback() -> tuple[Any, int, Any]:
         counter[at + 1] = 0
         counter[at] = time.monotonic_ns()
         counter[at + 1] = value
+        for index in range(int(args.ncopies)):
+            copy = args.copies[index]
+            if copy.nbytes:
+                fallback_ffi.memmove(copy.dst, copy.src, int(copy.nbytes))
         store_max(counter, 0, value)
         if fd >= 0:
             try:
@@ -96,3 +114,31 @@ if _found is not None:
 else:
     # Kept for the life of the process: runtime threads may call it until the very end.
     ffi, HOST_FUNC_ADDRESS, _KEEP = _fallback()
+
+
+class HostCopies:
+    """Copies a completion host function makes before it publishes its value: from fixed host
+    sources (a slot's output staging) into arrays made fresh for each run, so that the loop
+    thread wakes with a run's outputs already copied into the arrays its caller gets.
+
+    Each :meth:`fresh` table is read by the host function of one run, which makes the copies
+    after the stream passed everything before it (the run's D2H copies into the sources) and
+    before its counter moves; the timeline keeps the table and the arrays alive until then.
+    """
+
+    def __init__(self, sources: Sequence[np.ndarray]):
+        #: (source view, its address as cdata, its size) per copy; the views keep them alive
+        self._sources = [(source, ffi.from_buffer(source), source.nbytes) for source in sources]
+
+    def fresh(self) -> tuple[Any, list[np.ndarray]]:
+        """``(table, arrays)``: new arrays shaped like the sources, and a new ``aclpipe_copy[]``
+        table that copies each source into its array (for :meth:`Timeline.enqueue_advance`)."""
+        table = ffi.new("aclpipe_copy[]", len(self._sources))
+        arrays = []
+        for entry, (source, address, nbytes) in zip(table, self._sources, strict=True):
+            array = np.empty_like(source)
+            entry.dst = ffi.from_buffer(array)
+            entry.src = address
+            entry.nbytes = nbytes
+            arrays.append(array)
+        return table, arrays

@@ -48,7 +48,8 @@ class Lane:
     #: [2 + v % STAMPS] when value v was passed (monotonic ns)
     counter: Any
     enqueued: int = 0  # the newest value enqueued
-    pending: collections.deque[tuple[int, Any]] = field(default_factory=collections.deque)  # (value, args cdata)
+    #: (value, args cdata, with the copies' table and destinations if any) per host function not passed
+    pending: collections.deque[tuple[int, Any]] = field(default_factory=collections.deque)
     backend: Backend | None = None  # where the lane's latest host function went
     stream: Any = None  # that stream's handle
     event: Any = None  # reused by wait_blocking: recorded behind the host functions

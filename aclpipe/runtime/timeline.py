@@ -172,9 +172,11 @@ class Timeline:
         """The value the next :meth:`enqueue_advance` on ``lane`` will publish."""
         return self._lanes[lane].enqueued + 1
 
-    def enqueue_advance(self, backend: Backend, stream: Any, lane: int) -> int:
+    def enqueue_advance(self, backend: Backend, stream: Any, lane: int,
+                        copies: tuple[Any, object] | None = None) -> int:
         """Enqueue on ``stream`` (a backend handle) a host function advancing ``lane``; returns
-        the value to await."""
+        the value to await.  ``copies``: ``(table, keep)``, a :meth:`HostCopies.fresh` table the
+        host function copies before it publishes, and what its destinations live in."""
         if self.closed:
             raise ClosedResourceError("the timeline is closed")
         state = self._lanes[lane]
@@ -184,9 +186,12 @@ class Timeline:
             value = state.enqueued + 1
             args = ffi.new("aclpipe_advance_args *", {
                 "counter": state.counter, "value": value, "wake_fd": self._state.write_fd})
+            if copies is not None:
+                args.ncopies, args.copies = len(copies[0]), copies[0]
             state.forget_passed()
-            # The args must outlive the host function that reads them: kept until the lane passes.
-            state.pending.append((value, args))
+            # The args (with the copies' table and destinations) must outlive the host function
+            # that reads them: kept until the lane passes.
+            state.pending.append((value, args if copies is None else (args, copies)))
             backend.host_func_c(stream, HOST_FUNC_ADDRESS, int(ffi.cast("uintptr_t", args)))
             state.enqueued = value
             state.backend, state.stream = backend, stream

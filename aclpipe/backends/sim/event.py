@@ -44,8 +44,8 @@ class SimEvent:
     # Slots, and the tables most events never use made on first use: a 20,000-node program
     # makes about 35,000 events, and every container they hold is one more object for the
     # cyclic collector to traverse.
-    __slots__ = ("_cond", "_discarded", "_errors", "_lock", "_marks", "_pending", "_recorded", "_timestamps",
-                 "armed", "capture", "destroyed", "name", "reusable", "snapshot", "timing")
+    __slots__ = ("_cond", "_discarded", "_errors", "_lock", "_marks", "_pending", "_timestamps",
+                 "armed", "capture", "destroyed", "generation", "name", "reusable", "snapshot", "timing")
 
     def __init__(self, name: str, timing: bool, reusable: bool = True, created: dict[str, int] | None = None):
         self.name = name
@@ -58,7 +58,9 @@ class SimEvent:
         # methods).  Notifiers hold the lock, so a waiter never misses a notify.
         self._lock = threading.Lock()
         self._cond: threading.Condition | None = None
-        self._recorded = 0
+        #: the latest record's generation (0: never recorded); a wait or sync refers to the one
+        #: current at its call
+        self.generation = 0
         self._pending: set[int] = set()
         self._discarded: set[int] | None = None  # records a stopped or aborted stream will never reach
         self._errors: dict[int, BackendError] | None = None
@@ -74,13 +76,13 @@ class SimEvent:
     # -- host side ---------------------------------------------------------------------------
     def begin_record(self, snapshot: Clock) -> int:
         with self._lock:
-            self._recorded += 1
-            self._pending.add(self._recorded)
+            self.generation += 1
+            self._pending.add(self.generation)
             self.snapshot = snapshot
             self.armed = True
             if self._timestamps:  # only the newest generation's timestamp is ever asked for
                 self._timestamps = {g: t for g, t in self._timestamps.items() if g in self._pending}
-            return self._recorded
+            return self.generation
 
     def check_recordable(self) -> None:
         """Refuse a second record of a single-use event that was not reset in between."""
@@ -106,13 +108,9 @@ class SimEvent:
         with self._lock:
             self.armed = False
 
-    @property
-    def generation(self) -> int:
-        return self._recorded
-
     def is_done(self, generation: int | None = None) -> bool:
         with self._lock:
-            target = self._recorded if generation is None else generation
+            target = self.generation if generation is None else generation
             return target not in self._pending
 
     def wait_done(self, generation: int, timeout: float | None = None,
@@ -141,6 +139,15 @@ class SimEvent:
         if self._cond is not None:
             self._cond.notify_all()
 
+    def outcome(self, generation: int) -> tuple[bool, BackendError | None]:
+        """Whether ``generation`` has completed and, if it has, the error its record carried:
+        what a sync of a record the stream already passed needs, in one look under the lock."""
+        with self._lock:
+            if generation in self._pending:
+                return False, None
+            errors = self._errors
+            return True, errors.get(generation) if errors else None
+
     def error_of(self, generation: int) -> BackendError | None:
         with self._lock:
             return self._errors.get(generation) if self._errors else None
@@ -152,7 +159,7 @@ class SimEvent:
 
     def timestamp(self) -> float:
         with self._lock:
-            generation = self._recorded
+            generation = self.generation
             if not self.timing:
                 raise error_from_code(
                     107006, f"event {self.name} was created without timing; "
