@@ -122,3 +122,61 @@ async def test_rebind_points_the_steps_at_renewed_streams(device):
             assert step.stream is not old[step.node.name]
     program.close()
     _teardown(constants, timeline, streams)
+
+
+async def test_each_run_returns_arrays_of_its_own_that_its_completion_filled(device):
+    graph = mlp()
+    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)})
+    program = Program(device, plan, constants, streams, depth=1)
+    workspaces = StaticWorkspace(device, timeline=timeline)
+    workspaces.reserve(program.workspace_sizes)
+    slot, d2h = program.slots[0], len(streams) - 1
+    results = []
+    for run in (1, 2):
+        x = np.full((4, 32), run, np.float32)
+        program.write_inputs(slot, {"x": x})
+        await program.enqueue(slot, run, workspaces)
+        value = program.enqueue_completion(slot, workspaces, timeline, d2h)
+        assert slot.results is not None
+        filled = slot.results["y"]  # made at enqueue; the completion host function copies into it
+        await timeline.wait(d2h, value)
+        assert program.run_error(slot) is None
+        results.append(program.read_outputs(slot)["y"])
+        assert results[-1] is filled
+        np.testing.assert_allclose(results[-1], reference(graph, {"x": x})["y"], rtol=1e-4)
+    first, second = results
+    staging = slot.staging_out["y"]._data
+    assert not np.shares_memory(first, second)
+    assert not np.shares_memory(first, staging) and not np.shares_memory(second, staging)
+    expected = second.copy()
+    second[...] = 0  # the caller's own array: the staging and a second read keep the run's values
+    again = program.read_outputs(slot)["y"]  # handed over once; a second read copies the staging
+    np.testing.assert_array_equal(again, expected)
+    assert not np.shares_memory(again, staging)
+    program.close()
+    assert slot.reads is None and slot.copies is None and slot.results is None
+    workspaces.close()
+    _teardown(constants, timeline, streams)
+
+
+async def test_reading_the_outputs_before_the_host_learns_of_the_copy_is_still_a_hazard(device):
+    from aclpipe.errors import HazardError
+    from aclpipe.testing import latch
+
+    graph = mlp()
+    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)})
+    program = Program(device, plan, constants, streams, depth=1)
+    workspaces = StaticWorkspace(device, timeline=timeline)
+    workspaces.reserve(program.workspace_sizes)
+    slot, d2h = program.slots[0], len(streams) - 1
+    program.write_inputs(slot, {"x": np.ones((4, 32), np.float32)})
+    with latch(streams[d2h]):
+        await program.enqueue(slot, 1, workspaces)
+        value = program.enqueue_completion(slot, workspaces, timeline, d2h)
+        with pytest.raises(HazardError, match="host view"):
+            program.read_outputs(slot)  # the sanitizer still checks the host read on the loop
+    await timeline.wait(d2h, value)
+    program.read_outputs(slot)
+    program.close()
+    workspaces.close()
+    _teardown(constants, timeline, streams)

@@ -111,3 +111,28 @@ def test_an_event_recorded_last_implies_its_stream_is_done(device):
         event = stream.record()
         event.sync(5)
         assert stream.is_done
+
+
+def test_a_sync_of_a_passed_record_answers_at_once_and_still_checks_the_event(device):
+    """The usual sync (a run's done event, after its completion host function ran) takes a
+    short path; what it refuses, and what a failed record reports, stay as on the long one."""
+    from aclpipe.errors import ClosedResourceError
+
+    backend, stream = device.backend, device.create_stream()
+    event = device.create_event()
+    gate = latch(stream)
+    stream.record(event)
+    assert event.handle.outcome(event.handle.generation) == (False, None)
+    with pytest.raises(BackendError, match="did not complete") as caught:
+        event.sync(timeout=0)  # pending: the wait path, which times out
+    assert caught.value.code == 507047
+    gate.release()
+    event.sync(timeout=10)
+    assert event.handle.outcome(event.handle.generation) == (True, None)
+    backend.event_sync(event.handle, 0)  # passed: no wait, no error
+    with pytest.raises(InvalidArgumentError) as caught:
+        backend.event_sync(object(), 0)
+    assert caught.value.code == 107017
+    event.close()
+    with pytest.raises(ClosedResourceError):
+        backend.event_sync(event.handle, 0)
