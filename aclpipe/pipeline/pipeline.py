@@ -423,7 +423,9 @@ class Pipeline:
                 if res.released or res.parked:  # aclose gave everything up before this result was read
                     raise ClosedResourceError(f"the pipeline was closed before run {ticket.run}'s result was read")
                 self._collect_faults(ticket.run)
-                self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
+                own = ticket.program.run_error(ticket.slot)
+                if own is not None or self._faults.faults:  # the usual answer, without the call
+                    self._faults.check(ticket.run, own)
                 outputs = ticket.program.read_outputs(ticket.slot)
         finally:
             self._release_ticket(ticket, slot_back=True)
@@ -481,8 +483,12 @@ class Pipeline:
             return
         lanes = touched.to_ask()
         # The usual answer (no error anywhere) in one call per stream, then only the streams
-        # that hold one go through the fault log.
-        failing = [streams[lane] for lane in lanes if streams[lane].has_error()]
+        # that hold one go through the fault log.  A plain loop: a comprehension is one more
+        # frame, on a path that runs cold after each wait.
+        failing = []
+        for lane in lanes:
+            if streams[lane].has_error():
+                failing.append(streams[lane])
         if not failing:
             touched.found_clean(lanes, completed_run)
             return
