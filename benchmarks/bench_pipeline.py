@@ -19,7 +19,8 @@
 ``completion``  device done (end of a run's last D2H copy, device clock) to the awaiting task
                 resuming with its result: median and p99, under asyncio and trio.
 ``completion-split``  the same held runs with steps of the result path taken out in turn
-                (the fault query, the output copy, both; measurement only), alternating in
+                (the fault query, the output copy (made by the completion host function) and
+                its hand-over, both; measurement only), alternating in
                 rounds within one process: what each step costs in place.  ``--cpu``: the loop
                 thread's CPU time from the completion wait returning to the caller resuming
                 instead (time descheduled left out: steadier on a busy machine).
@@ -579,10 +580,13 @@ def _strip(pipe: Pipeline, variant: str) -> None:
     programs = [entry.program for entry in pipe._res.cache]
     for program in programs:
         program.__dict__.pop("read_outputs", None)
+        program.__dict__.pop("_result_copies", None)
     if variant in ("no fault query", "neither"):
         pipe.__dict__["_collect_faults"] = lambda run: None
     if variant in ("no output copy", "neither"):
         for program in programs:
+            # Both halves: the copies the completion host function makes, and the hand-over.
+            program.__dict__["_result_copies"] = lambda slot: None
             program.__dict__["read_outputs"] = lambda slot: {}
 
 
