@@ -378,8 +378,9 @@ class Program:
     def enqueue_completion(self, slot: Slot, workspaces: WorkspaceStrategy, timeline: Timeline,
                            d2h_lane: int) -> int:
         """Enqueue the end of a run (after :meth:`enqueue`, whether it finished or raised): every
-        used stream's tail joins the D2H stream, then one completion host function.  Returns the
-        D2H lane value that marks the run complete."""
+        used stream's tail joins the D2H stream, then one completion host function, which also
+        copies the outputs from the staging into the run's result arrays (made now; see
+        :meth:`read_outputs`).  Returns the D2H lane value that marks the run complete."""
         backend, d2h = self.device.backend, self.streams[d2h_lane].handle
         if slot.graph is None:  # a captured model holds its tails
             if slot.body is None:
@@ -556,8 +557,8 @@ class Program:
             for executor in slot.executors:
                 backend.op_destroy(executor)
             slot.executors.clear()
-            # Views of the staging buffers closed below (the device passed every completion
-            # that copies out of them: see the docstring).
+            # Views of the staging buffers closed below; the caller synchronized the streams,
+            # so no completion host function copies out of them any more.
             slot.reads = slot.copies = slot.results = None
             for buffer in [*slot.staging_in.values(), *slot.staging_out.values()]:
                 buffer.close()
