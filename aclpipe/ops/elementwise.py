@@ -38,7 +38,7 @@ import numpy as np
 
 from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
-from .base import Kernel, OpPlan, OpSpec, op_error
+from .base import Bind, Kernel, OpPlan, OpSpec, op_error
 from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
 from .fp_errors import ignore_fp_errors
 from .registry import register
@@ -203,9 +203,11 @@ class UnaryOp(OpSpec):
         ufunc: np.ufunc | None = getattr(function, "ufunc", None)
         if x.dtype.numpy == compute and out.dtype.numpy == compute:
             if ufunc is not None:
-                return OpPlan(_direct_unary(ufunc), 0, *elementwise_cost(out.numel, [x, out], self.flops))
+                return OpPlan(_direct_unary(ufunc), 0, *elementwise_cost(out.numel, [x, out], self.flops),
+                              bind=_bind_direct_unary(ufunc))
             if self.into is not None:
-                return OpPlan(_into_unary(self.into, params), 0, *elementwise_cost(out.numel, [x, out], self.flops))
+                return OpPlan(_into_unary(self.into, params), 0, *elementwise_cost(out.numel, [x, out], self.flops),
+                              bind=_bind_into_unary(self.into, params))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -226,6 +228,39 @@ def _direct_unary(ufunc: np.ufunc) -> Kernel:
             ufunc(ins[0], out=outs[0])
 
     return kernel
+
+
+def _bind_direct_unary(ufunc: np.ufunc) -> Bind:
+    """:func:`_direct_unary` on views fixed once."""
+
+    def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        x, out = ins[0], outs[0]
+
+        def run() -> None:
+            with ignore_fp_errors():
+                ufunc(x, out=out)
+
+        return run
+
+    return bind
+
+
+def _bind_into_unary(into: UnaryInto, params: dict[str, Any]) -> Bind:
+    """:func:`_into_unary` on views fixed once."""
+
+    def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        x, out = ins[0], outs[0]
+        assert x is not None and out is not None
+
+        def run() -> None:
+            with ignore_fp_errors():
+                into(x, out, params)
+
+        return run
+
+    return bind
 
 
 def _into_unary(into: UnaryInto, params: dict[str, Any]) -> Kernel:
@@ -344,7 +379,8 @@ class BinaryOp(OpSpec):
         direct = self._direct_ufunc(call, out)
         if direct is not None:
             return OpPlan(_direct_binary(direct, params.get("scalar")), 0,
-                          *elementwise_cost(out.numel, [*call.tensors, out], self.flops))
+                          *elementwise_cost(out.numel, [*call.tensors, out], self.flops),
+                          bind=_bind_direct_binary(direct, params.get("scalar")))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -368,6 +404,22 @@ def _direct_binary(ufunc: np.ufunc, scalar: Any) -> Kernel:
             ufunc(ins[0], scalar if scalar is not None else ins[1], out=outs[0])
 
     return kernel
+
+
+def _bind_direct_binary(ufunc: np.ufunc, scalar: Any) -> Bind:
+    """:func:`_direct_binary` on views fixed once."""
+
+    def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        first, second, out = ins[0], scalar if scalar is not None else ins[1], outs[0]
+
+        def run() -> None:
+            with ignore_fp_errors():
+                ufunc(first, second, out=out)
+
+        return run
+
+    return bind
 
 
 # -- kernels --------------------------------------------------------------------------------
