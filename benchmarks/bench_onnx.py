@@ -14,7 +14,10 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   kernel): per run, the kernels' summed time and the run's wall time minus it (stream
   workers, guards, events, H2D/D2H, the host side of ``Pipeline.run``), medians over the
   runs, per launch.  With several streams kernel spans can overlap, so ``rest`` is then a
-  lower bound of the machinery's share (``--streams 1`` splits exactly);
+  lower bound of the machinery's share (``--streams 1`` splits exactly); ``kernel min``: each
+  launch's smallest kernel time over those runs, summed, per launch (the kernels' own cost
+  with other jobs' bursts taken out; one compute stream only, as launches are matched by
+  their order);
 - ``cpu µs``: the process's CPU time per run (every thread: the host's and the simulator's),
   median of the timed runs, per launch.  On an idle machine it equals ``µs/launch`` (one
   thread runs Python at a time); on a busy one the wall time also counts the time other
@@ -92,6 +95,7 @@ class Row:
     error: float
     machinery: dict[str, float] = field(default_factory=dict)  # --machinery: see the module docstring
     floor_seconds: float | None = None  # --floor: one numpy call per launch, per run (see the module docstring)
+    kernel_min_seconds: float = float("nan")  # each launch's smallest kernel time over the clocked runs, summed
 
 
 #: ``load_onnx``'s Conv + BatchNormalization folding (``--no-fuse`` turns it off).
@@ -99,8 +103,10 @@ FUSE = {"conv_bn": True}
 
 
 def load(zoo: Model) -> aclpipe.Graph:
-    """The model imported as the bench runs it (``--no-fuse``: every node as written)."""
-    return load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None), fuse_conv_bn=FUSE["conv_bn"])
+    """The model imported as the bench runs it (``--no-fuse``: every node as written).  The
+    keyword is passed only with ``--no-fuse``, so the script also measures older trees."""
+    options = {} if FUSE["conv_bn"] else {"fuse_conv_bn": False}
+    return load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None), **options)
 
 
 def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 2) -> float:
@@ -163,7 +169,8 @@ async def machinery(pipe: aclpipe.Pipeline, feeds: dict[str, np.ndarray], repeat
 
 
 async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int, skip: bool = False
-                      ) -> tuple[float, float, float, float, dict[str, np.ndarray], aclpipe.Plan, dict[str, float]]:
+                      ) -> tuple[float, float, float, float, float, dict[str, np.ndarray], aclpipe.Plan,
+                                 dict[str, float]]:
     graph = load(zoo)
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
@@ -177,25 +184,35 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
                 await pipe.run(**feeds)
                 times.append(time.perf_counter() - start)
                 cpu.append(time.process_time() - start_cpu)
-            kernels, rests = [], []
+            kernels, rests, spans = [], [], []
             with kernel_clock() as clock:  # a second pass, each kernel run timed
                 for _ in range(repeats):
                     first, start = clock.count, time.perf_counter()
                     await pipe.run(**feeds)
                     wall = time.perf_counter() - start
-                    kernels.append(sum(clock.spans[first:]))
+                    spans.append(clock.spans[first:])
+                    kernels.append(sum(spans[-1]))
                     rests.append(wall - kernels[-1])
             plan = pipe.plan_for(**feeds)  # arrays: their shapes, and host values' contents
             alone = await machinery(pipe, feeds, repeats) if skip else {}
             return (statistics.median(times), statistics.median(cpu), statistics.median(kernels),
-                    statistics.median(rests), result, plan, alone)
+                    statistics.median(rests), kernel_minimum(spans), result, plan, alone)
     finally:
         device.close()
 
 
+def kernel_minimum(spans: list[list[float]]) -> float:
+    """Each launch's smallest kernel time over the runs, summed: what the kernels cost with the
+    other jobs' noise taken out.  Launches are matched by position, which only holds when every
+    run ran its kernels in one order (one compute stream); nan otherwise."""
+    if not spans or len({len(run) for run in spans}) != 1:
+        return float("nan")
+    return sum(min(times) for times in zip(*spans))
+
+
 def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
     feeds = zoo.feeds()[0]
-    seconds, cpu_seconds, kernel_seconds, rest_seconds, result, plan, alone = anyio.run(
+    seconds, cpu_seconds, kernel_seconds, rest_seconds, kernel_min, result, plan, alone = anyio.run(
         sim_seconds, zoo, feeds, streams, repeats, skip)
     run_ort, _ = ort_runner(zoo, feeds)
     expected = run_ort()
@@ -209,7 +226,7 @@ def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
     launches = sum(1 for node in graph.bind(**feeds).nodes if not node.is_view)
     return Row(zoo.name, len(zoo.model.graph.node), len(specialized.nodes), launches, plan.arena_size,
                plan.lower_bound, seconds, cpu_seconds, kernel_seconds, rest_seconds, median_seconds(run_ort, repeats),
-               error, alone)
+               error, alone, kernel_min_seconds=kernel_min if streams == 1 else float("nan"))
 
 
 def numpy_floor(zoo: Model, feeds: dict[str, np.ndarray], repeats: int) -> float:
@@ -236,8 +253,8 @@ def print_table(rows: list[Row]) -> None:
     mib = 2 ** 20
     print(f"| {'model':<24} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
           f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'cpu us':>7} | {'kernel us':>9} "
-          f"| {'rest us':>7} | {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
-    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 9, 11, 9, 9, 9, 13)
+          f"| {'kernel min':>10} | {'rest us':>7} | {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
+    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 9, 11, 12, 9, 9, 9, 13)
     print("|" + "|".join("-" * width for width in widths) + "|")
     for row in rows:
         ratio = row.arena / row.bound if row.bound else float("nan")
@@ -246,7 +263,8 @@ def print_table(rows: list[Row]) -> None:
         rest, cpu = row.rest_seconds * 1e6 / launches, row.cpu_seconds * 1e6 / launches
         print(f"| {row.name:<24} | {row.onnx_nodes:>5} | {row.nodes:>5} | {row.launches:>8} | "
               f"{row.arena / mib:>9.2f} | {row.bound / mib:>9.2f} | {ratio:>11.2f} | {row.sim_seconds * 1e3:>8.1f} | "
-              f"{per_launch:>9.1f} | {cpu:>7.1f} | {kernel:>9.1f} | {rest:>7.1f} | "
+              f"{per_launch:>9.1f} | {cpu:>7.1f} | {kernel:>9.1f} | {row.kernel_min_seconds * 1e6 / launches:>10.1f} | "
+              f"{rest:>7.1f} | "
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 
