@@ -41,7 +41,7 @@ from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
 from .base import Bind, Kernel, OpPlan, OpSpec, op_error
 from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = ["BinaryOp", "UnaryOp", "erf", "float_result", "keep_dtype", "sigmoid"]
@@ -257,13 +257,7 @@ class UnaryOp(OpSpec):
             x_view, out_view = ins[0], outs[0]
             if bound is None or x_view is None or out_view is None or x_view.dtype != compute:
                 return functools.partial(kernel, ins, outs, workspace)
-            run = bound(x_view, out_view, params)
-
-            def guarded() -> None:
-                with ignore_fp_errors():
-                    run()
-
-            return guarded
+            return fp_errors_ignored(bound(x_view, out_view, params))
 
         flops, traffic = elementwise_cost(out.numel, [x, out], self.flops)
         return OpPlan(kernel, 0, flops, traffic, bind=None if bound is None else bind)
@@ -285,13 +279,7 @@ def _bind_direct_unary(ufunc: np.ufunc) -> Bind:
 
     def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
              workspace: np.ndarray | None) -> Callable[[], None]:
-        x, out = ins[0], outs[0]
-
-        def run() -> None:
-            with ignore_fp_errors():
-                ufunc(x, out=out)
-
-        return run
+        return fp_errors_ignored(functools.partial(ufunc, ins[0], out=outs[0]))
 
     return bind
 
@@ -303,12 +291,7 @@ def _bind_into_unary(into: UnaryInto, params: dict[str, Any]) -> Bind:
              workspace: np.ndarray | None) -> Callable[[], None]:
         x, out = ins[0], outs[0]
         assert x is not None and out is not None
-
-        def run() -> None:
-            with ignore_fp_errors():
-                into(x, out, params)
-
-        return run
+        return fp_errors_ignored(functools.partial(into, x, out, params))
 
     return bind
 
@@ -461,13 +444,8 @@ def _bind_direct_binary(ufunc: np.ufunc, scalar: Any) -> Bind:
 
     def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
              workspace: np.ndarray | None) -> Callable[[], None]:
-        first, second, out = ins[0], scalar if scalar is not None else ins[1], outs[0]
-
-        def run() -> None:
-            with ignore_fp_errors():
-                ufunc(first, second, out=out)
-
-        return run
+        second = scalar if scalar is not None else ins[1]
+        return fp_errors_ignored(functools.partial(ufunc, ins[0], second, out=outs[0]))
 
     return bind
 

@@ -45,7 +45,7 @@ from .checks import (
     store,
     target_view,
 )
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = ["BatchNormOp", "LayerNormOp", "RmsNormOp"]
@@ -200,24 +200,23 @@ class LayerNormOp(OpSpec):
                           if statistic_out is not None]
 
             def run() -> None:
-                with ignore_fp_errors():
-                    np.add.reduce(values, axis=1, out=mean)
-                    np.multiply(mean, inverse_columns, out=mean)
-                    np.subtract(values, mean_rows, out=target)
-                    np.add.reduce(np.square(target), axis=1, out=rstd)
-                    np.multiply(rstd, inverse_columns, out=rstd)
-                    np.add(rstd, eps, out=rstd)
-                    np.sqrt(rstd, out=rstd)
-                    np.reciprocal(rstd, out=rstd)
-                    np.multiply(target, rstd_rows, out=target)
-                    if scale is not None:
-                        np.multiply(target, scale, out=target)
-                    if shift is not None:
-                        np.add(target, shift, out=target)
+                np.add.reduce(values, axis=1, out=mean)
+                np.multiply(mean, inverse_columns, out=mean)
+                np.subtract(values, mean_rows, out=target)
+                np.add.reduce(np.square(target), axis=1, out=rstd)
+                np.multiply(rstd, inverse_columns, out=rstd)
+                np.add(rstd, eps, out=rstd)
+                np.sqrt(rstd, out=rstd)
+                np.reciprocal(rstd, out=rstd)
+                np.multiply(target, rstd_rows, out=target)
+                if scale is not None:
+                    np.multiply(target, scale, out=target)
+                if shift is not None:
+                    np.add(target, shift, out=target)
                 for statistic_out, statistic in statistics:
                     store(statistic_out, statistic)
 
-            return run
+            return fp_errors_ignored(run)
 
         flops, traffic = _cost([*inputs, out, mean_out, rstd_out], 8.0, x.numel)
         return OpPlan(kernel, workspace_size, flops, traffic, variant="rows-fp32-stats", bind=bind)

@@ -44,7 +44,7 @@ from .checks import (
     scratch_view,
     store,
 )
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = ["ReduceOp"]
@@ -204,13 +204,12 @@ class ReduceOp(OpSpec):
             flat = accumulator.reshape(shape)
 
             def run() -> None:
-                with ignore_fp_errors():
-                    reducer(values, axis=dims, keepdims=True, out=accumulator)
-                    if divisor is not None:
-                        np.true_divide(accumulator, divisor, out=accumulator)
-                    store(result, flat)
+                reducer(values, axis=dims, keepdims=True, out=accumulator)
+                if divisor is not None:
+                    np.true_divide(accumulator, divisor, out=accumulator)
+                store(result, flat)
 
-            return run
+            return fp_errors_ignored(run)
 
         traffic = float(reduction.input.nbytes + out.nbytes + 2 * workspace_size)
         return OpPlan(kernel, workspace_size, float(reduction.input.numel), traffic, variant="workspace-accumulator",

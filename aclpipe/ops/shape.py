@@ -44,7 +44,7 @@ from .checks import (
     normalize_dim,
     normalize_dims,
 )
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = [
@@ -81,13 +81,14 @@ def _bind_copies(kernel: Kernel, sources: Callable[[np.ndarray], Any], views: Se
     pairs = list(zip(outs, moved if isinstance(moved, list) else [moved]))
     if len(pairs) != len(results) or not all(np.may_share_memory(part, source) for _, part in pairs):
         return functools.partial(kernel, views, results, workspace)
+    if len(pairs) == 1:  # the usual case: one copy, no Python frame of its own
+        return fp_errors_ignored(functools.partial(np.copyto, pairs[0][0], pairs[0][1], casting="unsafe"))
 
     def run() -> None:
-        with ignore_fp_errors():
-            for result, part in pairs:
-                np.copyto(result, part, casting="unsafe")
+        for result, part in pairs:
+            np.copyto(result, part, casting="unsafe")
 
-    return run
+    return fp_errors_ignored(run)
 
 
 def int_attr(op: str, name: str, value: Any, *, minimum: int | None = None, optional: bool = False) -> int | None:
