@@ -12,7 +12,9 @@ BatchNormalization alone (no other node, no subgraph, not a graph output), the C
 bias and the BatchNormalization's four parameters are float32 initializers (1-D, one value per
 output channel; the weight of rank 3 or more), and the BatchNormalization is in inference mode
 with one output.  The folded Conv takes the BatchNormalization's output name; the new weight and
-bias are new initializers, and initializers nothing reads any more are dropped.
+bias are new initializers, and initializers nothing reads any more are dropped.  (onnxruntime
+also leaves a pair alone whose BatchNormalization output is a graph output; here the folded Conv
+writes that output under the same name, so callers see no difference.)
 """
 
 from __future__ import annotations
