@@ -15,8 +15,8 @@ A plan may also give ``bind(inputs, outputs, workspace)``: called once per bound
 repeatable executor's node and slot, its views fixed), it does what depends only on the views
 (reshapes, workspace slices, ``out=`` targets, the kernel variant) and returns the
 zero-argument run the simulator then calls on every launch.  ``bind(...)()`` must do exactly
-what ``kernel(...)`` does, bit for bit; :func:`bound_kernel` makes such a ``kernel`` from a
-``bind``.  A plan without ``bind`` has its ``kernel`` called on every launch.
+what ``kernel(...)`` does, bit for bit (``kernel`` stays the one-shot form: constant folding,
+other backends).  A plan without ``bind`` has its ``kernel`` called on every launch.
 """
 
 from __future__ import annotations
@@ -30,22 +30,12 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..tensor import TensorDesc
 
-__all__ = ["Bind", "Kernel", "OpPlan", "OpSpec", "bound_kernel", "op_error"]
+__all__ = ["Bind", "Kernel", "OpPlan", "OpSpec", "op_error"]
 
 #: ``kernel(inputs, outputs, workspace)``: arrays are views of device memory.
 Kernel = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray | None], np.ndarray | None], None]
 #: ``bind(inputs, outputs, workspace)``: the run for these views, called once per bound launch.
 Bind = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray | None], np.ndarray | None], Callable[[], None]]
-
-
-def bound_kernel(bind: Bind) -> Kernel:
-    """The one-shot ``kernel`` of a plan that has ``bind``: binds the views and runs once
-    (phase two elsewhere than the simulator's bound launches, constant folding)."""
-    def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
-               workspace: np.ndarray | None) -> None:
-        bind(inputs, outputs, workspace)()
-
-    return kernel
 
 
 @dataclass

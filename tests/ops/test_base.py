@@ -18,7 +18,7 @@ from helpers import OpCall, _storage, random
 from aclpipe.dtypes import as_dtype
 from aclpipe.errors import BackendError, DeviceFault
 from aclpipe.ops import get_op
-from aclpipe.ops.base import OpPlan, bound_kernel
+from aclpipe.ops.base import OpPlan
 from aclpipe.tensor import TensorDesc
 
 Make = Any  # a seed -> the input arrays
@@ -142,18 +142,6 @@ def test_a_bound_index_select_still_refuses_an_index_out_of_range(device):
     finally:
         call.close()
         stream.close()
-
-
-def test_bound_kernel_binds_and_runs_once():
-    calls = []
-
-    def bind(inputs, outputs, workspace):
-        calls.append((inputs, outputs, workspace))
-        return lambda: outputs[0].__setitem__(..., inputs[0] * 2)
-
-    x, out = np.arange(4.0), np.zeros(4)
-    bound_kernel(bind)([x], [out], None)
-    assert len(calls) == 1 and out.tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
 def test_a_plan_without_bind_runs_its_kernel_on_every_launch(device):
