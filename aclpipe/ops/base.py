@@ -10,6 +10,13 @@ what was expected and what was seen.
 Kernels receive numpy views of device memory (strided, as the descriptors say), write their
 outputs in place, and use ``workspace`` (a uint8 view of exactly ``workspace_size`` bytes)
 for their scratch, so a short or shared workspace shows up as wrong results or an error.
+
+A plan may also give ``bind(inputs, outputs, workspace)``: called once per bound launch (a
+repeatable executor's node and slot, its views fixed), it does what depends only on the views
+(reshapes, workspace slices, ``out=`` targets, the kernel variant) and returns the
+zero-argument run the simulator then calls on every launch.  ``bind(...)()`` must do exactly
+what ``kernel(...)`` does, bit for bit (``kernel`` stays the one-shot form: constant folding,
+other backends).  A plan without ``bind`` has its ``kernel`` called on every launch.
 """
 
 from __future__ import annotations
@@ -23,10 +30,12 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..tensor import TensorDesc
 
-__all__ = ["Kernel", "OpPlan", "OpSpec", "op_error"]
+__all__ = ["Bind", "Kernel", "OpPlan", "OpSpec", "op_error"]
 
 #: ``kernel(inputs, outputs, workspace)``: arrays are views of device memory.
 Kernel = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray | None], np.ndarray | None], None]
+#: ``bind(inputs, outputs, workspace)``: the run for these views, called once per bound launch.
+Bind = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray | None], np.ndarray | None], Callable[[], None]]
 
 
 @dataclass
@@ -40,6 +49,8 @@ class OpPlan:
     cube: bool = False  # runs on the matrix unit
     variant: str = "default"
     notes: dict[str, Any] = field(default_factory=dict)
+    #: Optional: the run for one set of views, prepared once per bound launch (module docstring).
+    bind: Bind | None = None
 
 
 class OpSpec:

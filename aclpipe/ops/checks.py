@@ -25,6 +25,7 @@ __all__ = [
     "broadcast_shapes",
     "compute_view",
     "elementwise_cost",
+    "kept_view",
     "need",
     "need_dtype",
     "need_output",
@@ -157,6 +158,16 @@ def target_view(out: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarr
     if out.dtype != dtype or not out.flags.c_contiguous:
         return None
     return out.reshape(shape)
+
+
+def kept_view(array: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``array`` reshaped to ``shape`` when the result is a view of the same bytes, else None
+    (a reshape of a strided view may copy).  Plans' ``bind`` keep such views across launches:
+    a copy would hold the data of the launch that made it."""
+    if array is None or array.size == 0:
+        return None
+    result = array.reshape(shape)
+    return result if np.may_share_memory(result, array) else None
 
 
 def elementwise_cost(numel: int, tensors: Sequence[TensorDesc | None],

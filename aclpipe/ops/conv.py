@@ -16,18 +16,29 @@ with :mod:`aclpipe.ops.pool`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..dtypes import Format
+from ..dtypes import DType, Format
 from ..tensor import TensorDesc
-from .base import Kernel, OpPlan, OpSpec, op_error
-from .checks import FLOATS, need, need_dtype, need_output, need_same_dtype, scratch_view, store, target_view
+from .base import Bind, Kernel, OpPlan, OpSpec, op_error
+from .checks import (
+    FLOATS,
+    kept_view,
+    need,
+    need_dtype,
+    need_output,
+    need_same_dtype,
+    scratch_view,
+    store,
+    target_view,
+)
 from .matmul import cube_math_type, cube_operand
 from .registry import register
 
@@ -186,13 +197,14 @@ class Convolution(OpSpec):
         flops = 2.0 * out.numel * weight.shape[1] * math.prod(window.kernel)
         if _pointwise(window):  # the unfolded columns would be the input itself: no workspace
             traffic = float(x.nbytes + weight.nbytes + out.nbytes)
-            return OpPlan(_pointwise_kernel(call, mode), 0, flops, traffic, cube=True,
-                          variant=f"pointwise-{len(window.kernel)}d")
+            kernel, bind = _pointwise_kernel(call, mode)
+            return OpPlan(kernel, 0, flops, traffic, cube=True, variant=f"pointwise-{len(window.kernel)}d", bind=bind)
         columns = x.shape[0] * x.shape[1] * math.prod(window.kernel) * math.prod(window.out)
         workspace_size = columns * np.dtype(np.float32).itemsize
         traffic = float(x.nbytes + weight.nbytes + out.nbytes + 2 * workspace_size)
-        return OpPlan(_im2col_kernel(call, mode), workspace_size, flops, traffic, cube=True,
-                      variant=f"im2col-{len(window.kernel)}d")
+        kernel, bind = _im2col_kernel(call, mode)
+        return OpPlan(kernel, workspace_size, flops, traffic, cube=True, variant=f"im2col-{len(window.kernel)}d",
+                      bind=bind)
 
 
 def _pointwise(window: Window) -> bool:
@@ -200,7 +212,24 @@ def _pointwise(window: Window) -> bool:
     return all(k == 1 for k in window.kernel) and all(s == 1 for s in window.stride) and not any(window.padding)
 
 
-def _pointwise_kernel(call: _ConvCall, mode: int) -> Kernel:
+def _exact_fp32(call: _ConvCall, mode: int, inputs: Sequence[np.ndarray | None],
+                out: np.ndarray | None) -> bool:
+    """Whether a ``bind`` can keep the operands as they lie: fp32 everywhere, exact products
+    (modes 0 and 4: :func:`cube_operand` returns them unchanged), an output to compute into."""
+    return (call.x.dtype == DType.float32 and mode in (0, 4) and out is not None and out.size > 0
+            and all(view is None or view.dtype == np.float32 for view in inputs))
+
+
+def _bias_add(bias: np.ndarray | None, result: np.ndarray, spatial: int) -> Callable[[], None] | None:
+    """``result += bias`` over the channel dim, on views made now (None without a bias)."""
+    if bias is None:
+        return None
+    channels = kept_view(bias, (-1,) + (1,) * spatial)
+    assert channels is not None
+    return functools.partial(np.add, result, channels, out=result)
+
+
+def _pointwise_kernel(call: _ConvCall, mode: int) -> tuple[Kernel, Bind]:
     """A 1x1 convolution as the im2col kernel computes it, reading the input where it lies: the
     same matmul of the same operands (the columns would be a copy of the input), so the same bits."""
     groups, dtype = call.groups, call.x.dtype
@@ -227,10 +256,30 @@ def _pointwise_kernel(call: _ConvCall, mode: int) -> Kernel:
         if target is None:
             store(out, result)
 
-    return kernel
+    def bind(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        """``kernel``'s calls on views made once (exact fp32 only; else ``kernel``)."""
+        x, weight, out = inputs[0], inputs[1], outputs[0]
+        if not _exact_fp32(call, mode, inputs, out) or x is None or weight is None or out is None:
+            return functools.partial(kernel, inputs, outputs, workspace)
+        columns = kept_view(x, in_shape)
+        filters = kept_view(weight, (groups, out_channels // groups, -1))
+        target = target_view(out, out_shape, np.float32)
+        if columns is None or filters is None or target is None:
+            return functools.partial(kernel, inputs, outputs, workspace)
+        add_bias = _bias_add(inputs[2] if len(inputs) == 3 else None, target.reshape(out.shape), len(bias_shape) - 1)
+
+        def run() -> None:
+            np.matmul(filters, columns, out=target)
+            if add_bias is not None:
+                add_bias()
+
+        return run
+
+    return kernel, bind
 
 
-def _im2col_kernel(call: _ConvCall, mode: int) -> Kernel:
+def _im2col_kernel(call: _ConvCall, mode: int) -> tuple[Kernel, Bind]:
     window, groups, dtype = call.window, call.groups, call.x.dtype
     batch, channels = call.x.shape[:2]
     out_channels = call.weight.shape[0]
@@ -287,7 +336,36 @@ def _im2col_kernel(call: _ConvCall, mode: int) -> Kernel:
         if target is None:
             store(out, result)
 
-    return kernel
+    def bind(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        """``kernel``'s calls on views made once (exact fp32 only; else ``kernel``).  The
+        zero-padded copy of the input is this binding's own array, its border zeroed once: a
+        bound launch runs one at a time (its slot's buffers would race otherwise)."""
+        x, weight, out = inputs[0], inputs[1], outputs[0]
+        if not _exact_fp32(call, mode, inputs, out) or x is None or weight is None or out is None:
+            return functools.partial(kernel, inputs, outputs, workspace)
+        filters = kept_view(weight, (groups, out_channels // groups, -1))
+        target = target_view(out, out_shape, np.float32)
+        if filters is None or target is None:
+            return functools.partial(kernel, inputs, outputs, workspace)
+        padded = np.zeros(padded_shape, np.float32) if padding else None
+        columns = scratch_view(workspace, 0, columns_shape, np.float32)
+        unfold = functools.partial(np.copyto, columns, windows(x if padded is None else padded), casting="unsafe")
+        fill = None if padded is None else functools.partial(np.copyto, padded[interior], x)
+        unfolded = columns.reshape(batch, groups, -1, out_shape[-1])
+        add_bias = _bias_add(inputs[2] if len(inputs) == 3 else None, target.reshape(out.shape), spatial)
+
+        def run() -> None:
+            if fill is not None:
+                fill()
+            unfold()
+            np.matmul(filters, unfolded, out=target)
+            if add_bias is not None:
+                add_bias()
+
+        return run
+
+    return kernel, bind
 
 
 register(Convolution())

@@ -28,6 +28,7 @@ when stored.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,9 +39,9 @@ import numpy as np
 
 from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
-from .base import Kernel, OpPlan, OpSpec, op_error
+from .base import Bind, Kernel, OpPlan, OpSpec, op_error
 from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = ["BinaryOp", "UnaryOp", "erf", "float_result", "keep_dtype", "sigmoid"]
@@ -49,6 +50,8 @@ UnaryFn = Callable[[np.ndarray, Mapping[str, Any]], Any]
 BinaryFn = Callable[[Any, Any, Mapping[str, Any]], Any]
 #: ``into(x, out, params)``: a unary function written straight into ``out`` (see :class:`UnaryOp`).
 UnaryInto = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], None]
+#: ``bound(x, out, params)``: the run computing the function of ``x`` into ``out`` (see :class:`UnaryOp`).
+UnaryBound = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], Callable[[], None]]
 DTypeRule = Callable[[DType], DType]
 AttrParser = Callable[[str, Mapping[str, Any]], dict[str, Any]]
 
@@ -105,6 +108,35 @@ def erf(x: np.ndarray) -> np.ndarray:
             result *= scaled
     np.copysign(result, x64, out=result)
     return result
+
+
+def erf_bound(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
+    """:func:`erf` of ``x`` into ``out`` with its temporaries made once: the same steps with
+    ``out=`` (so the same bits), and no large allocation per launch (the pieces' coefficients
+    alone are 32 bytes an element)."""
+    shape = x.shape
+    x64, scaled, result = (np.empty(shape, np.float64) for _ in range(3))
+    index = np.empty(shape, np.intp)
+    pieces = np.empty(shape + (4,), np.float64)
+    columns = [pieces[..., power] for power in range(4)]
+
+    def run() -> None:
+        np.copyto(x64, x)
+        np.abs(x64, out=scaled)
+        np.multiply(scaled, _ERF_STEPS, out=scaled)
+        np.minimum(scaled, _ERF_LAST, out=scaled)
+        np.copyto(index, scaled, casting="unsafe")
+        np.subtract(scaled, index, out=scaled)
+        np.take(_ERF_PIECES, index, axis=0, out=pieces, mode="clip")
+        np.multiply(columns[0], scaled, out=result)
+        for power in (1, 2, 3):
+            np.add(result, columns[power], out=result)
+            if power < 3:
+                np.multiply(result, scaled, out=result)
+        np.copysign(result, x64, out=result)
+        np.copyto(out, result, casting="unsafe")
+
+    return run
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -167,15 +199,20 @@ class UnaryOp(OpSpec):
         ``into(x, out, params)``: the same function computed straight into the output view
         ``out`` (every step a ufunc with ``out=``, bit-identical to ``function``), used when
         input and output already have the compute dtype: no temporary, no cast, no copy.
+    bound:
+        ``bound(x, out, params)``: for an input already in the compute dtype, the run that
+        writes ``function(x)`` into ``out`` (cast as ``store`` casts, bit-identical), made once
+        per bound launch with its temporaries (the plan's ``bind``).
     """
 
     def __init__(self, name: str, function: UnaryFn, allowed: Iterable[DType], result: DTypeRule = keep_dtype,
                  *, flops: float = 1.0, parse_attrs: AttrParser | None = None,
                  names: tuple[str, str] = ("self", "out"), attrs: Mapping[str, Any] | None = None,
-                 into: UnaryInto | None = None):
+                 into: UnaryInto | None = None, bound: UnaryBound | None = None):
         self.name = name
         self.function = function
         self.into = into
+        self.bound = bound
         self.allowed = frozenset(allowed)
         self.result = result
         self.flops = flops
@@ -199,13 +236,15 @@ class UnaryOp(OpSpec):
                 attrs: Mapping[str, Any]) -> OpPlan:
         x, dtype, params = self._check(inputs, attrs)
         out = need_output(self.name, self.outputs[0], argument(outputs, 0), x.shape, dtype)
-        function, compute = self.function, dtype.compute
+        function, compute, bound = self.function, dtype.compute, self.bound
         ufunc: np.ufunc | None = getattr(function, "ufunc", None)
         if x.dtype.numpy == compute and out.dtype.numpy == compute:
             if ufunc is not None:
-                return OpPlan(_direct_unary(ufunc), 0, *elementwise_cost(out.numel, [x, out], self.flops))
+                return OpPlan(_direct_unary(ufunc), 0, *elementwise_cost(out.numel, [x, out], self.flops),
+                              bind=_bind_direct_unary(ufunc))
             if self.into is not None:
-                return OpPlan(_into_unary(self.into, params), 0, *elementwise_cost(out.numel, [x, out], self.flops))
+                return OpPlan(_into_unary(self.into, params), 0, *elementwise_cost(out.numel, [x, out], self.flops),
+                              bind=_bind_into_unary(self.into, params))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -213,8 +252,15 @@ class UnaryOp(OpSpec):
             with ignore_fp_errors():  # inf/nan results are data, as on the device
                 store(outs[0], function(ins[0].astype(compute, copy=False), params))
 
+        def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+                 workspace: np.ndarray | None) -> Callable[[], None]:
+            x_view, out_view = ins[0], outs[0]
+            if bound is None or x_view is None or out_view is None or x_view.dtype != compute:
+                return functools.partial(kernel, ins, outs, workspace)
+            return fp_errors_ignored(bound(x_view, out_view, params))
+
         flops, traffic = elementwise_cost(out.numel, [x, out], self.flops)
-        return OpPlan(kernel, 0, flops, traffic)
+        return OpPlan(kernel, 0, flops, traffic, bind=None if bound is None else bind)
 
 
 def _direct_unary(ufunc: np.ufunc) -> Kernel:
@@ -226,6 +272,28 @@ def _direct_unary(ufunc: np.ufunc) -> Kernel:
             ufunc(ins[0], out=outs[0])
 
     return kernel
+
+
+def _bind_direct_unary(ufunc: np.ufunc) -> Bind:
+    """:func:`_direct_unary` on views fixed once."""
+
+    def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        return fp_errors_ignored(functools.partial(ufunc, ins[0], out=outs[0]))
+
+    return bind
+
+
+def _bind_into_unary(into: UnaryInto, params: dict[str, Any]) -> Bind:
+    """:func:`_into_unary` on views fixed once."""
+
+    def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        x, out = ins[0], outs[0]
+        assert x is not None and out is not None
+        return fp_errors_ignored(functools.partial(into, x, out, params))
+
+    return bind
 
 
 def _into_unary(into: UnaryInto, params: dict[str, Any]) -> Kernel:
@@ -344,7 +412,8 @@ class BinaryOp(OpSpec):
         direct = self._direct_ufunc(call, out)
         if direct is not None:
             return OpPlan(_direct_binary(direct, params.get("scalar")), 0,
-                          *elementwise_cost(out.numel, [*call.tensors, out], self.flops))
+                          *elementwise_cost(out.numel, [*call.tensors, out], self.flops),
+                          bind=_bind_direct_binary(direct, params.get("scalar")))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -368,6 +437,17 @@ def _direct_binary(ufunc: np.ufunc, scalar: Any) -> Kernel:
             ufunc(ins[0], scalar if scalar is not None else ins[1], out=outs[0])
 
     return kernel
+
+
+def _bind_direct_binary(ufunc: np.ufunc, scalar: Any) -> Bind:
+    """:func:`_direct_binary` on views fixed once."""
+
+    def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        second = scalar if scalar is not None else ins[1]
+        return fp_errors_ignored(functools.partial(ufunc, ins[0], second, out=outs[0]))
+
+    return bind
 
 
 # -- kernels --------------------------------------------------------------------------------
@@ -447,7 +527,7 @@ _UNARY_OPS = (
     UnaryOp("Sqrt", _ufunc1(np.sqrt), ALL, float_result, flops=2.0),
     UnaryOp("Rsqrt", lambda x, params: 1.0 / np.sqrt(x), ALL, float_result, flops=3.0),
     UnaryOp("Reciprocal", lambda x, params: 1.0 / x, ALL, float_result),
-    UnaryOp("Erf", lambda x, params: erf(x), ALL, float_result, flops=20.0),
+    UnaryOp("Erf", lambda x, params: erf(x), ALL, float_result, flops=20.0, bound=erf_bound),
 )
 
 for _spec in (*_BINARY_OPS, *_UNARY_OPS):

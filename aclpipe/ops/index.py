@@ -16,7 +16,8 @@ the output has the promoted dtype of ``self`` and ``other``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from ..dtypes import DType, promote_types
 from ..errors import error_from_code
 from ..tensor import TensorDesc
 from .base import OpPlan, OpSpec, op_error
-from .checks import ALL, broadcast_shapes, need, need_dtype, need_output, normalize_dim
+from .checks import ALL, broadcast_shapes, kept_view, need, need_dtype, need_output, normalize_dim
 from .registry import register
 from .shape import copy_into, copy_plan
 
@@ -68,6 +69,9 @@ class _Indexing(OpSpec):
     def _gather(self, data: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
         raise NotImplementedError
 
+    #: For gathers that are one ``np.take`` along ``dim``: the shape the index is taken as.
+    take_shape: Callable[[np.ndarray], tuple[int, ...]] | None = None
+
     def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
         data, index = self._tensors(inputs)
         shape, _ = self._shape(data, index, attrs)
@@ -88,8 +92,30 @@ class _Indexing(OpSpec):
             if result.size:
                 copy_into(result, self._gather(source, values, dim))
 
+        def bind(views: Sequence[np.ndarray | None], results: Sequence[np.ndarray | None],
+                 workspace: np.ndarray | None) -> Callable[[], None]:
+            """``np.take`` straight into a contiguous output of the data's dtype (IndexSelect,
+            Embedding), the indices checked by their extremes first (the full check, with its
+            error, only when one is out of range); anything else runs ``kernel``."""
+            source, positions, result = views[0], views[1], results[0]
+            take_shape = self.take_shape
+            if positions is None or take_shape is None:
+                return functools.partial(kernel, views, results, workspace)
+            flat = kept_view(positions, take_shape(positions))
+            if (flat is None or source is None or result is None or source.ndim == 0
+                    or result.dtype != source.dtype or not result.flags.c_contiguous):
+                return functools.partial(kernel, views, results, workspace)
+            index_view, axis = positions, dim
+
+            def run() -> None:
+                if flat.min() < 0 or flat.max() >= size:
+                    checked_indices(self.name, self.index_name, index_view, size, dim)
+                np.take(source, flat, axis=axis, out=result)
+
+            return run
+
         # Reads the index and the gathered elements (as many as it writes).
-        return OpPlan(kernel, 0, 0.0, float(index.nbytes + 2 * out.nbytes))
+        return OpPlan(kernel, 0, 0.0, float(index.nbytes + 2 * out.nbytes), bind=bind)
 
 
 class Gather(_Indexing):
@@ -133,6 +159,8 @@ class IndexSelect(_Indexing):
     def _gather(self, data: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
         return np.take(data, index.reshape(-1), axis=dim)
 
+    take_shape = staticmethod(lambda index: (-1,))
+
 
 class Embedding(_Indexing):
     """``embedding(indices, weight)``: rows of the 2-D ``weight``; ``out = indices.shape + [dim]``."""
@@ -149,6 +177,8 @@ class Embedding(_Indexing):
 
     def _gather(self, data: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
         return np.take(data, index, axis=0)
+
+    take_shape = staticmethod(lambda index: index.shape)
 
 
 class Where(OpSpec):

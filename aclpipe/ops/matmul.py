@@ -19,8 +19,9 @@ short workspace is refused at launch and a workspace shared by unordered launche
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..tensor import TensorDesc
-from .base import Kernel, OpPlan, OpSpec, op_error
+from .base import Bind, Kernel, OpPlan, OpSpec, op_error
 from .checks import (
     FLOATS,
     broadcast_shapes,
@@ -184,8 +185,49 @@ class _CubeProduct(OpSpec):
         stagings, workspace_size = plan_staging(tensors, self.matrix_indices)
         traffic = sum(t.nbytes for t in tensors) + out.nbytes + 2 * sum(tensors[s.index].nbytes for s in stagings)
         kernel = self._kernel(tensors[0].dtype, mode, alpha, beta, stagings)
+        bind = self._bind(kernel, tensors[0].dtype, mode, alpha, beta, stagings)
         return OpPlan(kernel, workspace_size, float(flops), float(traffic), cube=True,
-                      variant=CUBE_MATH_TYPES[mode], notes={"staged": [s.index for s in stagings]})
+                      variant=CUBE_MATH_TYPES[mode], notes={"staged": [s.index for s in stagings]}, bind=bind)
+
+    def _bind(self, kernel: Kernel, dtype: DType, mode: int, alpha: float, beta: float,
+              stagings: list[Staging]) -> Bind:
+        """Exact fp32 products (modes 0 and 4) into an fp32 output: the staging regions and
+        operands found once, then ``kernel``'s numpy calls (the addend, when there is one, added
+        in place after the product: the same two roundings); anything else runs ``kernel``."""
+        a_index, b_index = self.matrix_indices
+        addend_index = 0 if len(self.inputs) == 3 and beta != 0.0 else None
+
+        def bind(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
+                 workspace: np.ndarray | None) -> Callable[[], None]:
+            out = outputs[0]
+            addend = inputs[addend_index] if addend_index is not None else None
+            if (dtype != DType.float32 or mode not in (0, 4) or out is None or out.dtype != np.float32
+                    or (addend is not None and (addend.dtype != np.float32 or np.may_share_memory(addend, out)))):
+                return functools.partial(kernel, inputs, outputs, workspace)
+            operands = list(inputs)
+            copies = []
+            for staging in stagings:
+                view = operands[staging.index]
+                assert view is not None
+                region = scratch_view(workspace, staging.offset, view.shape, view.dtype)
+                copies.append((region, view))
+                operands[staging.index] = region
+            a, b = operands[a_index], operands[b_index]
+            assert a is not None and b is not None
+            scale = np.float32(beta)
+
+            def run() -> None:
+                for region, view in copies:
+                    np.copyto(region, view)
+                np.matmul(a, b, out=out)
+                if alpha != 1.0:
+                    np.multiply(out, np.float32(alpha), out=out)
+                if addend is not None:
+                    np.add(out, addend if beta == 1.0 else scale * addend, out=out)
+
+            return run
+
+        return bind
 
     def _kernel(self, dtype: DType, mode: int, alpha: float, beta: float, stagings: list[Staging]) -> Kernel:
         a_index, b_index = self.matrix_indices

@@ -21,8 +21,9 @@ have the input's dtype.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from .checks import (
     FLOATS,
     argument,
     compute_view,
+    kept_view,
     need,
     need_dtype,
     need_output,
@@ -43,7 +45,7 @@ from .checks import (
     store,
     target_view,
 )
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = ["BatchNormOp", "LayerNormOp", "RmsNormOp"]
@@ -178,8 +180,46 @@ class LayerNormOp(OpSpec):
                 if statistic_out is not None:
                     store(statistic_out, statistic.reshape(stats_shape))
 
+        def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+                 workspace: np.ndarray | None) -> Callable[[], None]:
+            """fp32 input, parameters and output (contiguous): every view made once, the same
+            numpy calls as ``kernel`` on them; anything else runs ``kernel``."""
+            x, weight, bias = ins[0], argument(ins, 1), argument(ins, 2)
+            target = None if outs[0] is None else target_view(outs[0], (rows, columns), np.float32)
+            values = kept_view(x, (rows, columns))
+            scale, shift = kept_view(weight, (columns,)), kept_view(bias, (columns,))
+            if (values is None or values.dtype != np.float32 or target is None
+                    or any(p is not None and (q is None or q.dtype != np.float32)
+                           for p, q in ((weight, scale), (bias, shift)))):
+                return functools.partial(kernel, ins, outs, workspace)
+            mean = scratch_view(workspace, mean_at, (rows,), np.float32)
+            rstd = scratch_view(workspace, rstd_at, (rows,), np.float32)
+            mean_rows, rstd_rows = mean[:, None], rstd[:, None]
+            statistics = [(statistic_out, statistic.reshape(stats_shape))
+                          for statistic_out, statistic in ((argument(outs, 1), mean), (argument(outs, 2), rstd))
+                          if statistic_out is not None]
+
+            def run() -> None:
+                np.add.reduce(values, axis=1, out=mean)
+                np.multiply(mean, inverse_columns, out=mean)
+                np.subtract(values, mean_rows, out=target)
+                np.add.reduce(np.square(target), axis=1, out=rstd)
+                np.multiply(rstd, inverse_columns, out=rstd)
+                np.add(rstd, eps, out=rstd)
+                np.sqrt(rstd, out=rstd)
+                np.reciprocal(rstd, out=rstd)
+                np.multiply(target, rstd_rows, out=target)
+                if scale is not None:
+                    np.multiply(target, scale, out=target)
+                if shift is not None:
+                    np.add(target, shift, out=target)
+                for statistic_out, statistic in statistics:
+                    store(statistic_out, statistic)
+
+            return fp_errors_ignored(run)
+
         flops, traffic = _cost([*inputs, out, mean_out, rstd_out], 8.0, x.numel)
-        return OpPlan(kernel, workspace_size, flops, traffic, variant="rows-fp32-stats")
+        return OpPlan(kernel, workspace_size, flops, traffic, variant="rows-fp32-stats", bind=bind)
 
 
 # -- RmsNorm -------------------------------------------------------------------------------------

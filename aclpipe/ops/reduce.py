@@ -44,7 +44,7 @@ from .checks import (
     scratch_view,
     store,
 )
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = ["ReduceOp"]
@@ -194,8 +194,26 @@ class ReduceOp(OpSpec):
                     accumulator /= divisor
                 store(outs[0], accumulator.reshape(shape))
 
+        def bind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
+                 workspace: np.ndarray | None) -> Callable[[], None]:
+            """An input already in the operand dtype: ``kernel``'s calls on views made once."""
+            values, result = ins[0], outs[0]
+            if numel == 0 or values is None or result is None or values.dtype != operand:
+                return functools.partial(kernel, ins, outs, workspace)
+            accumulator = scratch_view(workspace, accumulator_at, keep_shape, accumulate)
+            flat = accumulator.reshape(shape)
+
+            def run() -> None:
+                reducer(values, axis=dims, keepdims=True, out=accumulator)
+                if divisor is not None:
+                    np.true_divide(accumulator, divisor, out=accumulator)
+                store(result, flat)
+
+            return fp_errors_ignored(run)
+
         traffic = float(reduction.input.nbytes + out.nbytes + 2 * workspace_size)
-        return OpPlan(kernel, workspace_size, float(reduction.input.numel), traffic, variant="workspace-accumulator")
+        return OpPlan(kernel, workspace_size, float(reduction.input.numel), traffic, variant="workspace-accumulator",
+                      bind=bind)
 
 
 _REDUCTIONS = (

@@ -24,8 +24,10 @@ None needs a workspace.  Decisions beyond the aclnn headers:
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -42,7 +44,7 @@ from .checks import (
     normalize_dim,
     normalize_dims,
 )
-from .fp_errors import ignore_fp_errors
+from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
 __all__ = [
@@ -65,6 +67,28 @@ def copy_into(out: np.ndarray, value: np.ndarray) -> None:
     worker, which ignores them already: ``np.errstate`` costs 1.5 µs, more than a small copy)."""
     with ignore_fp_errors():
         np.copyto(out, value, casting="unsafe")
+
+
+def _bind_copies(kernel: Kernel, sources: Callable[[np.ndarray], Any], views: Sequence[np.ndarray | None],
+                 results: Sequence[np.ndarray | None], workspace: np.ndarray | None) -> Callable[[], None]:
+    """A data-movement plan's ``bind``: ``sources(input)`` (one view, or a list for several
+    outputs) made once when each is a view of the input's bytes, then :func:`copy_into` each
+    output from it; when one is not (a copy would keep one launch's data), ``kernel`` runs."""
+    source, outs = views[0], [result for result in results if result is not None]
+    if source is None or source.size == 0 or len(outs) != len(results):
+        return functools.partial(kernel, views, results, workspace)
+    moved = sources(source)
+    pairs = list(zip(outs, moved if isinstance(moved, list) else [moved]))
+    if len(pairs) != len(results) or not all(np.may_share_memory(part, source) for _, part in pairs):
+        return functools.partial(kernel, views, results, workspace)
+    if len(pairs) == 1:  # the usual case: one copy, no Python frame of its own
+        return fp_errors_ignored(functools.partial(np.copyto, pairs[0][0], pairs[0][1], casting="unsafe"))
+
+    def run() -> None:
+        for result, part in pairs:
+            np.copyto(result, part, casting="unsafe")
+
+    return fp_errors_ignored(run)
 
 
 def int_attr(op: str, name: str, value: Any, *, minimum: int | None = None, optional: bool = False) -> int | None:
@@ -122,7 +146,7 @@ class _Movement(OpSpec):
             assert views[0] is not None and results[0] is not None
             copy_into(results[0], transform(views[0]))
 
-        return copy_plan(kernel, [x, out])
+        return replace(copy_plan(kernel, [x, out]), bind=functools.partial(_bind_copies, kernel, transform))
 
 
 class Cast(_Movement):
@@ -345,7 +369,10 @@ class Split(OpSpec):
                 assert result is not None
                 copy_into(result, source[piece])
 
-        return copy_plan(kernel, [x] + list(outputs))
+        def split(source: np.ndarray) -> list[np.ndarray]:
+            return [source[piece] for piece in pieces]
+
+        return replace(copy_plan(kernel, [x] + list(outputs)), bind=functools.partial(_bind_copies, kernel, split))
 
 
 for _spec in (Cast(), Permute(), InplaceCopy(), Cat(), Split(), Slice(), Expand()):

@@ -185,8 +185,8 @@ def test_a_1x1_convolution_reads_its_input_in_place_with_the_bits_of_the_unfolde
     (out,) = run_op(device, "Convolution", [x, weight, bias_values], attrs, layout=layout)
     unfolded = np.empty(out_desc.shape, np.float32)
     columns = np.empty(x.size * 4, np.uint8)  # the im2col workspace: N*C*prod(out) floats
-    _im2col_kernel(spec._call(descs, attrs), 0)([x, weight, bias_values] if bias else [x, weight, None],
-                                                 [unfolded], columns)
+    kernel, _ = _im2col_kernel(spec._call(descs, attrs), 0)
+    kernel([x, weight, bias_values] if bias else [x, weight, None], [unfolded], columns)
     np.testing.assert_array_equal(out.view(np.uint32), unfolded.view(np.uint32))
     assert_close_to_peak(out, reference_conv(x, weight, bias_values, [1] * (len(shape) - 2),
                                              [0] * (len(shape) - 2), [1] * (len(shape) - 2), groups), "float32")

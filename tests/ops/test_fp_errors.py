@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from aclpipe.ops.fp_errors import ignore_fp_errors, ignore_fp_errors_on_this_thread
+from aclpipe.ops.fp_errors import fp_errors_ignored, ignore_fp_errors, ignore_fp_errors_on_this_thread
 
 
 def _divide_by_zero() -> np.ndarray:
@@ -42,3 +42,25 @@ def test_a_thread_that_ignores_them_for_good_leaves_the_others_alone():
                                                "invalid": "ignore"}
     assert np.isinf(seen["result"]).all()
     assert np.geterr()["divide"] == "warn"  # this thread's state is untouched
+
+
+def test_a_wrapped_run_ignores_them_on_any_thread_and_restores_numpys_state():
+    results: list[np.ndarray] = []
+    run = fp_errors_ignored(lambda: results.append(_divide_by_zero()))
+    old = np.seterr(all="raise")
+    try:
+        run()  # the caller's thread raises on errors, but not inside the run
+        assert np.geterr()["divide"] == "raise"
+    finally:
+        np.seterr(**old)
+    seen: dict[str, object] = {}
+
+    def worker() -> None:
+        ignore_fp_errors_on_this_thread()
+        run()  # called directly: the thread ignores them already
+        seen["state"] = np.geterr()["divide"]
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert len(results) == 2 and all(np.isinf(r).all() for r in results) and seen["state"] == "ignore"

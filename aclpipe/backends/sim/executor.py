@@ -8,6 +8,7 @@ and every tensor lies in live device memory, 32-byte aligned (via ``launch_kerne
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -227,10 +228,12 @@ class SimExecutor:
 
 class _KernelRun:
     """One bound launch's kernel: its numpy views are built by the first run, on the stream's
-    worker (preparing stays cheap), then reused.  A class rather than a closure for the reason
-    :class:`~aclpipe.backends.sim.backend._Guarded` gives (one object per node and slot)."""
+    worker (preparing stays cheap), then reused, bound by the plan's ``bind`` when it has one
+    (what depends only on the views, prepared once per node and slot).  A class rather than a
+    closure for the reason :class:`~aclpipe.backends.sim.backend._Guarded` gives (one object
+    per node and slot)."""
 
-    __slots__ = ("inputs", "label", "memory", "outputs", "plan", "views", "workspace")
+    __slots__ = ("inputs", "label", "memory", "outputs", "plan", "run", "workspace")
 
     def __init__(self, plan: OpPlan, memory: DeviceMemory, inputs: tuple[TensorDesc | None, ...],
                  outputs: tuple[TensorDesc | None, ...], workspace: int, label: str):
@@ -240,14 +243,22 @@ class _KernelRun:
         self.outputs = outputs
         self.workspace = workspace
         self.label = label
-        self.views: list[Any] | None = None
+        self.run: Callable[[], None] | None = None
 
     def __call__(self) -> None:
-        views = self.views
-        if views is None:
-            views = self.views = SimExecutor._views(self.memory, self.inputs, self.outputs, self.workspace,
-                                                    self.plan.workspace_size, self.label)
-        self.plan.kernel(*views)
+        run = self.run
+        if run is None:
+            run = self.run = self._bind()
+        run()
+
+    def _bind(self) -> Callable[[], None]:
+        """The views, and the run over them: the plan's ``bind`` or its kernel on them."""
+        plan = self.plan
+        views = SimExecutor._views(self.memory, self.inputs, self.outputs, self.workspace, plan.workspace_size,
+                                   self.label)
+        if plan.bind is not None:
+            return plan.bind(*views)
+        return functools.partial(plan.kernel, *views)
 
 
 class KernelClock:
