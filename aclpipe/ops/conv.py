@@ -229,6 +229,24 @@ def _bias_add(bias: np.ndarray | None, result: np.ndarray, spatial: int) -> Call
     return functools.partial(np.add, result, channels, out=result)
 
 
+def _operands(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """A convolution kernel's ``x``, ``weight``, ``bias`` (None when not given) and output."""
+    x, weight, out = inputs[0], inputs[1], outputs[0]
+    assert x is not None and weight is not None and out is not None
+    return x, weight, inputs[2] if len(inputs) == 3 else None, out
+
+
+def _finish(result: np.ndarray, bias: np.ndarray | None, bias_shape: tuple[int, ...], target: np.ndarray | None,
+            out: np.ndarray) -> None:
+    """Add the bias to a convolution's float32 product and store it, unless it was made in
+    ``out`` itself (``target``)."""
+    if bias is not None:
+        result += bias.astype(np.float32, copy=False).reshape(bias_shape)
+    if target is None:
+        store(out, result)
+
+
 def _pointwise_kernel(call: _ConvCall, mode: int) -> tuple[Kernel, Bind]:
     """A 1x1 convolution as the im2col kernel computes it, reading the input where it lies: the
     same matmul of the same operands (the columns would be a copy of the input), so the same bits."""
@@ -242,19 +260,13 @@ def _pointwise_kernel(call: _ConvCall, mode: int) -> tuple[Kernel, Bind]:
 
     def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
-        x, weight, out = inputs[0], inputs[1], outputs[0]
-        bias = inputs[2] if len(inputs) == 3 else None
-        assert x is not None and weight is not None and out is not None
+        x, weight, bias, out = _operands(inputs, outputs)
         if out.size == 0:
             return
         columns = np.asarray(cube_operand(x, dtype, mode), dtype=np.float32).reshape(in_shape)
         filters = cube_operand(weight, dtype, mode).reshape(groups, out_channels // groups, -1)
         target = target_view(out, out_shape, np.float32)
-        result = np.matmul(filters, columns, out=target).reshape(out.shape)
-        if bias is not None:
-            result += bias.astype(np.float32, copy=False).reshape(bias_shape)
-        if target is None:
-            store(out, result)
+        _finish(np.matmul(filters, columns, out=target).reshape(out.shape), bias, bias_shape, target, out)
 
     def bind(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
              workspace: np.ndarray | None) -> Callable[[], None]:
@@ -313,9 +325,7 @@ def _im2col_kernel(call: _ConvCall, mode: int) -> tuple[Kernel, Bind]:
 
     def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
-        x, weight, out = inputs[0], inputs[1], outputs[0]
-        bias = inputs[2] if len(inputs) == 3 else None
-        assert x is not None and weight is not None and out is not None
+        x, weight, bias, out = _operands(inputs, outputs)
         if out.size == 0:
             return
         source = cube_operand(x, dtype, mode)
@@ -329,12 +339,7 @@ def _im2col_kernel(call: _ConvCall, mode: int) -> tuple[Kernel, Bind]:
         unfolded = columns.reshape(batch, groups, -1, out_shape[-1])
         filters = cube_operand(weight, dtype, mode).reshape(groups, out_channels // groups, -1)
         target = target_view(out, out_shape, np.float32)
-        result = np.matmul(filters, unfolded, out=target)
-        result = result.reshape(out.shape)
-        if bias is not None:
-            result += bias.astype(np.float32, copy=False).reshape(bias_shape)
-        if target is None:
-            store(out, result)
+        _finish(np.matmul(filters, unfolded, out=target).reshape(out.shape), bias, bias_shape, target, out)
 
     def bind(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
              workspace: np.ndarray | None) -> Callable[[], None]:

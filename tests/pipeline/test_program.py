@@ -3,6 +3,8 @@ a run enqueues precomputed steps and one completion; close frees it all."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from pipeline_graphs import live_device_state, mlp, reference
@@ -124,13 +126,27 @@ async def test_rebind_points_the_steps_at_renewed_streams(device):
     _teardown(constants, timeline, streams)
 
 
-async def test_each_run_returns_arrays_of_its_own_that_its_completion_filled(device):
+def _one_slot_mlp(device):
+    """An MLP program with one slot on its own streams, timeline and static workspaces."""
     graph = mlp()
     plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)})
     program = Program(device, plan, constants, streams, depth=1)
     workspaces = StaticWorkspace(device, timeline=timeline)
     workspaces.reserve(program.workspace_sizes)
-    slot, d2h = program.slots[0], len(streams) - 1
+    return SimpleNamespace(graph=graph, streams=streams, timeline=timeline, constants=constants, program=program,
+                           workspaces=workspaces, slot=program.slots[0], d2h=len(streams) - 1)
+
+
+def _close_one_slot(env):
+    env.program.close()
+    env.workspaces.close()
+    _teardown(env.constants, env.timeline, env.streams)
+
+
+async def test_each_run_returns_arrays_of_its_own_that_its_completion_filled(device):
+    env = _one_slot_mlp(device)
+    graph, program, workspaces, timeline = env.graph, env.program, env.workspaces, env.timeline
+    slot, d2h = env.slot, env.d2h
     results = []
     for run in (1, 2):
         x = np.full((4, 32), run, np.float32)
@@ -153,30 +169,22 @@ async def test_each_run_returns_arrays_of_its_own_that_its_completion_filled(dev
     again = program.read_outputs(slot)["y"]  # handed over once; a second read copies the staging
     np.testing.assert_array_equal(again, expected)
     assert not np.shares_memory(again, staging)
-    program.close()
+    _close_one_slot(env)
     assert slot.reads is None and slot.copies is None and slot.results is None
-    workspaces.close()
-    _teardown(constants, timeline, streams)
 
 
 async def test_reading_the_outputs_before_the_host_learns_of_the_copy_is_still_a_hazard(device):
     from aclpipe.errors import HazardError
     from aclpipe.testing import latch
 
-    graph = mlp()
-    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)})
-    program = Program(device, plan, constants, streams, depth=1)
-    workspaces = StaticWorkspace(device, timeline=timeline)
-    workspaces.reserve(program.workspace_sizes)
-    slot, d2h = program.slots[0], len(streams) - 1
+    env = _one_slot_mlp(device)
+    program, workspaces, timeline, slot, d2h = env.program, env.workspaces, env.timeline, env.slot, env.d2h
     program.write_inputs(slot, {"x": np.ones((4, 32), np.float32)})
-    with latch(streams[d2h]):
+    with latch(env.streams[d2h]):
         await program.enqueue(slot, 1, workspaces)
         value = program.enqueue_completion(slot, workspaces, timeline, d2h)
         with pytest.raises(HazardError, match="host view"):
             program.read_outputs(slot)  # the sanitizer still checks the host read on the loop
     await timeline.wait(d2h, value)
     program.read_outputs(slot)
-    program.close()
-    workspaces.close()
-    _teardown(constants, timeline, streams)
+    _close_one_slot(env)
