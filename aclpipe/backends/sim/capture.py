@@ -58,7 +58,6 @@ from ...errors import BackendError, error_from_code
 from ..protocol import CaptureMode, CaptureStatus
 from .event import SimEvent
 from .memory import Allocation
-from .sanitizer import Clock
 from .stream import CONTROL, GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, bare_task, describe_task, sync_task
 
 if TYPE_CHECKING:
@@ -102,14 +101,13 @@ class SimModel:
     start: SimEvent | None = None
     ends: dict[SimStream, SimEvent] = field(default_factory=dict)  # model stream -> its end event
     replays: dict[SimEvent, int] = field(default_factory=dict)  # end event -> its newest replay's record
-    #: Per model stream, its part in capture order, and where its records and waits sit in it
-    #: (replaced by fresh ones at each replay): a replay without the sanitizer copies the lists.
+    #: Per model stream, its part in capture order: a replay without the sanitizer copies the lists.
     templates: dict[SimStream, list[Task]] = field(default_factory=dict)
-    sync_points: list[tuple[SimStream, int, Captured]] = field(default_factory=list)
-    #: The same, ready to renew: ``(model stream, position, kind, name, shadow, record number)``
-    #: where a record takes the next of this replay's record numbers and a wait the number of the
-    #: latest record of its shadow before it in capture order; ``recorded`` lists the shadow of
-    #: each record number (a replay begins their records in that order).
+    #: Where the parts' records and waits sit (replaced by fresh ones at each replay):
+    #: ``(model stream, position, kind, name, shadow, record number)``, where a record takes the
+    #: next of this replay's record numbers and a wait the number of the latest record of its
+    #: shadow before it in capture order; ``recorded`` lists the shadow of each record number
+    #: (a replay begins their records in that order).
     renewals: list[tuple[SimStream, int, str, str, SimEvent, int]] = field(default_factory=list)
     recorded: list[SimEvent] = field(default_factory=list)
     #: Every captured task as (its part's number in ``streams`` order, its position in the part),
@@ -118,7 +116,7 @@ class SimModel:
     order: list[tuple[int, int]] = field(default_factory=list)
     #: ``order`` without the records and waits: what a replay run by one thread, in capture
     #: order, must run (every record and wait inside a model only orders the model's streams,
-    #: which capture order already does; none passes a failure on: see ``_replayed_sync``).
+    #: which capture order already does; none passes a failure on: see ``Captures._replayed``).
     work_order: list[tuple[int, int]] = field(default_factory=list)
     #: Held while a replay's parts are handed over (or run): hand-overs of one model never overlap.
     handing: threading.Lock = field(default_factory=threading.Lock)
@@ -282,17 +280,21 @@ class Captures:
         # Per captured stream: its model stream, its number and its part (one pass over the tasks).
         lanes = {captured: (inner, number, model.templates.setdefault(inner, []))
                  for number, (captured, inner) in enumerate(streams.items())}
-        sync_points, order = model.sync_points, model.order
-        for item in model.items:
+        latest: dict[SimEvent, int] = {}  # shadow -> the number of its latest record so far
+        for item in model.items:  # capture order: a wait follows the record it waits for
             inner, number, part = lanes[item.stream]
             task = item.task
             if task.kind in (RECORD, WAIT):
-                sync_points.append((inner, len(part), item))
+                assert task.event is not None
+                shadow = shadows[task.event]
+                if task.kind == RECORD:
+                    latest[shadow] = len(model.recorded)
+                    model.recorded.append(shadow)
+                model.renewals.append((inner, len(part), task.kind, task.name, shadow, latest[shadow]))
             else:
                 model.work_order.append((number, len(part) + 1))
-            order.append((number, len(part) + 1))  # a part starts with the wait for the start
+            model.order.append((number, len(part) + 1))  # a part starts with the wait for the start
             part.append(task)
-        _plan_renewals(model)
         model.start = SimEvent(f"{model.name}:start", False)
         model.ends = {inner: SimEvent(f"{model.name}:end:{inner.name}", False) for inner in model.streams.values()}
         model.ready = True
@@ -466,8 +468,8 @@ class Captures:
         pending = _Parts([(inner, bare_task(GRAPH, replay, tasks=tasks, context=context))
                           for inner, tasks in parts.items()], renewed)
         model.pending.append(pending)  # under self._lock, before the replaying stream can reach it
-        replaying = [bare_task(RECORD, f"start {model.name}", event=model.start, generation=start),
-                     bare_task(CONTROL, f"start {model.name}", run=lambda: self._hand_over(model, pending),
+        replaying = [bare_task(RECORD, begin, event=model.start, generation=start),
+                     bare_task(CONTROL, begin, run=lambda: self._hand_over(model, pending),
                                discarded=lambda: self._drop(model, pending))]
         if joins:
             (first, generation), rest = joins[0], joins[1:]
@@ -536,13 +538,16 @@ class Captures:
         """The task ``item`` becomes in this replay: records and waits on the model's own events."""
         task, sanitizer = item.task, self.backend.sanitizer
         if task.kind in (RECORD, WAIT):
-            clock: Clock = {}
-            if sanitizer is not None and task.kind == RECORD:
-                clock = sanitizer.snapshot(inner.name)
+            assert task.event is not None
+            shadow = model.shadows[task.event]
+            if task.kind == RECORD:
+                generations[shadow] = shadow.begin_record(sanitizer.snapshot(inner.name) if sanitizer else {})
             elif sanitizer is not None:
-                assert task.event is not None
-                sanitizer.wait(inner.name, model.shadows[task.event].snapshot)
-            return _replayed_sync(model, task, generations, clock)
+                sanitizer.wait(inner.name, shadow.snapshot)
+            # Inside a model, failures travel only through each model stream's end record to the
+            # replaying stream: a model's fork and tails form a cycle across replays, around which
+            # an inherited failure would otherwise taint the next replay of the same model.
+            return sync_task(task.kind, task.name, shadow, generations[shadow], inherit=False)
         if sanitizer is not None:
             clock = sanitizer.enqueue(inner.name)
             regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
@@ -574,32 +579,6 @@ def _renew(model: SimModel, replay: _Parts) -> None:
     for inner, index, kind, name, shadow, number in model.renewals:
         tasks[inner][index + 1] = sync_task(kind, name, shadow, numbers[number], inherit=False)  # type: ignore[index]
     replay.renewed = True
-
-
-def _plan_renewals(model: SimModel) -> None:
-    """Fill ``model.renewals`` and ``model.recorded`` from its sync points (see :class:`SimModel`)."""
-    latest: dict[SimEvent, int] = {}
-    for inner, index, item in model.sync_points:  # capture order: a wait follows the record it waits for
-        task = item.task
-        assert task.event is not None
-        shadow = model.shadows[task.event]
-        if task.kind == RECORD:
-            latest[shadow] = len(model.recorded)
-            model.recorded.append(shadow)
-        model.renewals.append((inner, index, task.kind, task.name, shadow, latest[shadow]))
-
-
-def _replayed_sync(model: SimModel, task: Task, generations: dict[SimEvent, int], clock: Clock) -> Task:
-    """The record or wait ``task`` becomes in a replay: on the model's own (shadow) event, a
-    record starting a new generation of it with ``clock``."""
-    assert task.event is not None
-    shadow = model.shadows[task.event]
-    if task.kind == RECORD:
-        generations[shadow] = shadow.begin_record(clock)
-    # Inside a model, failures travel only through each model stream's end record to the
-    # replaying stream: a model's fork and tails form a cycle across replays, around which an
-    # inherited failure would otherwise taint the next replay of the same model.
-    return sync_task(task.kind, task.name, shadow, generations[shadow], inherit=False)
 
 
 def _run_parts(replay: _Parts, order: list[tuple[int, int]]) -> None:
