@@ -83,8 +83,6 @@ class HostBuffer(_Buffer):
         #: (dtype, shape, offset) -> (view, nbytes): views already checked, reused by each run
         self._views: dict[tuple[Any, Any, int], tuple[np.ndarray, int]] = {}
         self._what = f"host view of {label or 'HostBuffer'}"  # what the sanitizer names
-        #: copy_out's previous (dtype, shape, view, nbytes)
-        self._last_out: tuple[Any, Any, np.ndarray, int] | None = None
 
     def numpy(self, dtype: Any = np.uint8, shape: tuple[int, ...] | int | None = None, *,
               offset: int = 0) -> np.ndarray:
@@ -98,17 +96,7 @@ class HostBuffer(_Buffer):
     def copy_out(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         """A copy of the buffer's first bytes as ``dtype`` with ``shape``.  It reads them on the
         host: copies into the buffer must have completed (as for :meth:`numpy`)."""
-        # A run's result reads each output buffer with the same dtype and shape objects every
-        # time: the previous view is recognised by identity, without hashing a key (the result
-        # path runs cold after each wait, where every step counts).
-        last = self._last_out
-        if last is not None and last[0] is dtype and last[1] is shape and self._finalizer.alive:
-            view, nbytes = last[2], last[3]
-        else:
-            view, nbytes = self._lookup(dtype, shape, 0)
-            self._last_out = (dtype, shape, view, nbytes)
-        self.device.backend.host_access(self.address, max(nbytes, 1), write=False, what=self._what)
-        return view.copy()
+        return self._checked(dtype, shape, 0, write=False).copy()
 
     def read_view(self, dtype: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, int, int, str]:
         """``(view, address, nbytes, what)``: the buffer's first bytes as ``dtype`` with ``shape``,
