@@ -611,13 +611,11 @@ class SimBackend:
         return done
 
     def event_sync(self, event: SimEvent, timeout_ms: int = -1) -> None:
+        self._check_event(event)
+        self._check_not_captured(event, "synchronize")
         # The usual caller is a run's result, syncing its done event after the completion host
-        # function behind it ran: a live event outside any capture whose record already
-        # completed.  That answer takes one look under the event's lock and no more frames
-        # (the result path runs cold after each wait, where every call counts).
-        if not isinstance(event, SimEvent) or event.destroyed or event.capture is not None:
-            self._check_event(event)
-            self._check_not_captured(event, "synchronize")
+        # function behind it ran: a record that already completed.  That answer takes one look
+        # under the event's lock (the result path runs cold after each wait).
         generation, snapshot = event.generation, event.snapshot
         done, error = event.outcome(generation)
         if not done:
