@@ -35,6 +35,11 @@ class HostValue:
         data.setflags(write=False)
         return cls(data, (data.dtype.str, tuple(int(d) for d in data.shape), data.tobytes()))
 
+    def matches(self, array: np.ndarray) -> bool:
+        """Whether ``array`` has this value's dtype, shape and bytes (what :meth:`of` keys on)."""
+        dtype, shape, data = self.key
+        return array.dtype.str == dtype and array.shape == shape and array.tobytes() == data
+
     def __str__(self) -> str:
         text = np.array2string(self.array, separator=", ", threshold=16)
         return text if self.array.ndim else str(self.array.item())

@@ -619,11 +619,10 @@ def _several_devices_class(split: object) -> type[Pipeline]:
 
 
 def _same_host_values(key: Signature, arrays: Mapping[str, np.ndarray]) -> bool:
-    """Whether every host value of ``key`` has the dtype and bytes of the array of that name
-    (shapes are compared by the caller)."""
+    """Whether every host value of ``key`` has the dtype, shape and bytes of the array of that name."""
     for name, value in key.host_values:
         array = arrays.get(name)
-        if array is None or array.dtype.str != value.key[0] or array.tobytes() != value.key[2]:
+        if array is None or not value.matches(array):
             return False
     return True
 
