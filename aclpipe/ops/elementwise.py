@@ -93,27 +93,17 @@ def erf(x: np.ndarray) -> np.ndarray:
     """The error function, in float64, within 1e-7 relative of erf (enough for fp32); nan stays nan.
 
     ``|x|`` picks a cubic piece (one ``np.take`` of its four coefficients, clipped: a nan's
-    index is garbage, its ``t`` nan) evaluated by Horner in place, and the sign is copied back."""
+    index is garbage, its ``t`` nan) evaluated by Horner in place, and the sign is copied back:
+    the steps of :func:`erf_bound`, run once."""
     x64 = np.asarray(x, dtype=np.float64)
-    scaled = np.abs(x64)
-    scaled *= _ERF_STEPS
-    np.minimum(scaled, _ERF_LAST, out=scaled)
-    index = scaled.astype(np.intp)
-    scaled -= index  # t within the piece
-    pieces = np.take(_ERF_PIECES, index, axis=0, mode="clip")  # [..., 4], highest power first
-    result = pieces[..., 0] * scaled
-    for power in (1, 2, 3):
-        result += pieces[..., power]
-        if power < 3:
-            result *= scaled
-    np.copysign(result, x64, out=result)
+    result = np.empty(x64.shape, np.float64)
+    erf_bound(x64, result, {})()
     return result
 
 
 def erf_bound(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
-    """:func:`erf` of ``x`` into ``out`` with its temporaries made once: the same steps with
-    ``out=`` (so the same bits), and no large allocation per launch (the pieces' coefficients
-    alone are 32 bytes an element)."""
+    """:func:`erf` of ``x`` into ``out`` as a run with its temporaries made once (no large
+    allocation per launch: the pieces' coefficients alone are 32 bytes an element)."""
     shape = x.shape
     x64, scaled, result = (np.empty(shape, np.float64) for _ in range(3))
     index = np.empty(shape, np.intp)

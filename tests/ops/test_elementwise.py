@@ -143,6 +143,15 @@ def test_erf_pieces_are_within_1e_7_everywhere_including_their_ends_and_tiny_val
     assert np.isnan(special[0]) and special[1:].astype(np.float32).tolist() == [1.0, -1.0, 1.0, -1.0]
 
 
+def test_erf_of_a_scalar_tensor_matches_the_same_value_in_a_vector(device):
+    from aclpipe.ops.elementwise import erf
+
+    # 0-d arrays: np.abs of one is a numpy scalar, which ufuncs' out= refuses.
+    assert erf(np.array(0.3, np.float32)).tolist() == erf(np.array([0.3], np.float32)).tolist()[0]
+    (out,) = run_op(device, "Erf", [np.array(-1.25, np.float32)])
+    assert out.shape == () and out.item() == erf(np.array([-1.25], np.float32)).astype(np.float32)[0]
+
+
 @pytest.mark.parametrize("shapes,expected", [
     (((3, 1), (1, 4)), (3, 4)),
     (((2, 3, 4), (4,)), (2, 3, 4)),
