@@ -72,15 +72,20 @@ class Stream:
     def memcpy(self, dst: _Buffer, src: _Buffer, nbytes: int | None = None, *, dst_offset: int = 0,
                src_offset: int = 0) -> None:
         """Copy asynchronously; the direction follows from the buffer kinds.  Host buffers must be
-        pinned (:meth:`Device.alloc_host`) and stay untouched until the copy completes."""
+        pinned (:meth:`Device.alloc_host`) and stay untouched until the copy completes.  Without
+        ``nbytes`` the two buffers (from their offsets) must be the same size: all of it is copied."""
         self._check()
         for role, buffer in (("dst", dst), ("src", src)):
             if not isinstance(buffer, (DeviceBuffer, HostBuffer)):
                 raise TypeError(f"memcpy {role} must be a DeviceBuffer or HostBuffer, got {type(buffer).__name__}; "
                                 "copy numpy arrays through a pinned HostBuffer or use Device.upload()")
             buffer.check_open()
-        if nbytes is None:
-            nbytes = min(dst.nbytes - dst_offset, src.nbytes - src_offset)
+        if nbytes is None:  # the whole of both: a size mismatch is refused, never cut short silently
+            nbytes = src.nbytes - src_offset
+            if dst.nbytes - dst_offset != nbytes:
+                raise ValueError(f"memcpy without nbytes copies whole buffers, but dst has {dst.nbytes - dst_offset} "
+                                 f"bytes from offset {dst_offset} and src {nbytes} from offset {src_offset}; "
+                                 "pass nbytes= to copy part of one")
         for role, buffer, offset in (("dst", dst, dst_offset), ("src", src, src_offset)):
             if offset < 0 or nbytes < 0 or offset + nbytes > buffer.nbytes:
                 raise ValueError(f"memcpy of {nbytes} bytes at {role} offset {offset} overruns the "

@@ -29,7 +29,7 @@ def test_memcpy_offsets_and_default_size(device):
     stream = device.create_stream()
     data = device.upload(np.arange(72, dtype=np.uint8))
     small = device.alloc(8)
-    stream.memcpy(small, data, src_offset=64)  # nbytes defaults to what fits; D2D offsets 64-byte aligned
+    stream.memcpy(small, data, src_offset=64)  # nbytes defaults to the whole of both; D2D offsets 64-byte aligned
     stream.sync()
     assert list(device.download(small, "uint8", (8,))) == list(range(64, 72))
 
@@ -45,6 +45,11 @@ def test_memcpy_and_memset_refuse_bad_arguments_before_the_device(device):
         stream.memcpy(buffer, device.alloc(64), 8, dst_offset=60)
     with pytest.raises(ValueError, match="overruns"):
         stream.memset(buffer, 0, 8, offset=60)
+    # Without nbytes both buffers are copied whole: a smaller or larger one is refused, not cut short.
+    with pytest.raises(ValueError, match="dst has 16 bytes from offset 0 and src 64 .*pass nbytes="):
+        stream.memcpy(device.alloc_host(16), buffer)
+    with pytest.raises(ValueError, match="dst has 64 bytes from offset 0 and src 32 from offset 32"):
+        stream.memcpy(buffer, device.alloc(64), src_offset=32)
     with pytest.raises(TypeError):
         stream.memset(device.alloc_host(8), 0)  # type: ignore[arg-type]
 
