@@ -261,17 +261,24 @@ class Pipeline:
         pending: collections.deque[Ticket] = collections.deque()
         self._affinity.enter("stream")
         try:
-            async for batch in _aiter(batches):
-                if not isinstance(batch, Mapping):
-                    raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
-                arrays = self._check_inputs(dict(batch))
-                empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+            async for batch in _batches(batches):
+                try:
+                    if isinstance(batch, Exception):
+                        raise batch
+                    arrays = self._check_inputs(batch)
+                    empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+                    accepted = self._accept(arrays) if empty is None else None
+                except Exception:
+                    # In order: the runs ahead of a bad batch are delivered before its error.
+                    while pending:
+                        yield await self._finish(pending.popleft())
+                    raise
                 if empty is not None:  # nothing to enqueue: in order after the runs ahead of it
                     while pending:
                         yield await self._finish(pending.popleft())
                     yield empty
                     continue
-                accepted = self._accept(arrays)
+                assert accepted is not None
                 # Never wait for a slot while holding runs this generator could finish itself: two
                 # streams (or a stream and a caller that holds slots) would each keep some and
                 # wait for the other's.
@@ -627,10 +634,21 @@ def _same_host_values(key: Signature, arrays: Mapping[str, np.ndarray]) -> bool:
     return True
 
 
-async def _aiter(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
-    if isinstance(batches, AsyncIterable):
-        async for batch in batches:
-            yield batch
-    else:
-        for batch in batches:
-            yield batch
+async def _batches(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[dict[str, Any] | Exception]:
+    """``stream()``'s batches, each as a dict, or last the exception that ended them (the
+    iterator's own, or a ``TypeError`` for an item that is not a dict): a stream delivers the
+    runs ahead of that point before raising it, as a loop of ``run()`` calls would."""
+    source = batches if isinstance(batches, AsyncIterable) else _async(batches)
+    try:
+        async for batch in source:
+            if not isinstance(batch, Mapping):
+                yield TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
+                return
+            yield dict(batch)
+    except Exception as error:  # noqa: BLE001 - handed to the stream, which raises it in order
+        yield error
+
+
+async def _async(batches: Iterable[Any]) -> AsyncIterator[Any]:
+    for batch in batches:
+        yield batch

@@ -34,7 +34,7 @@ from ..plan import Plan
 from ..runtime import Device
 from .batches import check_inputs, empty_result, has_empty_input
 from .devices import open_devices, sum_counters
-from .pipeline import Pipeline, PipelineStats, _aiter
+from .pipeline import Pipeline, PipelineStats, _batches
 from .slots import Ticket
 
 __all__ = ["DeviceStats", "ReplicaPipeline", "ReplicaStats"]
@@ -194,11 +194,16 @@ class ReplicaPipeline(Pipeline):
         pending: collections.deque[tuple[_Replica, Ticket, float]] = collections.deque()
         limit = self.depth * len(self._replicas)
         try:
-            async for batch in _aiter(batches):
-                if not isinstance(batch, Mapping):
-                    raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
-                arrays = check_inputs(self.graph, batch)
-                empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+            async for batch in _batches(batches):
+                try:
+                    if isinstance(batch, Exception):
+                        raise batch
+                    arrays = check_inputs(self.graph, batch)
+                    empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
+                except Exception:  # in order, as Pipeline.stream: the runs ahead first, then the error
+                    while pending:
+                        yield await self._finish_on(*pending.popleft())
+                    raise
                 if empty is not None:  # nothing to run: in order after the runs ahead of it
                     while pending:
                         yield await self._finish_on(*pending.popleft())
@@ -206,9 +211,16 @@ class ReplicaPipeline(Pipeline):
                     continue
                 work = self._work_of(batch)
                 replica = self._dispatch(work)
+                engine = replica.pipeline
                 try:
-                    engine = replica.pipeline
                     accepted = engine._accept(arrays)
+                except BaseException as error:
+                    self._done(replica, work)
+                    if isinstance(error, Exception):  # in order, as above
+                        while pending:
+                            yield await self._finish_on(*pending.popleft())
+                    raise
+                try:
                     try:
                         # As Pipeline.stream: never wait for a slot while holding runs we could finish.
                         while pending and not accepted[0].queue.ready:

@@ -43,7 +43,7 @@ from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from .devices import open_devices, sum_counters
 from .faults import FaultLog
-from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _aiter
+from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _batches
 from .slots import FifoLock, SlotQueue
 from .stage_program import StageProgram, StageSlot
 
@@ -167,10 +167,15 @@ class StagePipeline(Pipeline):
         """
         pending: collections.deque[_Ticket] = collections.deque()
         try:
-            async for batch in _aiter(batches):
-                if not isinstance(batch, Mapping):
-                    raise TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
-                program, arrays = self._stage_accept(dict(batch))
+            async for batch in _batches(batches):
+                try:
+                    if isinstance(batch, Exception):
+                        raise batch
+                    program, arrays = self._stage_accept(batch)
+                except Exception:  # in order, as Pipeline.stream: the runs ahead first, then the error
+                    while pending:
+                        yield await self._complete(pending.popleft())
+                    raise
                 while pending and not self._slot_queues[id(program)].ready:
                     yield await self._complete(pending.popleft())
                 pending.append(await self._begin(program, arrays))

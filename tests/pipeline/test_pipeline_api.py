@@ -100,6 +100,45 @@ async def test_stream_over_an_async_iterable_yields_results_in_order(device):
         assert_outputs(got, reference(graph, given))
 
 
+def _then_fails(good: list[dict[str, np.ndarray]], failure: str) -> AsyncIterator[dict[str, object]] | list[object]:
+    """``good``, then what ``failure`` names: a batch of the wrong width, an item that is not
+    a dict, or the iterator itself raising."""
+    if failure == "bad batch":
+        return [*good, {"x": batch(4, width=31)}, {"x": batch(4)}]
+    if failure == "not a dict":
+        return [*good, batch(4), {"x": batch(4)}]
+
+    async def produce() -> AsyncIterator[dict[str, object]]:
+        for item in good:
+            yield item
+        raise RuntimeError("the producer broke")
+
+    return produce()
+
+
+_FAILURES = {"bad batch": (GraphError, "fixed at 32"), "not a dict": (TypeError, "dicts of inputs"),
+             "iterator": (RuntimeError, "the producer broke")}
+
+
+@pytest.mark.parametrize("failure", list(_FAILURES))
+async def test_stream_delivers_the_runs_ahead_of_a_failing_batch_before_its_error(device, failure):
+    # As a loop of run() calls would: batches 0-2 were accepted (some still in flight when the
+    # bad one is read), so their results come first, in order, and then the error.
+    graph = mlp()
+    good = [{"x": batch(4, seed=seed)} for seed in range(3)]
+    error, match = _FAILURES[failure]
+    async with Pipeline(graph, device, streams=2, depth=3) as pipe:
+        results = []
+        with pytest.raises(error, match=match):
+            async for out in pipe.stream(_then_fails(good, failure)):  # type: ignore[arg-type]
+                results.append(out)
+        assert len(results) == len(good)
+        for got, given in zip(results, good):
+            assert_outputs(got, reference(graph, given))
+        assert pipe.stats().in_flight == 0
+        assert_outputs(await pipe.run(**good[0]), reference(graph, good[0]))  # and the pipeline goes on
+
+
 async def test_two_streams_and_runs_share_one_pipeline_without_deadlock(device):
     graph = mlp()
     batches = [{"x": batch(4, seed=seed)} for seed in range(6)]

@@ -204,3 +204,18 @@ def test_bad_device_lists_and_options_are_refused_before_anything_opens():
         ReplicaPipeline(graph, device="sim:0,1", split="stages")
     with pytest.raises(aclpipe.InvalidArgumentError, match="does not exist"):
         Pipeline(graph, device="sim:0,99")
+
+
+async def test_stream_delivers_the_runs_ahead_of_a_bad_batch_before_its_error(devices):
+    # As Pipeline.stream: the accepted batches' results first, in order, then the error.
+    graph = mixed40()
+    good = [{"x": batch(seed)} for seed in range(3)]
+    async with Pipeline(graph, device=devices[:2], depth=2) as pipe:
+        results = []
+        with pytest.raises(aclpipe.GraphError, match="fixed at 16"):
+            async for out in pipe.stream([*good, {"x": np.ones((8, 15), np.float32)}, *good]):
+                results.append(out)
+        assert len(results) == len(good)
+        for got, given in zip(results, good):
+            assert_outputs(got, reference(graph, given))
+        assert pipe.stats().in_flight == 0

@@ -221,3 +221,18 @@ async def test_stages_with_one_device_per_stage_on_the_timing_model():
         assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
         out = [o async for o in pipe.stream([{"x": batch(s)} for s in range(4)])]
         assert len(out) == 4
+
+
+async def test_stream_delivers_the_runs_ahead_of_a_bad_batch_before_its_error(devices):
+    # As Pipeline.stream: the accepted batches' results first, in order, then the error.
+    graph = mixed40()
+    good = [{"x": batch(seed)} for seed in range(3)]
+    async with Pipeline(graph, device=devices[:2], split="stages") as pipe:
+        results = []
+        with pytest.raises(aclpipe.GraphError, match="fixed at 16"):
+            async for out in pipe.stream([*good, {"x": np.ones((8, 15), np.float32)}, *good]):
+                results.append(out)
+        assert len(results) == len(good)
+        for got, given in zip(results, good):
+            assert_outputs(got, reference(graph, given))
+        assert pipe.stats().in_flight == 0
