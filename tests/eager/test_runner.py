@@ -34,6 +34,20 @@ def test_numpy_in_numpy_out_with_broadcast_and_attrs(device):
     assert z.dtype == np.float32 and z.shape == (2, 3)
 
 
+def test_an_attribute_the_op_does_not_take_is_refused_not_ignored(device):
+    stream = device.create_stream()
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(TypeError, match="Add: unknown attribute.s. alpah; Add takes alpha; did you mean alpha"):
+        OpRunner("Add", stream).input(x).input(x).output().attr(alpah=2.0)
+    with pytest.raises(TypeError, match="Relu takes no attributes"):
+        OpRunner("Relu", stream).attr(dim=1)
+    runner = OpRunner("Add", stream).input(x).input(x).output()
+    with pytest.raises(TypeError):
+        runner.attr(alpha=2.0, beta=1.0)  # refused whole: alpha was not set either
+    (z,) = runner.run()
+    np.testing.assert_array_equal(z, x + x)
+
+
 def test_rank_0_inputs_give_rank_0_results(device):
     # np.ascontiguousarray made rank-0 inputs 1-D, so an Add of two scalars came back shaped (1,).
     stream = device.create_stream()
