@@ -313,10 +313,27 @@ def open_device(device: str | None = None, /, **options: Any) -> Device:
     """Open a device by name: ``"sim"``, ``"sim:1"``, ``"ascend:0"``; default from
     ``ACLPIPE_DEVICE``, else ``"sim"``.  Options go to the backend (for the simulator:
     ``timing``, ``time_scale``, ``sanitizer`` (on unless ``False`` or ``ACLPIPE_SANITIZER=0``),
-    ``capacity``, ``spec`` (``"atlas-a2"``, ``"atlas-310p"``, ``"atlas-200i-a2"``))."""
+    ``capacity``, ``spec`` (``"atlas-a2"``, ``"atlas-310p"``, ``"atlas-200i-a2"``), ``max_streams``).
+    An option the backend does not take is refused with a ``TypeError`` that lists those it takes."""
     name, index = parse_device(device)
     cls = get_backend_class(name)
+    known = _backend_options(cls)
+    unknown = sorted(set(options) - set(known)) if known is not None else None
+    if unknown:
+        raise TypeError(f"open_device({name!r}): unknown option(s) {', '.join(unknown)}; the {name} backend takes "
+                        f"{', '.join(known or ()) or 'no options'}")
     return Device(cls(index, **options), f"{name}:{index}")
+
+
+def _backend_options(cls: type) -> list[str] | None:
+    """The keyword options a backend's constructor takes after the device index (None: any)."""
+    import inspect
+
+    parameters = list(inspect.signature(cls).parameters.values())[1:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return [p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                      inspect.Parameter.POSITIONAL_OR_KEYWORD)]
 
 
 def device_count(backend: str = "sim") -> int:

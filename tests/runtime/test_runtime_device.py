@@ -34,6 +34,14 @@ def test_bad_device_names_fail_clearly(spec, error):
         aclpipe.open_device(spec)
 
 
+def test_an_option_the_backend_does_not_take_is_refused_with_the_ones_it_takes():
+    with pytest.raises(TypeError, match=r"open_device\('sim'\): unknown option\(s\) memory_limit; the sim "
+                                        r"backend takes spec, capacity, timing, time_scale, sanitizer, max_streams"):
+        aclpipe.open_device("sim", memory_limit=1 << 20)
+    with aclpipe.open_device("sim", capacity=1 << 20, timing=False) as device:  # the ones it takes still work
+        assert device.mem_info().total == 1 << 20
+
+
 def test_device_count():
     assert aclpipe.device_count("sim") >= 1
     assert aclpipe.device_count("nosuch") == 0
