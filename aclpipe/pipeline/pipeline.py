@@ -208,8 +208,9 @@ class Pipeline:
         return cache.add(key, self._res.preparer.prepare(key, self._res.workspaces, self._evict_idle_program))
 
     def _evict_idle_program(self) -> bool:
-        """Close the least recently used program with nothing in flight, freeing its events (the
-        preparer asks when the device's event limit is near); False when every program is busy."""
+        """Close the least recently used program with nothing in flight, freeing its events and
+        device memory (the preparer asks when the device's event limit is near or preparing ran
+        out of memory); False when every program is busy."""
         program = self._res.cache.evict_one()
         if program is None:
             return False

@@ -15,6 +15,8 @@ Events are limited per device (``hicann/runtime`` ``07_event_management.md``: 65
 A2, 1023 on Atlas inference cards).  A program that could never fit is refused with an
 error naming the limit; one that does not fit beside the programs already prepared asks the
 pipeline to evict idle ones (least recently used first) and is refused when none is left.
+Device memory is handled the same way: a program whose arenas, staging or workspaces do not
+fit evicts idle programs one at a time and tries again before :class:`DeviceOutOfMemory`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import error_from_code
+from ..errors import DeviceOutOfMemory, error_from_code
 from ..gc_pause import paused_gc
 from ..graph.signature import Signature
 from ..plan import Plan, make_plan
@@ -89,10 +91,22 @@ class Preparer:
         """A program ready to enqueue: planned, constants uploaded, phase one done for every
         node of every slot, workspaces pinned (or reserved), captured where the backend can.
 
-        ``make_room`` frees events by closing an idle program; it returns False when there is
-        none, and the program is then refused (``ACL_ERROR_RT_NO_EVENT_RESOURCE``)."""
+        ``make_room`` frees events and device memory by closing an idle program; it returns
+        False when there is none, and the program is then refused (``ACL_ERROR_RT_NO_EVENT_RESOURCE``,
+        or the :class:`DeviceOutOfMemory` that preparing met)."""
         plan = self.plan_for(inputs)
         self.reserve_events(plan, make_room)
+        while True:
+            try:
+                return self._build(plan, workspaces)
+            except DeviceOutOfMemory:
+                # Idle programs of other shapes hold arenas, staging and workspaces: a server
+                # that met many batch sizes frees the least recently used before refusing.
+                if make_room is None or not make_room():
+                    raise
+
+    def _build(self, plan: Plan, workspaces: WorkspaceStrategy) -> Program:
+        """Constants, then the program with its workspaces, captured; a half-built one is freed."""
         self.upload_constants(plan)
         with paused_gc():  # per node and slot: descriptors, executors, launch records, tasks; all kept
             program = Program(self.device, plan, self.constants, self.streams, self.depth)

@@ -43,7 +43,8 @@ class PipelineStats:
     lost_slots:
         Slots of cancelled runs the device had not passed within ``cancel_grace``; never reused.
     prepared, evicted:
-        Programs prepared in all, and programs freed to stay within ``max_programs``.
+        Programs prepared in all, and idle programs freed to stay within ``max_programs`` or to
+        make room (events, device memory) for a new one.
     closed:
         Whether :meth:`Pipeline.aclose` was called (everything held is then 0).
     completion:

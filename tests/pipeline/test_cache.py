@@ -109,3 +109,53 @@ def test_any_sequence_of_sizes_gives_right_results_within_the_bound(sizes, capac
         assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
 
     anyio.run(main)
+
+
+def wide(width: int = 1024) -> aclpipe.Graph:
+    """Activations large enough that a few programs fill a small device."""
+    g = aclpipe.Graph("wide")
+    x = g.input("x", shape=(None, width))
+    g.output("y", g.relu(g.neg(x)))
+    return g
+
+
+def rows(count: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((count, 1024)).astype(np.float32)
+
+
+async def _one_program_bytes() -> int:
+    with aclpipe.open_device("sim") as probe:
+        async with Pipeline(wide(), probe) as pipe:
+            await pipe.run(x=rows(256))
+            return probe.mem_info().used
+
+
+async def test_a_program_that_does_not_fit_beside_idle_ones_evicts_them_first():
+    graph = wide()
+    with aclpipe.open_device("sim", capacity=int(await _one_program_bytes() * 1.5)) as device:  # one, not two
+        async with Pipeline(graph, device) as pipe:
+            await pipe.run(x=rows(256))
+            for count in (255, 254, 255):  # each a new signature that fits only alone
+                x = rows(count, seed=count)
+                assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+            stats = pipe.stats()
+            assert stats.evicted == 3 and stats.signatures == 1 and stats.prepared == 4
+        assert device.mem_info().used == 0
+
+
+async def test_a_program_that_does_not_fit_beside_busy_ones_is_refused_and_leaks_nothing(anyio_backend):
+    graph = wide()
+    with aclpipe.open_device("sim", capacity=int(await _one_program_bytes() * 1.5)) as device:
+        async with Pipeline(graph, device, depth=2) as pipe:
+            held = pipe.stream([{"x": rows(256, seed)} for seed in range(3)])
+            first = await held.__anext__()  # the second batch is in flight: that program is busy
+            before = live_device_state(device)
+            with pytest.raises(aclpipe.DeviceOutOfMemory, match="requested .* bytes"):
+                await pipe.run(x=rows(255))
+            assert live_device_state(device) == before and pipe.stats().evicted == 0
+            rest = [out async for out in held]
+            for seed, out in enumerate([first, *rest]):
+                assert_outputs(out, reference(graph, {"x": rows(256, seed)}))
+            x = rows(255)  # the stream's program is idle now: evicted for this one
+            assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+            assert pipe.stats().evicted == 1
