@@ -7,7 +7,7 @@ not against the code that computed it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,8 @@ import numpy as np
 import aclpipe
 from aclpipe.graph import Graph
 
-__all__ = ["NODE_NAMES", "assert_outputs", "live_device_state", "mixed40", "mlp", "reference", "towers"]
+__all__ = ["FAILURES", "NODE_NAMES", "assert_outputs", "live_device_state", "mixed40", "mlp", "reference", "then_fails",
+           "towers"]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -174,3 +175,26 @@ def towers(count: int = 4, width: int = 64, depth: int = 4, batch: int = 32, see
         total = g.add(total, top)
     g.output("y", total)
     return g
+
+
+#: What ``then_fails`` can end a stream's batches with, and the error each gives (type, message).
+FAILURES: dict[str, tuple[type[Exception], str]] = {
+    "bad batch": (aclpipe.GraphError, "fixed at"), "not a dict": (TypeError, "dicts of inputs"),
+    "iterator": (RuntimeError, "the producer broke")}
+
+
+def then_fails(good: list[dict[str, np.ndarray]], wrong: np.ndarray, failure: str) -> Any:
+    """``good``, then what ``failure`` (a key of :data:`FAILURES`) names: a batch ``{"x": wrong}``
+    of the wrong width, ``wrong`` itself (not a dict), or the batch iterator raising; after the
+    first two, one more good batch that must never run."""
+    if failure == "bad batch":
+        return [*good, {"x": wrong}, good[0]]
+    if failure == "not a dict":
+        return [*good, wrong, good[0]]
+
+    async def produce() -> AsyncIterator[dict[str, np.ndarray]]:
+        for item in good:
+            yield item
+        raise RuntimeError("the producer broke")
+
+    return produce()

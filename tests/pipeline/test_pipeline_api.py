@@ -10,7 +10,7 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 import pytest
-from pipeline_graphs import assert_outputs, live_device_state, mixed40, mlp, reference
+from pipeline_graphs import FAILURES, assert_outputs, live_device_state, mixed40, mlp, reference, then_fails
 
 import aclpipe
 from aclpipe import ClosedResourceError, GraphError, Pipeline
@@ -100,37 +100,17 @@ async def test_stream_over_an_async_iterable_yields_results_in_order(device):
         assert_outputs(got, reference(graph, given))
 
 
-def _then_fails(good: list[dict[str, np.ndarray]], failure: str) -> AsyncIterator[dict[str, object]] | list[object]:
-    """``good``, then what ``failure`` names: a batch of the wrong width, an item that is not
-    a dict, or the iterator itself raising."""
-    if failure == "bad batch":
-        return [*good, {"x": batch(4, width=31)}, {"x": batch(4)}]
-    if failure == "not a dict":
-        return [*good, batch(4), {"x": batch(4)}]
-
-    async def produce() -> AsyncIterator[dict[str, object]]:
-        for item in good:
-            yield item
-        raise RuntimeError("the producer broke")
-
-    return produce()
-
-
-_FAILURES = {"bad batch": (GraphError, "fixed at 32"), "not a dict": (TypeError, "dicts of inputs"),
-             "iterator": (RuntimeError, "the producer broke")}
-
-
-@pytest.mark.parametrize("failure", list(_FAILURES))
+@pytest.mark.parametrize("failure", list(FAILURES))
 async def test_stream_delivers_the_runs_ahead_of_a_failing_batch_before_its_error(device, failure):
     # As a loop of run() calls would: batches 0-2 were accepted (some still in flight when the
     # bad one is read), so their results come first, in order, and then the error.
     graph = mlp()
     good = [{"x": batch(4, seed=seed)} for seed in range(3)]
-    error, match = _FAILURES[failure]
+    error, match = FAILURES[failure]
     async with Pipeline(graph, device, streams=2, depth=3) as pipe:
         results = []
         with pytest.raises(error, match=match):
-            async for out in pipe.stream(_then_fails(good, failure)):  # type: ignore[arg-type]
+            async for out in pipe.stream(then_fails(good, batch(4, width=31), failure)):
                 results.append(out)
         assert len(results) == len(good)
         for got, given in zip(results, good):
