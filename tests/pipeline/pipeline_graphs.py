@@ -11,12 +11,23 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import numpy as np
+import pytest
 
 import aclpipe
 from aclpipe.graph import Graph
 
-__all__ = ["FAILURES", "NODE_NAMES", "assert_outputs", "live_device_state", "mixed40", "mlp", "reference", "then_fails",
-           "towers"]
+__all__ = [
+    "FAILURES",
+    "NODE_NAMES",
+    "assert_outputs",
+    "assert_stream_fails_in_order",
+    "live_device_state",
+    "mixed40",
+    "mlp",
+    "reference",
+    "then_fails",
+    "towers",
+]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -198,3 +209,18 @@ def then_fails(good: list[dict[str, np.ndarray]], wrong: np.ndarray, failure: st
         raise RuntimeError("the producer broke")
 
     return produce()
+
+
+async def assert_stream_fails_in_order(pipe: aclpipe.Pipeline, graph: Graph, good: list[dict[str, np.ndarray]],
+                                       wrong: np.ndarray, failure: str) -> None:
+    """``pipe.stream`` over :func:`then_fails`: the results of ``good`` come first, in order
+    and right, then the failure's error; nothing is left in flight."""
+    error, match = FAILURES[failure]
+    results = []
+    with pytest.raises(error, match=match):
+        async for out in pipe.stream(then_fails(good, wrong, failure)):
+            results.append(out)
+    assert len(results) == len(good)
+    for got, given in zip(results, good):
+        assert_outputs(got, reference(graph, given))
+    assert pipe.stats().in_flight == 0

@@ -10,7 +10,15 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 import pytest
-from pipeline_graphs import FAILURES, assert_outputs, live_device_state, mixed40, mlp, reference, then_fails
+from pipeline_graphs import (
+    FAILURES,
+    assert_outputs,
+    assert_stream_fails_in_order,
+    live_device_state,
+    mixed40,
+    mlp,
+    reference,
+)
 
 import aclpipe
 from aclpipe import ClosedResourceError, GraphError, Pipeline
@@ -106,16 +114,8 @@ async def test_stream_delivers_the_runs_ahead_of_a_failing_batch_before_its_erro
     # bad one is read), so their results come first, in order, and then the error.
     graph = mlp()
     good = [{"x": batch(4, seed=seed)} for seed in range(3)]
-    error, match = FAILURES[failure]
     async with Pipeline(graph, device, streams=2, depth=3) as pipe:
-        results = []
-        with pytest.raises(error, match=match):
-            async for out in pipe.stream(then_fails(good, batch(4, width=31), failure)):
-                results.append(out)
-        assert len(results) == len(good)
-        for got, given in zip(results, good):
-            assert_outputs(got, reference(graph, given))
-        assert pipe.stats().in_flight == 0
+        await assert_stream_fails_in_order(pipe, graph, good, batch(4, width=31), failure)
         assert_outputs(await pipe.run(**good[0]), reference(graph, good[0]))  # and the pipeline goes on
 
 

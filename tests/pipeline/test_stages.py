@@ -13,7 +13,14 @@ from contextlib import aclosing
 import anyio
 import numpy as np
 import pytest
-from pipeline_graphs import FAILURES, assert_outputs, live_device_state, mixed40, reference, then_fails
+from pipeline_graphs import (
+    FAILURES,
+    assert_outputs,
+    assert_stream_fails_in_order,
+    live_device_state,
+    mixed40,
+    reference,
+)
 
 import aclpipe
 from aclpipe import ClosedResourceError, DeviceOutOfMemory, ExecutionError, Pipeline, PlanError
@@ -227,14 +234,6 @@ async def test_stages_with_one_device_per_stage_on_the_timing_model():
 async def test_stream_delivers_the_runs_ahead_of_a_failing_batch_before_its_error(devices, failure):
     # As Pipeline.stream: the accepted batches' results first, in order, then the error.
     graph = mixed40()
-    good = [{"x": batch(seed)} for seed in range(3)]
-    error, match = FAILURES[failure]
     async with Pipeline(graph, device=devices[:2], split="stages") as pipe:
-        results = []
-        with pytest.raises(error, match=match):
-            async for out in pipe.stream(then_fails(good, np.ones((8, 15), np.float32), failure)):
-                results.append(out)
-        assert len(results) == len(good)
-        for got, given in zip(results, good):
-            assert_outputs(got, reference(graph, given))
-        assert pipe.stats().in_flight == 0
+        await assert_stream_fails_in_order(pipe, graph, [{"x": batch(seed)} for seed in range(3)],
+                                           np.ones((8, 15), np.float32), failure)
