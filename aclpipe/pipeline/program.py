@@ -142,6 +142,8 @@ class Program:
         self._contexts: dict[int, Mapping[str, Any]] = {}  # see _context
         #: value -> its descriptor at its constant's address: the same in every slot, built once
         self._constant_descs: dict[str, TensorDesc] = {}
+        #: (slot index, value -> its descriptor in that slot): the slot being built, see _descs
+        self._slot_descs: tuple[int, dict[str, TensorDesc]] = (-1, {})
         try:
             for index in range(depth):
                 self.slots.append(self._build_slot(index))
@@ -173,6 +175,7 @@ class Program:
             slot.done = device.create_event()
         slot.tail = LaunchTable(device.backend, self._tail_records(slot))
         self._building = None
+        self._slot_descs = (-1, {})  # the steps hold what they use
         return slot
 
     def address(self, slot: Slot, value: str) -> int:
@@ -203,24 +206,33 @@ class Program:
 
     def _descs(self, slot: Slot, values: Sequence[str | None]) -> tuple[TensorDesc | None, ...]:
         """The descriptors of ``values`` at their addresses in ``slot`` (None stays None).  Per
-        node and slot, so written for speed: a constant's descriptor is shared by every slot."""
-        base = slot.arena.address if slot.arena is not None else 0
-        locations, constants = self._locations, self._constant_descs
+        node and slot, so written for speed.  Descriptors are immutable, so each is made once
+        and shared: an activation's by its writer and readers in the slot being built, a
+        constant's by every slot."""
+        built = self._slot_descs
+        if built[0] != slot.index:
+            built = self._slot_descs = (slot.index, {})
+        made = built[1]
         descs: list[TensorDesc | None] = []
         for value in values:
             if value is None:
                 descs.append(None)
                 continue
-            desc, constant, offset = locations.get(value) or self._location(value)
-            if constant is None:
-                assert slot.arena is not None
-                descs.append(desc.at(base + offset))
-                continue
-            shared = constants.get(value)
-            if shared is None:
-                shared = constants[value] = desc.at(self.constants[constant].address)
-            descs.append(shared)
+            desc = made.get(value)
+            if desc is None:
+                desc = made[value] = self._make_desc(slot, value)
+            descs.append(desc)
         return tuple(descs)
+
+    def _make_desc(self, slot: Slot, value: str) -> TensorDesc:
+        desc, constant, offset = self._locations.get(value) or self._location(value)
+        if constant is None:
+            assert slot.arena is not None
+            return desc.at(slot.arena.address + offset)
+        shared = self._constant_descs.get(value)
+        if shared is None:
+            shared = self._constant_descs[value] = desc.at(self.constants[constant].address)
+        return shared
 
     def _build_step(self, slot: Slot, node: PlannedNode, handles: list[Any], events: dict[int, Event]) -> Step:
         lane = self.lane_of[node.stream]
