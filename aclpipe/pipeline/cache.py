@@ -15,19 +15,27 @@ they finish.
 from __future__ import annotations
 
 import collections
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .slots import SlotQueue
-
-if TYPE_CHECKING:
-    from .program import Program, Slot
 
 __all__ = ["CacheEntry", "LruDict", "ProgramCache", "check_capacity"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+class _Prepared(Protocol):
+    """What the cache holds: a program with slots (one device's, or one per stage)."""
+
+    @property
+    def slots(self) -> Sequence[Any]: ...
+
+
+P = TypeVar("P", bound=_Prepared)
+S = TypeVar("S")
 
 
 def check_capacity(value: object, label: str = "max_programs") -> int:
@@ -64,12 +72,12 @@ class LruDict(Generic[K, V]):
 
 
 @dataclass(eq=False)
-class CacheEntry:
+class CacheEntry(Generic[P, S]):
     """One prepared program, the queue its slots are handed out from, and its users."""
 
     key: Hashable
-    program: Program
-    queue: SlotQueue[Slot]
+    program: P
+    queue: SlotQueue[S]
     pins: int = 0  # runs between taking this program and finishing (or abandoning) it
     checked: set[int] = field(default_factory=set)  # bucket sizes whose outputs were checked
 
@@ -79,7 +87,7 @@ class CacheEntry:
         return not self.pins and not self.queue.waiters and len(self.queue.free) == len(self.program.slots)
 
 
-class ProgramCache:
+class ProgramCache(Generic[P, S]):
     """Prepared programs by input signature, at most ``capacity`` idle ones kept.
 
     Parameters
@@ -90,39 +98,39 @@ class ProgramCache:
 
     def __init__(self, capacity: int):
         self.capacity = check_capacity(capacity)
-        self._entries: collections.OrderedDict[Hashable, CacheEntry] = collections.OrderedDict()
-        self._by_program: dict[int, CacheEntry] = {}
+        self._entries: collections.OrderedDict[Hashable, CacheEntry[P, S]] = collections.OrderedDict()
+        self._by_program: dict[int, CacheEntry[P, S]] = {}
         self.prepared = 0  # programs ever added
         self.evicted = 0  # programs closed to stay within capacity
 
-    def get(self, key: Hashable) -> CacheEntry | None:
+    def get(self, key: Hashable) -> CacheEntry[P, S] | None:
         """The entry for ``key``, now the most recently used; None when not prepared."""
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
 
-    def add(self, key: Hashable, program: Program) -> CacheEntry:
+    def add(self, key: Hashable, program: P) -> CacheEntry[P, S]:
         """Cache a newly prepared program (the most recently used)."""
-        entry = CacheEntry(key, program, SlotQueue(list(program.slots)))
+        entry: CacheEntry[P, S] = CacheEntry(key, program, SlotQueue(list(program.slots)))
         self._entries[key] = entry
         self._by_program[id(program)] = entry
         self.prepared += 1
         return entry
 
-    def entry_of(self, program: Program) -> CacheEntry:
+    def entry_of(self, program: P) -> CacheEntry[P, S]:
         return self._by_program[id(program)]
 
-    def pin(self, entry: CacheEntry) -> None:
+    def pin(self, entry: CacheEntry[P, S]) -> None:
         entry.pins += 1
 
-    def unpin(self, entry: CacheEntry) -> None:
+    def unpin(self, entry: CacheEntry[P, S]) -> None:
         entry.pins -= 1
 
-    def trim(self) -> list[Program]:
+    def trim(self) -> list[P]:
         """Take the least recently used idle programs out while over capacity; returns them for
         the caller to close (the device has passed all their work: every slot is back)."""
-        evicted: list[Program] = []
+        evicted: list[P] = []
         if len(self._entries) <= self.capacity:
             return evicted
         for entry in list(self._entries.values()):
@@ -135,7 +143,7 @@ class ProgramCache:
         self.evicted += len(evicted)
         return evicted
 
-    def evict_one(self) -> Program | None:
+    def evict_one(self) -> P | None:
         """Take the least recently used idle program out, whatever the capacity (the device's
         event limit asks for room); None when every program is busy."""
         for entry in self._entries.values():
@@ -151,14 +159,14 @@ class ProgramCache:
         for entry in self._entries.values():
             entry.queue.close(reason)
 
-    def clear(self) -> list[Program]:
+    def clear(self) -> list[P]:
         """Take every program out; returns them for the caller to close."""
         programs = [entry.program for entry in self._entries.values()]
         self._entries.clear()
         self._by_program.clear()
         return programs
 
-    def __iter__(self) -> Iterator[CacheEntry]:
+    def __iter__(self) -> Iterator[CacheEntry[P, S]]:
         return iter(list(self._entries.values()))
 
     def __len__(self) -> int:

@@ -52,6 +52,7 @@ from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
 from .cache import CacheEntry, ProgramCache, check_capacity
 from .faults import FaultLog, Touched
 from .prepare import Preparer
+from .program import Program, Slot
 from .resources import Resources
 from .slots import FifoLock, Ticket
 from .stats import CompletionLog, PipelineStats
@@ -68,7 +69,8 @@ _POOL_BATCH = 8
 
 #: An accepted batch: its cache entry (pinned), the arrays to write, the real row count when
 #: the batch was padded to a bucket (else None).
-_Accepted = tuple[CacheEntry, dict[str, np.ndarray], int | None]
+_Entry = CacheEntry[Program, Slot]
+_Accepted = tuple[_Entry, dict[str, np.ndarray], int | None]
 
 
 class Pipeline:
@@ -135,7 +137,7 @@ class Pipeline:
         if not (device is None or isinstance(device, (Device, str))):
             raise TypeError(f"device must be a Device, a name or a list of them, got {type(device).__name__}")
         self.buckets = ShapeBuckets(graph, buckets) if buckets is not None else None
-        cache = ProgramCache(check_capacity(max_programs))
+        cache: ProgramCache[Program, Slot] = ProgramCache(check_capacity(max_programs))
         self.graph = graph
         owns_device = not isinstance(device, Device)
         self.device = device if isinstance(device, Device) else open_device(device)
@@ -167,7 +169,7 @@ class Pipeline:
         #: inputs it was computed for (see :meth:`_signature`).
         self._last_signature: tuple[tuple[tuple[str, tuple[int, ...]], ...], frozenset[str], Signature] | None = None
 
-    def _make_resources(self, owns_device: bool, pool_bytes: int, cache: ProgramCache) -> Resources:
+    def _make_resources(self, owns_device: bool, pool_bytes: int, cache: ProgramCache[Program, Slot]) -> Resources:
         streams: list[Stream] = [self.device.create_stream() for _ in range(self.max_streams + 2)]
         timeline = Timeline(len(streams))
         for lane, stream in enumerate(streams):
@@ -197,7 +199,7 @@ class Pipeline:
             self._trim()
             return entry.program.plan
 
-    def _entry_for(self, key: Signature) -> CacheEntry:
+    def _entry_for(self, key: Signature) -> _Entry:
         self._check_open()
         cache = self._res.cache
         entry = cache.get(key)
@@ -340,7 +342,7 @@ class Pipeline:
         self._last_signature = (shapes, host_inputs, key)
         return key
 
-    async def _start(self, entry: CacheEntry, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> Ticket:
+    async def _start(self, entry: _Entry, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> Ticket:
         """Take a slot (awaiting one: backpressure) and enqueue a run on it."""
         queue, program = entry.queue, entry.program
         try:
@@ -469,7 +471,7 @@ class Pipeline:
             ticket.entry.queue.release(ticket.slot)
         self._unpin(ticket.entry)
 
-    def _unpin(self, entry: CacheEntry) -> None:
+    def _unpin(self, entry: _Entry) -> None:
         self._res.cache.unpin(entry)
         if not entry.pins and not self._closed and not self._res.released:
             self._trim()

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..runtime.workspaces import WorkspaceStrategy
     from .cache import ProgramCache
     from .prepare import Preparer
+    from .program import Program, Slot
 
 __all__ = ["Resources"]
 
@@ -41,7 +42,7 @@ class Resources:
     """A pipeline's device-side state: streams, timeline, workspaces, constants and programs."""
 
     def __init__(self, device: Device, owns_device: bool, streams: list[Stream], timeline: Timeline,
-                 workspaces: WorkspaceStrategy, preparer: Preparer, cache: ProgramCache):
+                 workspaces: WorkspaceStrategy, preparer: Preparer, cache: ProgramCache[Program, Slot]):
         self.device = device
         self.owns_device = owns_device
         self.streams = streams

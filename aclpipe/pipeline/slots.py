@@ -36,7 +36,7 @@ class Ticket:
     program: Program
     slot: Slot
     value: int
-    entry: CacheEntry | None = None
+    entry: CacheEntry[Program, Slot] | None = None
     rows: int | None = None
 
 
