@@ -33,6 +33,7 @@ from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device
 from .batches import check_inputs, empty_result, has_empty_input
+from .cache import LruDict
 from .devices import open_devices, sum_counters
 from .pipeline import Pipeline, PipelineStats, _batches
 from .slots import Ticket
@@ -102,7 +103,8 @@ class ReplicaPipeline(Pipeline):
 
     def __init__(self, graph: Graph, device: str | Sequence[Device | str] | None = None, *, streams: int = 4,
                  depth: int = 2, workspace: str = "pool", pool_bytes: int = 0, cancel_grace: float = 30.0,
-                 split: str | None = None, device_options: Mapping[str, Any] | None = None):
+                 max_programs: int = 16, buckets: Sequence[int] | None = None, split: str | None = None,
+                 device_options: Mapping[str, Any] | None = None):
         if split not in (None, "replicas"):
             raise ValueError(f"ReplicaPipeline runs whole graphs (split='replicas'), got split={split!r}")
         if device is None:
@@ -112,7 +114,8 @@ class ReplicaPipeline(Pipeline):
         try:
             for each in devices:
                 engine = Pipeline(graph, each, streams=streams, depth=depth, workspace=workspace,
-                                  pool_bytes=pool_bytes, cancel_grace=cancel_grace)
+                                  pool_bytes=pool_bytes, cancel_grace=cancel_grace, max_programs=max_programs,
+                                  buckets=buckets)
                 self._replicas.append(_Replica(each.name, engine))
         except BaseException:
             for made in self._opened:
@@ -123,7 +126,8 @@ class ReplicaPipeline(Pipeline):
         self.device = devices[0]
         self.max_streams, self.depth, self.workspace = streams, depth, workspace
         self.cancel_grace = cancel_grace
-        self._work: dict[Signature, float] = {}
+        self.buckets = self._replicas[0].pipeline.buckets
+        self._work: LruDict[Signature, float] = LruDict(1024)
         self._closed = False
         self._closing: anyio.Event | None = None
 
@@ -142,11 +146,15 @@ class ReplicaPipeline(Pipeline):
         """The modelled cost (µs) of one run with these inputs (1 when they are not valid: the
         device's own run then reports what is wrong)."""
         try:
-            key = self.graph.signature(**{name: np.asarray(value) for name, value in inputs.items()})
+            arrays = {name: np.asarray(value) for name, value in inputs.items()}
+            if self.buckets is not None:  # the size the device will run
+                arrays, _ = self.buckets.pad(arrays, skip=self.graph.host_inputs)
+            key = self.graph.signature(**arrays)
             work = self._work.get(key)
             if work is None:
-                plan = self._pick().pipeline.plan_for(**inputs)
-                work = self._work[key] = max(sum(node.cost for node in plan.nodes), 1.0)
+                plan = self._pick().pipeline.plan_for(**arrays)
+                work = max(sum(node.cost for node in plan.nodes), 1.0)
+                self._work[key] = work
         except (ValueError, TypeError):
             return 1.0
         return work

@@ -34,17 +34,19 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..errors import AclpipeError, BackendError, ClosedResourceError, PlanError
+from ..errors import AclpipeError, BackendError, ClosedResourceError, DeviceOutOfMemory, PlanError
 from ..graph import Graph, Signature
 from ..plan import Plan, make_plan
 from ..plan.partition import Partition
 from ..runtime import Device, DeviceBuffer, Stream
 from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
+from .batches import ShapeBuckets
+from .cache import CacheEntry, LruDict, ProgramCache, check_capacity
 from .devices import open_devices, sum_counters
 from .faults import FaultLog
 from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _batches
-from .slots import FifoLock, SlotQueue
+from .slots import FifoLock
 from .stage_program import StageProgram, StageSlot
 
 __all__ = ["StagePipeline", "StageStats"]
@@ -59,12 +61,20 @@ class StageStats(PipelineStats):
     stages: tuple[Mapping[str, Any], ...] = field(default=())
 
 
+_Entry = CacheEntry[StageProgram, StageSlot]
+
+
 @dataclass(eq=False)
 class _Ticket:
     run: int
-    program: StageProgram
+    entry: _Entry
     slot: StageSlot
+    rows: int | None = None  # the real row count of a batch padded to a bucket
     values: list[int] = field(default_factory=list)  # per stage: the D2H lane value of its completion
+
+    @property
+    def program(self) -> StageProgram:
+        return self.entry.program
 
 
 class StagePipeline(Pipeline):
@@ -76,11 +86,14 @@ class StagePipeline(Pipeline):
 
     def __init__(self, graph: Graph, device: str | Sequence[Device | str] | None = None, *, streams: int = 4,
                  depth: int | None = None, workspace: str = "pool", pool_bytes: int = 0,
-                 cancel_grace: float = 30.0, split: str | None = "stages",
-                 device_options: Mapping[str, Any] | None = None, memory_fraction: float = 0.9):
+                 cancel_grace: float = 30.0, max_programs: int = 16, buckets: Sequence[int] | None = None,
+                 split: str | None = "stages", device_options: Mapping[str, Any] | None = None,
+                 memory_fraction: float = 0.9):
         if device is None:
             raise ValueError("name the devices, e.g. device=['sim:0', 'sim:1'] or 'ascend:0-3'")
         _check_options(graph, split, streams, depth, workspace, memory_fraction)
+        self.buckets = ShapeBuckets(graph, buckets) if buckets is not None else None
+        self._cache: ProgramCache[StageProgram, StageSlot] = ProgramCache(check_capacity(max_programs))
         devices, self._opened = open_devices(device, device_options)
         try:
             _enable_peers(devices)
@@ -101,9 +114,7 @@ class StagePipeline(Pipeline):
         self._stage_workspaces: list[WorkspaceStrategy] = [
             make_workspace_strategy(d, workspace, timeline=t, **options) for d, t in zip(devices, self._timelines)]
         self._constants: list[dict[str, DeviceBuffer]] = [{} for _ in devices]
-        self._stage_programs: dict[Signature, StageProgram] = {}
-        self._slot_queues: dict[int, SlotQueue[StageSlot]] = {}
-        self._plans: dict[Signature, Plan] = {}
+        self._plans: LruDict[Signature, Plan] = LruDict(64)
         self._enqueue_lock = FifoLock()
         self._faults = FaultLog()
         self._runs = self._prepare_hits = self._lost_slots = self._finishing = 0
@@ -125,21 +136,35 @@ class StagePipeline(Pipeline):
 
     def stages_for(self, **inputs: Any) -> tuple[Partition, tuple[Plan, ...]]:
         """The cut for these input shapes and each stage's plan (prepares them)."""
-        program = self._stage_program_for(self.graph.signature(**inputs))
+        program = self._stage_entry_for(self.graph.signature(**inputs)).program
         return program.partition, program.plans
 
     def prepare(self, **inputs: Any) -> Plan:
         """Cut, plan and prepare every stage for these input shapes now; returns :meth:`plan_for`'s
         plan."""
-        self._stage_program_for(self.graph.signature(**inputs))
+        self._stage_entry_for(self.graph.signature(**inputs))
+        self._trim()
         return self.plan_for(**inputs)
 
-    def _stage_program_for(self, key: Signature) -> StageProgram:
+    def _stage_entry_for(self, key: Signature) -> _Entry:
+        """The cached program for ``key``, else a new one (as :meth:`Pipeline._entry_for`: when
+        it does not fit in the devices' memory beside idle programs, those are freed first)."""
         self._check_open()
-        program = self._stage_programs.get(key)
-        if program is not None:
+        entry = self._cache.get(key)
+        if entry is not None:
             self._prepare_hits += 1
-            return program
+            return entry
+        while True:
+            try:
+                program = self._build_program(key)
+                break
+            except DeviceOutOfMemory:
+                if not self._evict_idle_program():
+                    raise
+        self._latest = program
+        return self._cache.add(key, program)
+
+    def _build_program(self, key: Signature) -> StageProgram:
         program = StageProgram.build(self.graph, key, self.devices, self._stage_streams, self._constants,
                                      depth=self.depth, max_streams=self.max_streams,
                                      memory_fraction=self.memory_fraction)
@@ -149,15 +174,23 @@ class StagePipeline(Pipeline):
         except BaseException:
             program.close()
             raise
-        self._stage_programs[key] = self._latest = program
-        self._slot_queues[id(program)] = SlotQueue(list(program.slots))
         return program
+
+    def _evict_idle_program(self) -> bool:
+        program = self._cache.evict_one()
+        if program is None:
+            return False
+        program.close()  # idle: every slot is back, so every stage passed all its runs
+        return True
+
+    def _trim(self) -> None:
+        for program in self._cache.trim():
+            program.close()
 
     # -- running -----------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the graph once through every stage; returns ``{output name: array}``."""
-        program, arrays = self._stage_accept(inputs)
-        return await self._complete(await self._begin(program, arrays))
+        return await self._complete(await self._begin(*self._stage_accept(inputs)))
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
@@ -171,14 +204,18 @@ class StagePipeline(Pipeline):
                 try:
                     if isinstance(batch, Exception):
                         raise batch
-                    program, arrays = self._stage_accept(batch)
+                    accepted = self._stage_accept(batch)
                 except Exception:  # in order, as Pipeline.stream: the runs ahead first, then the error
                     while pending:
                         yield await self._complete(pending.popleft())
                     raise
-                while pending and not self._slot_queues[id(program)].ready:
-                    yield await self._complete(pending.popleft())
-                pending.append(await self._begin(program, arrays))
+                try:  # as Pipeline.stream: never wait for a slot while holding runs we could finish
+                    while pending and not accepted[0].queue.ready:
+                        yield await self._complete(pending.popleft())
+                except BaseException:
+                    self._cache.unpin(accepted[0])
+                    raise
+                pending.append(await self._begin(*accepted))
                 if len(pending) >= self.depth:
                     yield await self._complete(pending.popleft())
             while pending:
@@ -188,30 +225,53 @@ class StagePipeline(Pipeline):
                 while pending:
                     await self._give_back(pending.popleft())
 
-    def _stage_accept(self, inputs: Mapping[str, Any]) -> tuple[StageProgram, dict[str, np.ndarray]]:
-        """Check the inputs and find (or prepare) their stages; host values pick the program and
-        are not copied (as :meth:`Pipeline._accept`)."""
+    def _stage_accept(self, inputs: Mapping[str, Any]) -> tuple[_Entry, dict[str, np.ndarray], int | None]:
+        """Check the inputs, pad them to a bucket and find (or prepare) their stages; host values
+        pick the program and are not copied (as :meth:`Pipeline._accept`).  The entry is pinned
+        (never evicted) until the run finishes or is abandoned."""
         arrays = self._check_inputs(inputs)
+        rows = None
+        if self.buckets is not None:
+            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs)
         key = self.graph.signature(**arrays)
-        host = key.host
-        return self._stage_program_for(key), {name: array for name, array in arrays.items() if name not in host}
-
-    async def _begin(self, program: StageProgram, arrays: Mapping[str, np.ndarray]) -> _Ticket:
-        """Take a slot on every stage (awaiting one: backpressure) and enqueue a run on it."""
-        queue = self._slot_queues[id(program)]
-        slot = await queue.acquire()
+        entry = self._stage_entry_for(key)
+        self._cache.pin(entry)
         try:
-            program.write_inputs(slot, arrays)
+            size = self.buckets.bucket(rows) if self.buckets is not None and rows is not None else None
+            if size is not None and size not in entry.checked:
+                for plan in entry.program.plans:
+                    ShapeBuckets.check_outputs(plan, size)
+                entry.checked.add(size)
+            self._trim()
+        except BaseException:
+            self._cache.unpin(entry)
+            raise
+        host = key.host
+        return entry, {name: array for name, array in arrays.items() if name not in host}, rows
+
+    async def _begin(self, entry: _Entry, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> _Ticket:
+        """Take a slot on every stage (awaiting one: backpressure) and enqueue a run on it; the
+        entry's pin passes to the ticket (or is dropped when no run starts)."""
+        queue = entry.queue
+        try:
+            slot = await queue.acquire()
+        except BaseException:
+            self._cache.unpin(entry)
+            raise
+        try:
+            entry.program.write_inputs(slot, arrays)
             await self._enqueue_lock.acquire()
         except BaseException:
             queue.release(slot)
+            self._cache.unpin(entry)
             raise
         try:
             if self._closed:
                 queue.release(slot)
+                self._cache.unpin(entry)
                 raise ClosedResourceError("the pipeline is closed")
             self._runs += 1
-            ticket = _Ticket(self._runs, program, slot)
+            ticket = _Ticket(self._runs, entry, slot, rows)
             self._faults.start(ticket.run)
             failure = await self._enqueue_run(ticket)
         finally:
@@ -263,10 +323,11 @@ class StagePipeline(Pipeline):
             try:
                 self._faults.collect(self._all_streams(), self._runs)
                 self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
-                return ticket.program.read_outputs(ticket.slot)
+                outputs = ticket.program.read_outputs(ticket.slot)
+                return ShapeBuckets.slice(outputs, ticket.rows) if ticket.rows is not None else outputs
             finally:
                 self._faults.retire(ticket.run, self._runs)
-                self._slot_queues[id(ticket.program)].release(ticket.slot)
+                self._release(ticket)
         finally:
             self._finishing -= 1
             if not self._finishing and self._finished is not None:
@@ -279,17 +340,25 @@ class StagePipeline(Pipeline):
         self._faults.retire(ticket.run, self._runs)
         if scope.cancelled_caught:
             self._lost_slots += 1  # never reused: a device may still touch it
+            self._cache.unpin(ticket.entry)  # its program then never counts as idle (a slot is missing)
             return
         if not self._freed:
             self._faults.collect(self._all_streams(), self._runs)
-            self._slot_queues[id(ticket.program)].release(ticket.slot)
+            self._release(ticket)
+
+    def _release(self, ticket: _Ticket) -> None:
+        """The slot back to its program, the program unpinned (and trimmed if now idle)."""
+        ticket.entry.queue.release(ticket.slot)
+        self._cache.unpin(ticket.entry)
+        if not self._freed:
+            self._trim()
 
     def _all_streams(self) -> list[Stream]:
         return [stream for per_device in self._stage_streams for stream in per_device]
 
     # -- reporting and closing ---------------------------------------------------------------
     def stats(self) -> StageStats:
-        programs = list(self._stage_programs.values())
+        programs = [entry.program for entry in self._cache]
         peaks = [d.backend.mem_peak() for d in self.devices]
         workspace = sum_counters([strategy.stats().as_dict() for strategy in self._stage_workspaces])
         stages: tuple[Mapping[str, Any], ...] = ()
@@ -304,7 +373,8 @@ class StagePipeline(Pipeline):
             constant_bytes=sum(b.nbytes for per_device in self._constants for b in per_device.values()),
             workspace=workspace, device_peak_bytes=sum(p for p in peaks if p is not None) if any(
                 p is not None for p in peaks) else None,
-            in_flight=len(self._faults.live), lost_slots=self._lost_slots, stages=stages)
+            in_flight=len(self._faults.live), lost_slots=self._lost_slots, prepared=self._cache.prepared,
+            evicted=self._cache.evicted, closed=self._closed, stages=stages)
 
     async def aclose(self) -> None:
         """Refuse new runs, wait for runs in flight, then free everything on every device;
@@ -323,8 +393,7 @@ class StagePipeline(Pipeline):
 
     async def _close_stages(self) -> None:
         with anyio.CancelScope(shield=True):
-            for queue in self._slot_queues.values():
-                queue.close()
+            self._cache.close_queues("the pipeline is closed")
             await self._enqueue_lock.acquire()
             self._enqueue_lock.release()
             for workspaces in self._stage_workspaces:
@@ -336,9 +405,8 @@ class StagePipeline(Pipeline):
                 await self._finished.wait()
             await anyio.to_thread.run_sync(self._sync_all)
         self._freed = True
-        for program in self._stage_programs.values():
+        for program in self._cache.clear():
             program.close()
-        self._stage_programs.clear()
         for workspaces in self._stage_workspaces:
             workspaces.close()
         for per_device in self._constants:

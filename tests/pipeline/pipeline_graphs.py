@@ -143,12 +143,13 @@ def mlp(batch: int | str | None = None, width: int = 32, seed: int = 0) -> Graph
 NODE_NAMES = tuple(f"n{i:02d}" for i in range(40))
 
 
-def mixed40(width: int = 16, seed: int = 1) -> Graph:
+def mixed40(width: int = 16, seed: int = 1, batch: int | None = 8) -> Graph:
     """Forty compute nodes: five blocks of a matmul, a fork into two branches, a join and a
-    normalization, with a skip connection, so that both chains and parallel branches occur."""
+    normalization, with a skip connection, so that both chains and parallel branches occur.
+    Rows are independent (``batch=None``: any batch size)."""
     rng = np.random.default_rng(seed)
     g = Graph("mixed40")
-    h = g.input("x", shape=(8, width))
+    h = g.input("x", shape=(batch, width))
     names = iter(NODE_NAMES)
     for block in range(5):
         weight = g.constant(f"w{block}", (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32))

@@ -220,3 +220,22 @@ async def test_stream_delivers_the_runs_ahead_of_a_failing_batch_before_its_erro
     async with Pipeline(graph, device=devices[:2], depth=2) as pipe:
         await assert_stream_fails_in_order(pipe, graph, [{"x": batch(seed)} for seed in range(3)],
                                            np.ones((8, 15), np.float32), failure)
+
+
+async def test_max_programs_and_buckets_apply_on_every_device(devices):
+    graph = mixed40(batch=None)
+    sizes = [{"x": np.random.default_rng(rows).standard_normal((rows, 16)).astype(np.float32)}
+             for rows in range(1, 9)]
+    async with Pipeline(graph, device=devices[:2], max_programs=2) as pipe:
+        for inputs in sizes:
+            assert_outputs(await pipe.run(**inputs), reference(graph, inputs))
+        stats = pipe.stats()
+        assert all(d.pipeline.signatures <= 2 for d in stats.devices)
+        assert stats.evicted == stats.prepared - stats.signatures > 0
+    async with Pipeline(graph, device=devices[:2], buckets=(4, 8)) as pipe:
+        results = [out async for out in pipe.stream(sizes)]
+        for out, inputs in zip(results, sizes, strict=True):
+            assert_outputs(out, reference(graph, inputs))
+        assert all(d.pipeline.signatures <= 2 for d in pipe.stats().devices)
+    with pytest.raises(ValueError, match="max_programs must be a positive int"):
+        Pipeline(graph, device=devices[:2], max_programs=0)

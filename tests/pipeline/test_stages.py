@@ -237,3 +237,38 @@ async def test_stream_delivers_the_runs_ahead_of_a_failing_batch_before_its_erro
     async with Pipeline(graph, device=devices[:2], split="stages") as pipe:
         await assert_stream_fails_in_order(pipe, graph, [{"x": batch(seed)} for seed in range(3)],
                                            np.ones((8, 15), np.float32), failure)
+
+
+async def test_many_batch_sizes_keep_at_most_max_programs_and_buckets_pad(devices):
+    # As on one device: idle programs beyond max_programs are freed, least recently used first,
+    # and buckets run every size on a few programs, the results sliced back to the real rows.
+    graph = mixed40(batch=None)
+    async with Pipeline(graph, device=devices[:2], split="stages", max_programs=3) as pipe:
+        for rows in range(1, 9):
+            x = batch(rows, rows=rows)
+            assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+        stats = pipe.stats()
+        assert stats.signatures == 3 and stats.prepared == 8 and stats.evicted == 5
+    async with Pipeline(graph, device=devices[:2], split="stages", buckets=(4, 8)) as pipe:
+        batches = [{"x": batch(rows, rows=rows)} for rows in range(1, 9)]
+        results = [out async for out in pipe.stream(batches)]
+        for out, inputs in zip(results, batches, strict=True):
+            assert_outputs(out, reference(graph, inputs))
+        assert pipe.stats().signatures == 2 and pipe.stats().in_flight == 0
+    with pytest.raises(ValueError, match="max_programs must be a positive int"):
+        Pipeline(graph, device=devices[:2], split="stages", max_programs=0)
+
+
+async def test_a_stage_program_with_a_run_in_flight_is_never_evicted(devices, anyio_backend):
+    graph = mixed40(batch=None)
+    async with Pipeline(graph, device=devices[:2], split="stages", max_programs=1, depth=2) as pipe:
+        async with aclosing(pipe.stream({"x": batch(seed, rows=7)} for seed in range(3))) as held:
+            first = await held.__anext__()  # the next batch is in flight: its program is busy
+            for rows in (1, 2):
+                x = batch(rows, rows=rows)
+                assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+            rest = [out async for out in held]
+        for seed, out in enumerate([first, *rest]):
+            assert_outputs(out, reference(graph, {"x": batch(seed, rows=7)}))
+        await pipe.run(x=batch(0, rows=3))
+        assert pipe.stats().signatures == 1 and pipe.stats().evicted == 3
