@@ -59,12 +59,15 @@ class StageProgram:
     @classmethod
     def build(cls, graph: Graph, key: Signature, devices: Sequence[Device],
               streams: Sequence[list[Stream]], constants: Sequence[dict[str, DeviceBuffer]], *, depth: int,
-              max_streams: int, memory_fraction: float) -> StageProgram:
+              max_streams: int, memory_fraction: float, reclaimable: Sequence[int] | None = None) -> StageProgram:
         """Cut, plan and prepare ``graph`` for the signature ``key``; ``streams[k]`` and
         ``constants[k]`` are stage ``k``'s device's streams and uploaded constants (shared across
-        signatures)."""
+        signatures).  ``reclaimable[k]`` is device memory the caller can free if it must (idle
+        programs): the cut may count on it, and an allocation that then fails raises
+        :class:`DeviceOutOfMemory` for the caller to free some and try again."""
         bound = graph.bind(**key.bind_arguments())
-        budgets = [int(device.mem_info().free * memory_fraction) for device in devices]
+        extra = reclaimable or [0] * len(devices)
+        budgets = [int((device.mem_info().free + more) * memory_fraction) for device, more in zip(devices, extra)]
         partition = partition_graph(bound, budgets, slots=depth)
         plans = [make_plan(stage_graph(bound, partition, k), streams=max_streams) for k in range(len(devices))]
         programs: list[Program] = []

@@ -165,9 +165,16 @@ class StagePipeline(Pipeline):
         return self._cache.add(key, program)
 
     def _build_program(self, key: Signature) -> StageProgram:
+        # The cut may count on the arenas of idle programs: freeing them is how a DeviceOutOfMemory
+        # below is answered (_stage_entry_for).
+        reclaimable = [0] * len(self.devices)
+        for entry in self._cache:
+            if entry.idle:
+                for k, stage in enumerate(entry.program.programs):
+                    reclaimable[k] += sum(slot.arena.nbytes for slot in stage.slots if slot.arena is not None)
         program = StageProgram.build(self.graph, key, self.devices, self._stage_streams, self._constants,
                                      depth=self.depth, max_streams=self.max_streams,
-                                     memory_fraction=self.memory_fraction)
+                                     memory_fraction=self.memory_fraction, reclaimable=reclaimable)
         try:
             for workspaces, stage in zip(self._stage_workspaces, program.programs):
                 workspaces.reserve(stage.workspace_sizes)

@@ -272,3 +272,48 @@ async def test_a_stage_program_with_a_run_in_flight_is_never_evicted(devices, an
             assert_outputs(out, reference(graph, {"x": batch(seed, rows=7)}))
         await pipe.run(x=batch(0, rows=3))
         assert pipe.stats().signatures == 1 and pipe.stats().evicted == 3
+
+
+def wide(width: int = 1024) -> Graph:
+    """Two stages' worth of large activations: a few programs fill a small device."""
+    g = Graph("wide")
+    x = g.input("x", shape=(None, width))
+    g.output("y", g.relu(g.neg(g.tanh(x))))
+    return g
+
+
+def rows_of(count: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((count, 1024)).astype(np.float32)
+
+
+async def test_a_new_shape_that_fits_only_once_idle_programs_go_evicts_them_first():
+    # The cut counts the idle programs' arenas as room; the allocation that then fails frees
+    # them (least recently used first) and tries again, as on one device.
+    graph = wide()
+    probes = [aclpipe.open_device(f"sim:{k}") for k in range(2)]
+    try:
+        async with Pipeline(graph, device=probes, split="stages", depth=2) as pipe:
+            await pipe.run(x=rows_of(256))
+            used = max(d.mem_info().used for d in probes)
+            partition, _ = pipe.stages_for(x=(256, 1024))
+            # Room for the cut's estimate of one program (it counts activations without reuse), not
+            # for two programs as they are.
+            estimate = max(stage.constant_bytes + 2 * stage.activation_bytes for stage in partition.stages)
+            capacity = int(estimate / 0.9) + 4096
+            assert capacity < 2 * used
+    finally:
+        for device in probes:
+            device.close()
+    opened = [aclpipe.open_device(f"sim:{k}", capacity=capacity) for k in range(2)]
+    try:
+        async with Pipeline(graph, device=opened, split="stages", depth=2) as pipe:
+            await pipe.run(x=rows_of(256))
+            for count in (255, 254):
+                x = rows_of(count, seed=count)
+                assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+            stats = pipe.stats()
+            assert stats.evicted == 2 and stats.signatures == 1
+        assert all(device.mem_info().used == 0 for device in opened)
+    finally:
+        for device in opened:
+            device.close()
