@@ -48,8 +48,8 @@ __all__ = ["BinaryOp", "UnaryOp", "erf", "float_result", "keep_dtype", "sigmoid"
 
 UnaryFn = Callable[[np.ndarray, Mapping[str, Any]], Any]
 BinaryFn = Callable[[Any, Any, Mapping[str, Any]], Any]
-#: ``into(x, out, params)``: a unary function written straight into ``out`` (see :class:`UnaryOp`).
-UnaryInto = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], None]
+#: ``into(x, out, params)``: the run writing a unary function straight into ``out`` (see :class:`UnaryOp`).
+UnaryInto = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], Callable[[], None]]
 #: ``bound(x, out, params)``: the run computing the function of ``x`` into ``out`` (see :class:`UnaryOp`).
 UnaryBound = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], Callable[[], None]]
 DTypeRule = Callable[[DType], DType]
@@ -186,9 +186,11 @@ class UnaryOp(OpSpec):
     parse_attrs:
         Validates the attributes and returns the kernel's parameters (none by default).
     into:
-        ``into(x, out, params)``: the same function computed straight into the output view
-        ``out`` (every step a ufunc with ``out=``, bit-identical to ``function``), used when
-        input and output already have the compute dtype: no temporary, no cast, no copy.
+        ``into(x, out, params)``: the run computing the same function straight into the
+        output view ``out`` (every step a ufunc with ``out=``, bit-identical to ``function``),
+        used when input and output already have the compute dtype: no temporary, no cast, no
+        copy.  The plan's ``bind`` makes it once per bound launch (with any constant operand
+        it compares against); the one-shot kernel makes it and runs it once.
     bound:
         ``bound(x, out, params)``: for an input already in the compute dtype, the run that
         writes ``function(x)`` into ``out`` (cast as ``store`` casts, bit-identical), made once
@@ -281,7 +283,7 @@ def _bind_into_unary(into: UnaryInto, params: dict[str, Any]) -> Bind:
              workspace: np.ndarray | None) -> Callable[[], None]:
         x, out = ins[0], outs[0]
         assert x is not None and out is not None
-        return fp_errors_ignored(functools.partial(into, x, out, params))
+        return fp_errors_ignored(into(x, out, params))
 
     return bind
 
@@ -292,7 +294,7 @@ def _into_unary(into: UnaryInto, params: dict[str, Any]) -> Kernel:
     def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
         with ignore_fp_errors():  # inf/nan results are data, as on the device
-            into(ins[0], outs[0], params)  # type: ignore[arg-type]
+            into(ins[0], outs[0], params)()  # type: ignore[arg-type]
 
     return kernel
 
