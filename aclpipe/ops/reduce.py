@@ -36,7 +36,6 @@ from .checks import (
     ALL,
     NUMERIC,
     argument,
-    constant,
     kept_view,
     need,
     need_dtype,
@@ -102,40 +101,35 @@ def _reducer(kind: str, accumulate: np.dtype[Any]) -> Callable[..., Any]:
     return functools.partial(np.prod if kind == "prod" else np.sum, dtype=accumulate)
 
 
-#: The longest rows summed as dot products with ones; longer ones keep numpy's pairwise sum,
-#: whose error grows more slowly than BLAS's few running sums.
-_ROWS_LIMIT = 4096
-
-
 def _rows_form(kind: str, reduction: _Reduction, operand: np.dtype[Any]) -> tuple[int, int] | None:
     """``(rows, length)`` when a float32 sum or mean reduces the trailing dims (a global
-    average pool, a mean over the last dim) of rows of at most :data:`_ROWS_LIMIT`, else None.
+    average pool, a mean over the last dim), else None.
 
-    Such a sum is a matrix-vector product with ones: one BLAS call (1-1.3 µs on mobile's
-    (2, 16, 16, 16) and (2, 64, 8, 8) pools), where ``np.sum`` over those dims walks the rows
-    one by one (5.8 and 10.7 µs).  BLAS sums each row in its own order, which moves the last
-    bits of a mean: the zoo models' errors against onnxruntime are unchanged (BENCHMARKS.md).
+    Such a sum is ``np.add.reduce`` along the rows of a ``(rows, length)`` matrix: numpy sums
+    trailing contiguous dims as one row either way (pairwise, the same bits as ``np.sum`` over
+    the dims), without ``np.sum``'s wrapper and its walk over several axes (mobile's pools:
+    5.7 µs instead of 8-10).  A BLAS dot with ones was faster still (1-1.3 µs), but it sums in
+    another order and raised mobile's error against onnxruntime from 2.1e-7 to 2.8e-7.
     """
     x, dims, count = reduction.input, reduction.dims, reduction.count
     trailing = tuple(sorted(dims)) == tuple(range(x.ndim - len(dims), x.ndim))
     if kind not in ("sum", "mean") or operand != np.float32 or reduction.accumulate != np.float32 \
-            or not dims or not trailing or not 0 < count <= _ROWS_LIMIT:
+            or not dims or not trailing or count == 0:
         return None
     return x.numel // count, count
 
 
-def _bound_rows(matrix: np.ndarray, ones: np.ndarray | None, accumulator: np.ndarray, result: np.ndarray,
+def _bound_rows(matrix: np.ndarray, accumulator: np.ndarray, result: np.ndarray,
                 divisor: int | None) -> Callable[[], None]:
-    """The rows form of ``kernel`` into a float32 output: the same dot into the workspace
+    """The rows form of ``kernel`` into a float32 output: the same sum into the workspace
     accumulator, then the division (or the copy) written straight into the output (the same
     rounding as dividing in place and storing)."""
-    assert ones is not None
-    product = functools.partial(np.dot, matrix, ones, out=accumulator)
+    total = functools.partial(np.add.reduce, matrix, axis=1, out=accumulator)
     finish = functools.partial(np.copyto, result, accumulator) if divisor is None else \
         functools.partial(np.true_divide, accumulator, divisor, out=result)
 
     def run() -> None:
-        product()
+        total()
         finish()
 
     return run
@@ -221,13 +215,12 @@ class ReduceOp(OpSpec):
         divisor, shape = (reduction.count if self.kind == "mean" else None), reduction.shape
 
         rows = _rows_form(self.kind, reduction, operand)
-        ones = None if rows is None else constant((rows[1],), np.float32, 1)
 
         def reduce_into(values: np.ndarray, accumulator: np.ndarray) -> None:
-            if ones is None:
+            if rows is None:
                 reducer(values, axis=dims, keepdims=True, out=accumulator)
-            else:  # a float32 sum over trailing dims: each row's dot with ones (see _rows_form)
-                np.dot(np.ascontiguousarray(values).reshape(rows), ones, out=accumulator.reshape(-1))
+            else:  # a float32 sum over trailing dims: along the rows of a matrix (see _rows_form)
+                np.add.reduce(np.ascontiguousarray(values).reshape(rows), axis=1, out=accumulator.reshape(-1))
 
         def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -257,8 +250,7 @@ class ReduceOp(OpSpec):
                 if matrix is None or not matrix.flags.c_contiguous or result.dtype != np.float32 \
                         or not result.flags.c_contiguous:
                     return functools.partial(kernel, ins, outs, workspace)
-                return fp_errors_ignored(_bound_rows(matrix, ones, accumulator.reshape(-1), result.reshape(-1),
-                                                     divisor))
+                return fp_errors_ignored(_bound_rows(matrix, accumulator.reshape(-1), result.reshape(-1), divisor))
 
             def run() -> None:
                 reducer(values, axis=dims, keepdims=True, out=accumulator)
