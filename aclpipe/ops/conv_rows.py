@@ -115,19 +115,40 @@ def _fills(geometry: RowsGeometry, x: np.ndarray, source: np.ndarray) -> list[Ca
     sh, sw = geometry.stride
     hq, wq = geometry.plane
     phases = source[:n * c * sh * sw * hq * wq].reshape(n, c, sh, sw, hq, wq)
+    rows = [_phase_span(a, sh, geometry.padding[0], geometry.size[0]) for a in range(sh)]
+    cols = [_phase_span(b, sw, geometry.padding[1], geometry.size[1]) for b in range(sw)]
+    row_span, col_span = _uniform(rows), _uniform(cols)
+    if row_span is not None and col_span is not None:
+        # Every phase holds the same number of rows and columns at the same place (an even
+        # padding on a size divisible by the stride, mobile's case): phase a's first row is
+        # row first + a, so all phases are one strided view of x, and the fill one copy.
+        (first_row, at_row, count_rows), (first_col, at_col, count_cols) = row_span, col_span
+        s0, s1, s2, s3 = x.strides
+        values = np.lib.stride_tricks.as_strided(x[:, :, first_row:, first_col:],
+                                                 (n, c, sh, sw, count_rows, count_cols),
+                                                 (s0, s1, s2, s3, s2 * sh, s3 * sw), writeable=False)
+        target = phases[:, :, :, :, at_row:at_row + count_rows, at_col:at_col + count_cols]
+        return [functools.partial(np.copyto, target, values)]
     copies: list[Callable[[], None]] = []
-    for a in range(sh):
-        rows = _phase_span(a, sh, geometry.padding[0], geometry.size[0])
-        for b in range(sw):
-            cols = _phase_span(b, sw, geometry.padding[1], geometry.size[1])
-            if rows is None or cols is None:
+    for a, row_span in enumerate(rows):
+        for b, col_span in enumerate(cols):
+            if row_span is None or col_span is None:
                 continue
-            (first_row, at_row, count_rows), (first_col, at_col, count_cols) = rows, cols
+            (first_row, at_row, count_rows), (first_col, at_col, count_cols) = row_span, col_span
             target = phases[:, :, a, b, at_row:at_row + count_rows, at_col:at_col + count_cols]
             values = x[:, :, first_row:first_row + sh * (count_rows - 1) + 1:sh,
                        first_col:first_col + sw * (count_cols - 1) + 1:sw]
             copies.append(functools.partial(np.copyto, target, values))
     return copies
+
+
+def _uniform(spans: list[tuple[int, int, int] | None]) -> tuple[int, int, int] | None:
+    """The first phase's span when every phase of an axis holds as many values at the same
+    place (then phase ``a`` starts ``a`` values after the first), else None."""
+    first = spans[0]
+    if first is None or any(span is None or span[1:] != first[1:] for span in spans):
+        return None
+    return first
 
 
 def _phase_span(phase: int, stride: int, padding: int, size: int) -> tuple[int, int, int] | None:
