@@ -63,6 +63,21 @@ def _hardsigmoid_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any])
     return run
 
 
+def _hardswish_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
+    """``x * hardsigmoid(x)`` computed in ``out``: the Hardsigmoid steps, then the product (the
+    same ufuncs on the same dtype, so the same bits).  An output sharing memory with ``x`` gets
+    the Hardsigmoid in an array of its own (the product still reads ``x``)."""
+    sigmoid = np.empty(out.shape, out.dtype) if np.may_share_memory(x, out) else out
+    steps = _hardsigmoid_into(x, sigmoid, params)
+    product = functools.partial(np.multiply, x, sigmoid, out=out)
+
+    def run() -> None:
+        steps()
+        product()
+
+    return run
+
+
 def _clamp_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
     """:func:`_clamp` computed in ``out`` (the same ufuncs, so the same bits), against arrays of
     the bounds (:func:`constant`)."""
@@ -164,7 +179,8 @@ _OPS = (
            attrs={"min": None, "max": None}, into=_clamp_into),
     UnaryOp("Hardsigmoid", lambda x, params: hardsigmoid(x), FLOATS, keep_dtype, flops=4.0,
             into=_hardsigmoid_into),
-    UnaryOp("Hardswish", lambda x, params: x * hardsigmoid(x), FLOATS, keep_dtype, flops=5.0),
+    UnaryOp("Hardswish", lambda x, params: x * hardsigmoid(x), FLOATS, keep_dtype, flops=5.0,
+            into=_hardswish_into),
     UnaryOp("LeakyRelu", _leaky_relu, FLOATS, keep_dtype, flops=2.0, parse_attrs=_leaky_attrs,
             attrs={"negativeSlope": 0.01}),
     Prelu(),

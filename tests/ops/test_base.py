@@ -90,6 +90,8 @@ CASES = [
     ("Clamp", _floats((4, 6)), {"max": 0.25}, "strided"),
     ("Relu", lambda seed: [np.roll(np.array([[-0.0, 0.0, np.nan, -np.inf], [np.inf, -1.0, 2.0, -1e-45]],
                                             np.float32), seed)], {}, "view"),
+    ("Hardswish", _floats((2, 3, 8)), {}, "view"),
+    ("Hardswish", _floats((2, 3, 8)), {}, "strided"),
     ("Hardsigmoid", lambda seed: [np.roll(np.array([-0.0, 0.0, np.nan, -3.0, 3.0, np.inf, -np.inf, 2.9999],
                                                    np.float32), seed)], {}, "view"),
 ]
