@@ -4,7 +4,10 @@ Phase one sizes the workspace to hold the im2col buffer in float32 (the compute 
 every supported input dtype): ``N * C_in * prod(kernel) * prod(out_spatial) * 4`` bytes.
 The kernel unfolds the (zero-padded) input into exactly those workspace bytes and
 multiplies the weight by them per group, so a short or shared workspace gives an error or
-wrong results.  ``cubeMathType`` acts as in :mod:`aclpipe.ops.matmul`.
+wrong results.  ``cubeMathType`` acts as in :mod:`aclpipe.ops.matmul`.  2-D convolutions
+with many taps per output channel (depthwise ones) unfold by whole rows instead, with their
+own workspace layout (:mod:`aclpipe.ops.conv_rows`); a 1x1 kernel with stride 1 and no
+padding multiplies its input where it lies, with no workspace.
 
 Transposed convolution (``transposed=True``) is not implemented: phase one refuses it with
 161002.  ``outputPadding`` is validated (non-negative, one value or one per spatial dim)
