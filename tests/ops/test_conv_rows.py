@@ -31,12 +31,14 @@ def _geometries(draw: st.DrawFn) -> tuple[RowsGeometry, bool]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(_geometries(), st.integers(0, 2**16))
-def test_the_rows_form_is_the_convolution_on_any_geometry(case, seed):
+@given(_geometries(), st.integers(0, 2**16), st.booleans())
+def test_the_rows_form_is_the_convolution_on_any_geometry(case, seed, strided):
     geometry, with_bias = case
     rng = np.random.default_rng(seed)
     n, c, o, g = geometry.batch, geometry.channels, geometry.out_channels, geometry.groups
-    x = rng.standard_normal((n, c) + geometry.size, dtype=np.float32)
+    h, w = geometry.size
+    # the input as it lies in device memory: packed, or a view with gaps (every other column)
+    x = rng.standard_normal((n, c, h, 2 * w if strided else w), dtype=np.float32)[..., ::2 if strided else 1]
     weight = rng.standard_normal((o, c // g) + geometry.kernel, dtype=np.float32)
     bias = rng.standard_normal(o, dtype=np.float32) if with_bias else None
     out = np.full((n, o) + geometry.out, np.nan, np.float32)
