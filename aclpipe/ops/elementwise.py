@@ -40,7 +40,18 @@ import numpy as np
 from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
 from .base import Bind, Kernel, OpPlan, OpSpec, op_error
-from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
+from .checks import (
+    ALL,
+    NUMERIC,
+    argument,
+    broadcast_shapes,
+    constant,
+    elementwise_cost,
+    need,
+    need_dtype,
+    need_output,
+    store,
+)
 from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
@@ -109,14 +120,21 @@ def erf_bound(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Call
     index = np.empty(shape, np.intp)
     pieces = np.empty(shape + (4,), np.float64)
     columns = [pieces[..., power] for power in range(4)]
+    # The clamp compares against an array (numpy's minimum with a scalar has no SIMD loop here:
+    # checks.constant), and the piece's start is floor(scaled) in float64, the value the int
+    # index converts back to exactly (scaled >= 0): a float subtraction instead of a mixed
+    # float - int one (a nan's index is garbage either way, its t nan).  The same bits.
+    last = constant(shape, np.float64, _ERF_LAST)
+    start = result  # free until the Horner steps write it
 
     def run() -> None:
         np.copyto(x64, x)
         np.abs(x64, out=scaled)
         np.multiply(scaled, _ERF_STEPS, out=scaled)
-        np.minimum(scaled, _ERF_LAST, out=scaled)
-        np.copyto(index, scaled, casting="unsafe")
-        np.subtract(scaled, index, out=scaled)
+        np.minimum(scaled, last, out=scaled)
+        np.floor(scaled, out=start)
+        np.copyto(index, start, casting="unsafe")
+        np.subtract(scaled, start, out=scaled)
         np.take(_ERF_PIECES, index, axis=0, out=pieces, mode="clip")
         np.multiply(columns[0], scaled, out=result)
         for power in (1, 2, 3):
