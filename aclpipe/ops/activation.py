@@ -30,6 +30,7 @@ from .checks import (
     NUMERIC,
     argument,
     compute_view,
+    constant,
     kept_view,
     need,
     need_dtype,
@@ -60,9 +61,10 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return np.asarray(0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))))
 
 
-def _relu_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> None:
-    """Relu computed in the output view (the same ufunc and dtype as the plain form)."""
-    np.maximum(x, x.dtype.type(0), out=out)
+def _relu_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
+    """Relu computed in the output view: the plain form's ufunc and dtype, against an array of
+    zeros rather than the scalar (the same bits, about 3x faster: :func:`constant`)."""
+    return functools.partial(np.maximum, x, constant(x.shape, x.dtype, 0), out=out)
 
 
 _APPROXIMATE = {0: "none", 1: "tanh", "none": "none", "tanh": "tanh"}

@@ -8,6 +8,8 @@ and the compute dtype (fp16/bf16 accumulate in fp32) and write results into outp
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -211,9 +213,34 @@ def scratch_view(workspace: np.ndarray | None, offset: int, shape: tuple[int, ..
     return view if flat else view.reshape(shape)
 
 
+# -- constant operands ------------------------------------------------------------------------
+# numpy's maximum/minimum with a scalar operand take a loop without SIMD here (8.5 µs on 8,192
+# floats, 2.3 µs against an array of the same shape: the results are the same bits, NaN and
+# signed zeros included), so the clamping kernels compare against a read-only array of the bound.
+# One array per (shape, dtype, value) is shared by every binding holding it, and freed with the
+# last one (weak values): memory stays one array per distinct shape in use, not one per launch.
+_CONSTANTS: weakref.WeakValueDictionary[tuple[Any, ...], np.ndarray] = weakref.WeakValueDictionary()
+_CONSTANTS_LOCK = threading.Lock()
+
+
+def constant(shape: tuple[int, ...], dtype: Any, value: Any) -> np.ndarray:
+    """A read-only C-contiguous array of ``shape`` filled with ``value`` cast to ``dtype``,
+    shared with every caller that asks for the same one (keep a reference while using it)."""
+    numpy_dtype = np.dtype(dtype)
+    scalar = np.asarray(value, numpy_dtype)
+    key = (tuple(shape), numpy_dtype.str, scalar.tobytes())  # bytes: -0.0 and 0.0 differ
+    with _CONSTANTS_LOCK:
+        array = _CONSTANTS.get(key)
+        if array is None:
+            array = np.full(shape, scalar, numpy_dtype)
+            array.flags.writeable = False
+            _CONSTANTS[key] = array
+    return array
+
+
 def argument(values: Sequence[Any], index: int) -> Any:
     """``values[index]``, or None when the caller passed fewer arguments (an absent optional)."""
     return values[index] if index < len(values) else None
 
 
-__all__ += ["SCRATCH_ALIGN", "argument", "scratch_layout", "scratch_view", "target_view"]
+__all__ += ["SCRATCH_ALIGN", "argument", "constant", "scratch_layout", "scratch_view", "target_view"]

@@ -4,7 +4,10 @@ Phase one sizes the workspace to hold the im2col buffer in float32 (the compute 
 every supported input dtype): ``N * C_in * prod(kernel) * prod(out_spatial) * 4`` bytes.
 The kernel unfolds the (zero-padded) input into exactly those workspace bytes and
 multiplies the weight by them per group, so a short or shared workspace gives an error or
-wrong results.  ``cubeMathType`` acts as in :mod:`aclpipe.ops.matmul`.
+wrong results.  ``cubeMathType`` acts as in :mod:`aclpipe.ops.matmul`.  2-D convolutions
+with many taps per output channel (depthwise ones) unfold by whole rows instead, with their
+own workspace layout (:mod:`aclpipe.ops.conv_rows`); a 1x1 kernel with stride 1 and no
+padding multiplies its input where it lies, with no workspace.
 
 Transposed convolution (``transposed=True``) is not implemented: phase one refuses it with
 161002.  ``outputPadding`` is validated (non-negative, one value or one per spatial dim)
@@ -39,6 +42,7 @@ from .checks import (
     store,
     target_view,
 )
+from .conv_rows import RowsGeometry, rows_geometry, rows_run
 from .matmul import cube_math_type, cube_operand
 from .registry import register
 
@@ -199,6 +203,13 @@ class Convolution(OpSpec):
             traffic = float(x.nbytes + weight.nbytes + out.nbytes)
             kernel, bind = _pointwise_kernel(call, mode)
             return OpPlan(kernel, 0, flops, traffic, cube=True, variant=f"pointwise-{len(window.kernel)}d", bind=bind)
+        geometry = rows_geometry(x.shape[0], x.shape[1], weight.shape[0], call.groups, x.shape[2:], window.kernel,
+                                 window.stride, window.padding, window.dilation, window.out)
+        if geometry is not None:
+            workspace_size = geometry.workspace()[0]
+            traffic = float(x.nbytes + weight.nbytes + out.nbytes + 2 * workspace_size)
+            kernel, bind = _rows_kernel(call, mode, geometry)
+            return OpPlan(kernel, workspace_size, flops, traffic, cube=True, variant="rows-2d", bind=bind)
         columns = x.shape[0] * x.shape[1] * math.prod(window.kernel) * math.prod(window.out)
         workspace_size = columns * np.dtype(np.float32).itemsize
         traffic = float(x.nbytes + weight.nbytes + out.nbytes + 2 * workspace_size)
@@ -369,6 +380,42 @@ def _im2col_kernel(call: _ConvCall, mode: int) -> tuple[Kernel, Bind]:
                 add_bias()
 
         return run
+
+    return kernel, bind
+
+
+def _rows_kernel(call: _ConvCall, mode: int, geometry: RowsGeometry) -> tuple[Kernel, Bind]:
+    """A 2-D convolution unfolded by whole rows (:mod:`aclpipe.ops.conv_rows`): the one-shot
+    kernel converts the operands as the cube reads them and runs the same steps as ``bind``."""
+    groups, dtype = call.groups, call.x.dtype
+    filters_shape = (groups, call.weight.shape[0] // groups, -1)
+
+    def kernel(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
+               workspace: np.ndarray | None) -> None:
+        x, weight, bias, out = _operands(inputs, outputs)
+        if out.size == 0:
+            return
+        source = np.asarray(cube_operand(x, dtype, mode), dtype=np.float32)
+        filters = np.ascontiguousarray(cube_operand(weight, dtype, mode), dtype=np.float32).reshape(filters_shape)
+        bias32 = None if bias is None else bias.astype(np.float32, copy=False)
+        result = out if out.dtype == np.float32 else np.empty(out.shape, np.float32)
+        rows_run(geometry, source, filters, bias32, result, workspace, np.zeros(geometry.source_size, np.float32))()
+        if result is not out:
+            store(out, result)
+
+    def bind(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray | None],
+             workspace: np.ndarray | None) -> Callable[[], None]:
+        """``kernel``'s steps on views made once (exact fp32 and C-contiguous filters; else
+        ``kernel``).  The phase-split input is this binding's own array, its border zeroed once:
+        a bound launch runs one at a time (its slot's buffers would race otherwise)."""
+        x, weight, out = inputs[0], inputs[1], outputs[0]
+        if not _exact_fp32(call, mode, inputs, out) or x is None or weight is None or out is None:
+            return functools.partial(kernel, inputs, outputs, workspace)
+        filters = kept_view(weight, filters_shape)
+        if filters is None or not filters.flags.c_contiguous:
+            return functools.partial(kernel, inputs, outputs, workspace)
+        bias = inputs[2] if len(inputs) == 3 else None
+        return rows_run(geometry, x, filters, bias, out, workspace, np.zeros(geometry.source_size, np.float32))
 
     return kernel, bind
 

@@ -40,7 +40,18 @@ import numpy as np
 from ..dtypes import DType, promote_types, result_type_with_scalar
 from ..tensor import TensorDesc
 from .base import Bind, Kernel, OpPlan, OpSpec, op_error
-from .checks import ALL, NUMERIC, argument, broadcast_shapes, elementwise_cost, need, need_dtype, need_output, store
+from .checks import (
+    ALL,
+    NUMERIC,
+    argument,
+    broadcast_shapes,
+    constant,
+    elementwise_cost,
+    need,
+    need_dtype,
+    need_output,
+    store,
+)
 from .fp_errors import fp_errors_ignored, ignore_fp_errors
 from .registry import register
 
@@ -48,8 +59,8 @@ __all__ = ["BinaryOp", "UnaryOp", "erf", "float_result", "keep_dtype", "sigmoid"
 
 UnaryFn = Callable[[np.ndarray, Mapping[str, Any]], Any]
 BinaryFn = Callable[[Any, Any, Mapping[str, Any]], Any]
-#: ``into(x, out, params)``: a unary function written straight into ``out`` (see :class:`UnaryOp`).
-UnaryInto = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], None]
+#: ``into(x, out, params)``: the run writing a unary function straight into ``out`` (see :class:`UnaryOp`).
+UnaryInto = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], Callable[[], None]]
 #: ``bound(x, out, params)``: the run computing the function of ``x`` into ``out`` (see :class:`UnaryOp`).
 UnaryBound = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], Callable[[], None]]
 DTypeRule = Callable[[DType], DType]
@@ -109,14 +120,21 @@ def erf_bound(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Call
     index = np.empty(shape, np.intp)
     pieces = np.empty(shape + (4,), np.float64)
     columns = [pieces[..., power] for power in range(4)]
+    # The clamp compares against an array (numpy's minimum with a scalar has no SIMD loop here:
+    # checks.constant), and the piece's start is floor(scaled) in float64, the value the int
+    # index converts back to exactly (scaled >= 0): a float subtraction instead of a mixed
+    # float - int one (a nan's index is garbage either way, its t nan).  The same bits.
+    last = constant(shape, np.float64, _ERF_LAST)
+    start = result  # free until the Horner steps write it
 
     def run() -> None:
         np.copyto(x64, x)
         np.abs(x64, out=scaled)
         np.multiply(scaled, _ERF_STEPS, out=scaled)
-        np.minimum(scaled, _ERF_LAST, out=scaled)
-        np.copyto(index, scaled, casting="unsafe")
-        np.subtract(scaled, index, out=scaled)
+        np.minimum(scaled, last, out=scaled)
+        np.floor(scaled, out=start)
+        np.copyto(index, start, casting="unsafe")
+        np.subtract(scaled, start, out=scaled)
         np.take(_ERF_PIECES, index, axis=0, out=pieces, mode="clip")
         np.multiply(columns[0], scaled, out=result)
         for power in (1, 2, 3):
@@ -186,9 +204,11 @@ class UnaryOp(OpSpec):
     parse_attrs:
         Validates the attributes and returns the kernel's parameters (none by default).
     into:
-        ``into(x, out, params)``: the same function computed straight into the output view
-        ``out`` (every step a ufunc with ``out=``, bit-identical to ``function``), used when
-        input and output already have the compute dtype: no temporary, no cast, no copy.
+        ``into(x, out, params)``: the run computing the same function straight into the
+        output view ``out`` (every step a ufunc with ``out=``, bit-identical to ``function``),
+        used when input and output already have the compute dtype: no temporary, no cast, no
+        copy.  The plan's ``bind`` makes it once per bound launch (with any constant operand
+        it compares against); the one-shot kernel makes it and runs it once.
     bound:
         ``bound(x, out, params)``: for an input already in the compute dtype, the run that
         writes ``function(x)`` into ``out`` (cast as ``store`` casts, bit-identical), made once
@@ -281,7 +301,7 @@ def _bind_into_unary(into: UnaryInto, params: dict[str, Any]) -> Bind:
              workspace: np.ndarray | None) -> Callable[[], None]:
         x, out = ins[0], outs[0]
         assert x is not None and out is not None
-        return fp_errors_ignored(functools.partial(into, x, out, params))
+        return fp_errors_ignored(into(x, out, params))
 
     return bind
 
@@ -292,7 +312,7 @@ def _into_unary(into: UnaryInto, params: dict[str, Any]) -> Kernel:
     def kernel(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray | None],
                workspace: np.ndarray | None) -> None:
         with ignore_fp_errors():  # inf/nan results are data, as on the device
-            into(ins[0], outs[0], params)  # type: ignore[arg-type]
+            into(ins[0], outs[0], params)()  # type: ignore[arg-type]
 
     return kernel
 

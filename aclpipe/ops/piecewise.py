@@ -17,14 +17,26 @@ fp16/bf16 compute in fp32 and round once.  None needs a workspace.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..tensor import TensorDesc
 from .base import OpPlan, OpSpec, op_error
-from .checks import FLOATS, NUMERIC, argument, elementwise_cost, need, need_dtype, need_output, need_same_dtype, store
+from .checks import (
+    FLOATS,
+    NUMERIC,
+    argument,
+    constant,
+    elementwise_cost,
+    need,
+    need_dtype,
+    need_output,
+    need_same_dtype,
+    store,
+)
 from .elementwise import UnaryOp, cast_scalar, keep_dtype, scalar_attr
 from .registry import register
 
@@ -36,25 +48,54 @@ def hardsigmoid(x: np.ndarray) -> np.ndarray:
     return np.asarray(np.minimum(np.maximum(x / x.dtype.type(6) + x.dtype.type(0.5), 0), 1))
 
 
-def _hardsigmoid_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> None:
-    """:func:`hardsigmoid` computed in ``out``: the same ufuncs on the same dtype, so the same bits."""
+def _hardsigmoid_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
+    """:func:`hardsigmoid` computed in ``out``: the same ufuncs on the same dtype, so the same
+    bits; the bounds are arrays (:func:`constant`: a scalar bound takes numpy's slow loop)."""
     kind = x.dtype.type
-    np.divide(x, kind(6), out=out)
-    np.add(out, kind(0.5), out=out)
-    np.maximum(out, 0, out=out)
-    np.minimum(out, 1, out=out)
+    zero, one = constant(out.shape, out.dtype, 0), constant(out.shape, out.dtype, 1)
+
+    def run() -> None:
+        np.divide(x, kind(6), out=out)
+        np.add(out, kind(0.5), out=out)
+        np.maximum(out, zero, out=out)
+        np.minimum(out, one, out=out)
+
+    return run
 
 
-def _clamp_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> None:
-    """:func:`_clamp` computed in ``out`` (the same ufuncs, so the same bits)."""
-    low, high = params["min"], params["max"]
-    kind = x.dtype.type
+def _hardswish_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
+    """``x * hardsigmoid(x)`` computed in ``out``: the Hardsigmoid steps, then the product (the
+    same ufuncs on the same dtype, so the same bits).  An output sharing memory with ``x`` gets
+    the Hardsigmoid in an array of its own (the product still reads ``x``)."""
+    sigmoid = np.empty(out.shape, out.dtype) if np.may_share_memory(x, out) else out
+    steps = _hardsigmoid_into(x, sigmoid, params)
+    product = functools.partial(np.multiply, x, sigmoid, out=out)
+
+    def run() -> None:
+        steps()
+        product()
+
+    return run
+
+
+def _clamp_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
+    """:func:`_clamp` computed in ``out`` (the same ufuncs, so the same bits), against arrays of
+    the bounds (:func:`constant`)."""
+    low, high = (None if params[key] is None else constant(out.shape, x.dtype, x.dtype.type(params[key]))
+                 for key in ("min", "max"))
     if low is None:
-        np.minimum(x, kind(high), out=out)
-        return
-    np.maximum(x, kind(low), out=out)
-    if high is not None:
-        np.minimum(out, kind(high), out=out)
+        assert high is not None
+        return functools.partial(np.minimum, x, high, out=out)
+    if high is None:
+        return functools.partial(np.maximum, x, low, out=out)
+    lower = functools.partial(np.maximum, x, low, out=out)
+    upper = functools.partial(np.minimum, out, high, out=out)
+
+    def run() -> None:
+        lower()
+        upper()
+
+    return run
 
 
 def _clamp_attrs(op: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -138,7 +179,8 @@ _OPS = (
            attrs={"min": None, "max": None}, into=_clamp_into),
     UnaryOp("Hardsigmoid", lambda x, params: hardsigmoid(x), FLOATS, keep_dtype, flops=4.0,
             into=_hardsigmoid_into),
-    UnaryOp("Hardswish", lambda x, params: x * hardsigmoid(x), FLOATS, keep_dtype, flops=5.0),
+    UnaryOp("Hardswish", lambda x, params: x * hardsigmoid(x), FLOATS, keep_dtype, flops=5.0,
+            into=_hardswish_into),
     UnaryOp("LeakyRelu", _leaky_relu, FLOATS, keep_dtype, flops=2.0, parse_attrs=_leaky_attrs,
             attrs={"negativeSlope": 0.01}),
     Prelu(),

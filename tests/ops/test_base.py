@@ -71,6 +71,29 @@ CASES = [
     ("Convolution", _floats((1, 4, 3, 3), (6, 4, 1, 1), (6,)), {}, "view"),
     ("Convolution", _floats((1, 3, 6, 6), (4, 3, 3, 3)), {"padding": [1, 1], "cubeMathType": 2}, "view"),
     ("Mean", _floats((2, 3, 4, 4)), {"dim": [2, 3], "keepDim": True}, "view"),
+    # unfolded by rows (many taps per output channel): mobile's depthwise 5x5 with stride 2,
+    # a stride and dilation that split the taps into phase groups, a strided (copied) weight
+    ("Convolution", _floats((2, 6, 9, 8), (6, 1, 5, 5), (6,)),
+     {"stride": [2, 2], "padding": [2, 2], "dilation": [1, 1], "groups": 6}, "view"),
+    ("Convolution", _floats((1, 4, 9, 8), (2, 4, 3, 2)),
+     {"stride": [3, 2], "padding": [1, 0], "dilation": [2, 1]}, "view"),
+    ("Convolution", _floats((1, 4, 6, 6), (2, 4, 3, 3), (2,)), {"padding": [1, 1]}, "transposed"),
+    ("Convolution", _floats((1, 4, 6, 6), (2, 4, 3, 3), dtype="float16"), {"padding": [1, 1]}, "view"),
+    # sums over trailing dims as dot products with ones; other dims and strided inputs
+    ("Mean", _floats((2, 3, 4, 4)), {"dim": [3, 2], "keepDim": False}, "view"),
+    ("Mean", _floats((2, 3, 4, 4)), {"dim": [1, 2], "keepDim": True}, "view"),
+    ("Mean", _floats((2, 3, 4, 4)), {"dim": [2, 3], "keepDim": True}, "strided"),
+    ("ReduceSum", _floats((3, 5, 7)), {"dims": [2], "keepDims": True}, "view"),
+    ("ReduceSum", _floats((3, 5, 7), dtype="float16"), {"dims": [1, 2], "keepDims": False}, "view"),
+    # the clamps compare against arrays of their bounds: one bound, and nan and signed zeros
+    ("Clamp", _floats((4, 6)), {"min": -0.5}, "view"),
+    ("Clamp", _floats((4, 6)), {"max": 0.25}, "strided"),
+    ("Relu", lambda seed: [np.roll(np.array([[-0.0, 0.0, np.nan, -np.inf], [np.inf, -1.0, 2.0, -1e-45]],
+                                            np.float32), seed)], {}, "view"),
+    ("Hardswish", _floats((2, 3, 8)), {}, "view"),
+    ("Hardswish", _floats((2, 3, 8)), {}, "strided"),
+    ("Hardsigmoid", lambda seed: [np.roll(np.array([-0.0, 0.0, np.nan, -3.0, 3.0, np.inf, -np.inf, 2.9999],
+                                                   np.float32), seed)], {}, "view"),
 ]
 
 

@@ -89,14 +89,23 @@ def test_empty_batch_gives_an_empty_output(device):
     assert out.shape == (0, 3, 5, 5)
 
 
-def test_workspace_is_the_im2col_buffer_and_formats_are_kept(device):
+def test_workspace_is_the_unfolded_buffer_and_formats_are_kept(device):
     inputs = [desc((2, 4, 7, 6), format=Format.NCHW), desc((6, 2, 3, 2))]
     attrs = {"stride": [2, 1], "padding": [1, 2], "dilation": [1, 2], "groups": 2}
     (inferred,) = get_op("Convolution").infer(inputs, attrs)
     assert inferred.shape == (2, 6, 4, 8) and inferred.format == Format.NCHW
     plan = get_op("Convolution").prepare(inputs, [inferred], attrs)
+    assert plan.variant == "im2col-2d"  # 4 * 3 * 2 taps for 6 output channels: im2col's copy
     assert plan.workspace_size == 2 * 4 * 3 * 2 * 4 * 8 * 4  # N*C*kh*kw*oh*ow float32
     assert plan.cube and plan.flops == 2 * inferred.numel * 2 * 3 * 2
+    # Fewer output channels: unfolded by rows, each tap's columns spanning the phase plane's
+    # width (10 = 6 + 2 * 2, stride 1) for the 4 output rows, then the wide product
+    # [N, C_out, oh, 10], float32.
+    narrow = [desc((2, 4, 7, 6)), desc((2, 2, 3, 2))]
+    (out,) = get_op("Convolution").infer(narrow, attrs)
+    plan = get_op("Convolution").prepare(narrow, [out], attrs)
+    assert plan.variant == "rows-2d"
+    assert plan.workspace_size == 2 * 4 * 3 * 2 * 4 * 10 * 4 + 2 * 2 * 4 * 10 * 4
     (ncl,) = get_op("Convolution").infer([desc((1, 2, 6), format=Format.NCL), desc((3, 2, 3))], {})
     assert ncl.format == Format.NCL and ncl.shape == (1, 3, 4)
 

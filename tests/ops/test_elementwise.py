@@ -124,6 +124,34 @@ def test_erf_is_accurate_across_its_range(device):
     np.testing.assert_allclose(out, _erf(x.astype(np.float64)), rtol=2e-7, atol=1e-30)
 
 
+def test_erf_takes_the_piece_start_as_the_integer_index_would():
+    """erf_bound subtracts floor(scaled) (a float) where the plain form subtracts the int index
+    of the piece, and clamps against an array: the same bits on every kind of fp32 value (random
+    bit patterns: nan payloads, infinities, subnormals) and in float64."""
+    from aclpipe.ops.elementwise import _ERF_LAST, _ERF_PIECES, _ERF_STEPS, erf_bound
+
+    def by_index(x: np.ndarray) -> np.ndarray:
+        scaled = np.minimum(np.abs(x.astype(np.float64)) * _ERF_STEPS, _ERF_LAST)
+        index = scaled.astype(np.intp)
+        t = scaled - index
+        pieces = np.take(_ERF_PIECES, index, axis=0, mode="clip")
+        result = pieces[..., 0] * t
+        for power in (1, 2, 3):
+            result = result + pieces[..., power]
+            result = result * t if power < 3 else result
+        return np.copysign(result, x.astype(np.float64)).astype(x.dtype)
+
+    rng = np.random.default_rng(12)
+    patterns = np.frombuffer(rng.integers(0, 2**32, 200_000, dtype=np.uint32).tobytes(), np.float32)
+    for x in (patterns.reshape(2, -1), rng.standard_normal(50_000) * 3, np.array(-0.0, np.float32)):
+        out = np.empty_like(x)
+        with np.errstate(all="ignore"):
+            erf_bound(x, out, {})()
+            expected = by_index(x)
+        view = np.uint32 if x.dtype == np.float32 else np.uint64
+        np.testing.assert_array_equal(out.view(view), expected.view(view))
+
+
 def test_erf_pieces_are_within_1e_7_everywhere_including_their_ends_and_tiny_values():
     from aclpipe.ops.elementwise import erf
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import cffi
-import numpy as np
 
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
@@ -805,6 +804,15 @@ class SimBackend:
         self.faults.release()
 
 
+_POISON = bytes([POISON_BYTE])
+
+
+def _bytes_of(allocation: Allocation, address: int, nbytes: int) -> memoryview:
+    """The bytes ``[address, address + nbytes)`` of ``allocation``, writable in place."""
+    offset = address - allocation.start
+    return allocation.data.data[offset:offset + nbytes]
+
+
 class _Guarded:
     """A kernel body refusing freed memory (AI-core read/write traps, 25-01_aclError.md) and
     scribbling over the padding it may touch once it ran.
@@ -823,7 +831,9 @@ class _Guarded:
         self.padding = padding
         self.label = label
         self._allocations = allocations  # those of ``reads`` and ``writes``, each once
-        self._scribbles: list[tuple[Allocation, np.ndarray]] | None = None  # the padding's bytes, at first run
+        # The padding's bytes and their poison, made at first run.  A memoryview slice assigned a
+        # bytes object of its length: 0.25 µs where ndarray.fill took 0.33 (run after every kernel).
+        self._scribbles: list[tuple[Allocation, memoryview, bytes]] | None = None
 
     def __call__(self) -> None:
         for allocation in self._allocations:
@@ -832,12 +842,11 @@ class _Guarded:
         self.run()
         scribbles = self._scribbles
         if scribbles is None:
-            scribbles = self._scribbles = [
-                (allocation, allocation.data[address - allocation.start:address - allocation.start + nbytes])
-                for allocation, address, nbytes in self.padding]
-        for allocation, scribble in scribbles:
+            scribbles = self._scribbles = [(allocation, _bytes_of(allocation, address, nbytes), _POISON * nbytes)
+                                           for allocation, address, nbytes in self.padding]
+        for allocation, scribble, poison in scribbles:
             if allocation.alive:
-                scribble.fill(POISON_BYTE)
+                scribble[:] = poison
 
     def _trap(self) -> None:
         """Raise the trap for the first region (reads first) in freed memory."""

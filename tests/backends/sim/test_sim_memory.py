@@ -181,6 +181,31 @@ def test_kernels_touch_the_padding_after_their_outputs():
         assert (seen[24:] == 0).all()  # beyond the piece: untouched
 
 
+def test_a_bound_kernel_clobbers_its_padding_on_every_launch():
+    """The guard keeps its padding's bytes from the first run: a neighbour rewritten between
+    two launches of one bound kernel is clobbered again by the second, and a freed allocation
+    is not scribbled on (its launch is refused as a use after free)."""
+    with aclpipe.open_device("sim", sanitizer=False) as device:
+        stream = device.create_stream()
+        block, zeros = device.upload(np.zeros(64, np.float32)), device.upload(np.zeros(64, np.float32))
+        backend = device.backend
+        bound = backend.bind_kernel(lambda: None, writes=[(block.address, 64)], cost=Cost())
+        for _ in range(2):
+            backend.submit_kernel(stream.handle, "probe", bound, {})
+            stream.sync()
+            seen = device.download(block, "float32", (64,))
+            assert (seen[:16] == 0).all() and np.isnan(seen[16:24]).all() and (seen[24:] == 0).all()
+            stream.memcpy(block, zeros)  # the neighbour writes again
+            stream.sync()
+            assert (device.download(block, "float32", (64,)) == 0).all()
+        with latch(stream):
+            backend.submit_kernel(stream.handle, "probe", bound, {})
+            block.close()
+        with pytest.raises(DeviceFault) as caught:
+            stream.sync()
+        assert caught.value.code == 507043 and "use after free" in str(caught.value)
+
+
 def test_the_sanitizer_reports_a_read_of_a_clobbered_neighbour(device):
     stream = device.create_stream()
     block = device.alloc(256)
