@@ -268,6 +268,30 @@ def print_table(rows: list[Row]) -> None:
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 
+#: Issue 12's goal 4: the simulator at most this many µs per launch on these models.
+GOAL_US_PER_LAUNCH = 15.0
+GOAL_MODELS = ("bert_opset17", "mobile_opset11", "mobile_opset13", "mobile_opset18")
+
+
+def print_goal(rows: list[Row]) -> None:
+    """Goal 4's verdict per goal model measured, with what the figure is made of: the kernels at
+    their smallest (one stream only) and, with ``--machinery``, the rest with every kernel skipped."""
+    for row in rows:
+        if row.name not in GOAL_MODELS:
+            continue
+        launches = max(row.launches, 1)
+        per_launch = row.sim_seconds * 1e6 / launches
+        kernels = row.kernel_min_seconds * 1e6 / launches
+        text = (f"goal <= {GOAL_US_PER_LAUNCH:.0f} us/launch, {row.name}: {per_launch:.1f} "
+                f"({'met' if per_launch <= GOAL_US_PER_LAUNCH else 'missed'}); its kernels at their smallest "
+                + (f"{kernels:.1f}" if kernels == kernels else "n/a (--streams 1 splits them)"))
+        if row.machinery and kernels == kernels:
+            machinery = row.machinery["wall"] * 1e6 / launches
+            text += (f", the machinery (median with every kernel skipped) {machinery:.1f}: "
+                     f"{kernels + machinery:.1f} together")
+        print(text)
+
+
 def print_machinery(rows: list[Row]) -> None:
     print("\nkernels skipped (--machinery): per run, median wall time; CPU and voluntary switches of the event "
           "loop's thread (host) and of the simulator's threads (sim)")
@@ -334,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
             rows[-1].floor_seconds = numpy_floor(table[name], table[name].feeds()[0], args.repeats)
         table[name].__dict__.pop("model", None)  # free big weights before the next model
     print_table(rows)
+    print_goal(rows)
     if args.machinery:
         print_machinery(rows)
     if args.floor:
