@@ -18,6 +18,10 @@ __all__ = ["COPY_COLOURS", "save_gantt"]
 
 COPY_COLOURS = {"h2d": "#2ca02c", "d2h": "#9467bd"}
 _HOST_COLOUR, _WAIT_COLOUR, _RECORD_COLOUR = "#7f7f7f", "#d9d9d9", "#d62728"
+#: Tasks that hold their stream while others work (a captured model's replay, a latch): outlined,
+#: so that they are not taken for a kernel of the op that owns the palette's first colour.
+_HOLD_COLOUR, _HOLD_EDGE, _HOLD_KINDS = "#f2f2f2", "#666666", frozenset({"control", "graph", "latch"})
+_UNKNOWN_OP_COLOUR = "#444444"  # not in the palette
 
 
 def _pyplot() -> Any:
@@ -45,7 +49,7 @@ def _op_colours(trace: Trace) -> dict[str, Any]:
 def _colour(record: TraceRecord, colours: dict[str, Any]) -> Any:
     if record.engine in COPY_COLOURS:
         return COPY_COLOURS[record.engine]
-    return colours.get(record.op or record.name, "#1f77b4")
+    return colours.get(record.op or record.name, _UNKNOWN_OP_COLOUR)
 
 
 def save_gantt(trace: Trace, path: str | Path, *, title: str | None = None) -> Path:
@@ -81,6 +85,8 @@ def save_gantt(trace: Trace, path: str | Path, *, title: str | None = None) -> P
                 bar(row, record, _WAIT_COLOUR, 0.35, hatch="//", edgecolor="#aaaaaa", linewidth=0)
             elif record.kind == "host_func":
                 bar(row, record, _HOST_COLOUR, 0.3)
+            elif record.kind in _HOLD_KINDS:
+                bar(row, record, _HOLD_COLOUR, 0.5, edgecolor=_HOLD_EDGE, linewidth=0.6)
             elif record.status != "skipped":
                 bar(row, record, _colour(record, colours), edgecolor="white", linewidth=0.3)
     for offset, tasks in enumerate(engines.values()):
@@ -112,5 +118,6 @@ def _legend(axes: Any, colours: dict[str, Any]) -> None:
     handles += [Patch(facecolor=colour, label=f"copy {engine}") for engine, colour in COPY_COLOURS.items()]
     handles += [Patch(facecolor=_WAIT_COLOUR, hatch="//", label="wait"),
                 Patch(facecolor=_HOST_COLOUR, label="host function"),
+                Patch(facecolor=_HOLD_COLOUR, edgecolor=_HOLD_EDGE, label="replay, latch (holds its stream)"),
                 Patch(facecolor=_RECORD_COLOUR, label="event record")]
     axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7, frameon=False)

@@ -166,6 +166,27 @@ def test_gantt_png_draws_every_lane_in_its_colours(device, tmp_path):
         Trace([]).save_gantt(tmp_path / "empty.png")
 
 
+def test_gantt_outlines_a_replay_instead_of_painting_it_as_a_kernel(tmp_path):
+    # A captured run's replay holds the D2H stream for the whole run: drawn as a kernel it took
+    # the colour of the palette's first op (an Add, here) and read as one long Add.
+    pytest.importorskip("matplotlib")
+    from matplotlib import image
+
+    from aclpipe.trace import gantt
+
+    trace = Trace([record("s0", "kernel", "compute", 0.0, 1e-3, node="add", op="Add"),
+                   record("s1", "control", None, 0.0, 4e-3, node="start ri0")])
+    pixels = image.imread(trace.save_gantt(tmp_path / "replay.png"))[..., :3]
+
+    def count(colour: str) -> int:
+        rgb = np.array([int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+        return int((np.abs(pixels - rgb).max(axis=-1) < 0.02).sum())
+
+    add = gantt._op_colours(trace)["Add"]
+    add_hex = "#" + "".join(f"{round(channel * 255):02x}" for channel in add[:3])
+    assert count(gantt._HOLD_COLOUR) > count(add_hex) > 0  # the replay (4 ms) outlined, not in the Add colour
+
+
 def test_plan_dot_has_stream_clusters_event_edges_and_measured_times(device):
     trace, plan = traced_runs(device)
     dot = plan_dot(plan)
