@@ -140,11 +140,13 @@ def normalize_shapes(graph: Graph, given: Mapping[str, Any]) -> dict[str, tuple[
 def _as_shape(name: str, value: Any) -> tuple[int, ...]:
     shape = getattr(value, "shape", value)
     try:
+        if isinstance(shape, (str, bytes)):  # iterable, but of characters: never a shape
+            raise TypeError
         dims = tuple(shape)
     except TypeError:
         raise GraphError(f"input {name!r}: expected a shape (tuple of ints) or an array, got {value!r}") from None
     if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
-        raise GraphError(f"input {name!r}: shape {dims} must hold sizes >= 0")
+        raise GraphError(f"input {name!r}: shape {dims} must hold sizes >= 0 (ints)")
     return tuple(int(d) for d in dims)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +34,41 @@ ALIGNMENT = 32
 START_ALIGNMENT = 64  # aclrtMalloc: "the start address is 64-byte aligned" (11-01)
 POISON_BYTE = 0xFF  # all-ones: NaN in every float dtype, -1 in every signed int
 _HOST_ALIGNMENT = 64
+#: Allocations from this size up are checked against the host's available memory first.
+_CHECKED_BYTES = 64 << 20
+
+
+def _host_backed(nbytes: int, what: str) -> np.ndarray:
+    """``nbytes`` of poison in host memory, which holds every simulated allocation (device
+    memory as well as pinned host buffers, which CANN keeps page-locked, so resident).  An
+    allocation the host cannot hold is refused with 207001 before numpy is asked: filling more
+    than the host has would not fail cleanly, the kernel would kill the process."""
+    if nbytes >= _CHECKED_BYTES:
+        available = _host_available_bytes()
+        if available is not None and nbytes > available:
+            raise DeviceOutOfMemory(207001, f"{what}: the simulator keeps it in host memory, which has {available} "
+                                            "bytes available; lower the batch size or the pipeline depth",
+                                    requested=nbytes)
+    try:
+        return np.full(nbytes, POISON_BYTE, dtype=np.uint8)
+    except MemoryError:
+        raise DeviceOutOfMemory(207001, f"{what}: the host could not provide the memory the simulator keeps it "
+                                        "in; lower the batch size or the pipeline depth", requested=nbytes) from None
+
+
+def _host_available_bytes() -> int | None:
+    """The host's available memory (Linux ``MemAvailable``, else free pages), None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 @dataclass(eq=False)
@@ -98,7 +134,12 @@ class DeviceMemory:
             self._next += -(-(rounded + 4096) // START_ALIGNMENT) * START_ALIGNMENT
             self.in_use += rounded
             self.peak = max(self.peak, self.in_use)
-        data = np.full(rounded, POISON_BYTE, dtype=np.uint8)
+        try:
+            data = _host_backed(rounded, f"device allocation of {nbytes} bytes")
+        except DeviceOutOfMemory:
+            with self._lock:
+                self.in_use -= rounded
+            raise
         allocation = Allocation(start, nbytes, data, label=label)
         with self._lock:
             bisect.insort(self._starts, start)
@@ -121,10 +162,9 @@ class DeviceMemory:
     def alloc_host(self, nbytes: int, label: str = "") -> Allocation:
         if nbytes <= 0:
             raise error_from_code(107000, f"cannot allocate {nbytes} host bytes: size must be positive")
-        raw = np.empty(nbytes + _HOST_ALIGNMENT, dtype=np.uint8)
+        raw = _host_backed(nbytes + _HOST_ALIGNMENT, f"pinned host allocation of {nbytes} bytes")
         shift = (-raw.ctypes.data) % _HOST_ALIGNMENT
         data = raw[shift:shift + nbytes]
-        data.fill(POISON_BYTE)
         allocation = Allocation(data.ctypes.data, nbytes, data, host=True, label=label)
         with self._lock:
             bisect.insort(self._host_starts, allocation.start)

@@ -217,3 +217,37 @@ def test_the_sanitizer_reports_a_read_of_a_clobbered_neighbour(device):
     launch(device, stream, writes=[(block.address + 64, 64)], name="rewrite")
     launch(device, stream, reads=[(block.address + 64, 64)], name="reader")  # rewritten since: fine
     stream.sync()
+
+
+def test_an_allocation_the_host_cannot_hold_is_refused_before_numpy_is_asked(device, monkeypatch):
+    # Simulated memory lives in host RAM: filling more than the host has would get the process
+    # killed, so a large request beyond what the host has available is refused (207001) first,
+    # and the device's counters are left as they were.
+    from aclpipe.backends.sim import memory
+
+    monkeypatch.setattr(memory, "_host_available_bytes", lambda: 100 << 20)
+    used = device.mem_info().used
+    with pytest.raises(aclpipe.DeviceOutOfMemory, match="device allocation of 134217728 bytes: the simulator "
+                                                        "keeps it in host memory, which has 104857600") as caught:
+        device.alloc(128 << 20)
+    assert caught.value.code == 207001 and caught.value.requested is not None
+    with pytest.raises(aclpipe.DeviceOutOfMemory, match="pinned host allocation of 134217728 bytes"):
+        device.alloc_host(128 << 20)
+    assert device.mem_info().used == used
+    device.alloc(1 << 20).close()  # what the host can hold still works
+
+
+def test_numpy_running_out_of_host_memory_is_a_device_out_of_memory(device, monkeypatch):
+    from aclpipe.backends.sim import memory
+
+    def no_memory(*args: object, **kwargs: object) -> np.ndarray:
+        raise MemoryError("Unable to allocate")
+
+    used = device.mem_info().used
+    monkeypatch.setattr(memory.np, "full", no_memory)
+    with pytest.raises(aclpipe.DeviceOutOfMemory, match="the host could not provide the memory"):
+        device.alloc(4096)
+    with pytest.raises(aclpipe.DeviceOutOfMemory, match="pinned host allocation of 4096 bytes"):
+        device.alloc_host(4096)
+    monkeypatch.undo()
+    assert device.mem_info().used == used
