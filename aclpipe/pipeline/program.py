@@ -48,6 +48,10 @@ if TYPE_CHECKING:
 __all__ = ["Program", "Slot", "Step", "events_per_slot"]
 
 
+#: ACL_ERROR_RT_NO_STREAM_RESOURCE: capturing ran out of streams (see Program.capture).
+_NO_STREAM_RESOURCE = 207008
+
+
 def events_per_slot(plan: Plan, streams: int) -> int:
     """Events one slot of ``plan`` holds on ``streams`` pipeline streams (compute, H2D, D2H), at
     most: one per recording node, a tail per stream the run uses other than D2H, the run's
@@ -332,13 +336,21 @@ class Program:
         origin = self.streams[d2h_lane].handle
         for slot in self.slots:
             slot.fork = self.device.create_event()
-            backend.capture_begin(origin)
             try:
-                self._capture_run(slot, origin)
-            except BaseException:
-                _abandon_capture(backend, origin)
-                raise
-            slot.graph = backend.capture_end(origin)
+                backend.capture_begin(origin)
+                try:
+                    self._capture_run(slot, origin)
+                except BaseException:
+                    _abandon_capture(backend, origin)
+                    raise
+                slot.graph = backend.capture_end(origin)
+            except BackendError as error:
+                if error.code != _NO_STREAM_RESOURCE:
+                    raise
+                raise error_from_code(
+                    error.code, f"{error.detail}; capturing slot {slot.index + 1} of {len(self.slots)}: each captured "
+                    "slot replays on model streams of its own, so the pipeline's depth multiplies them: lower depth "
+                    "(or streams)", dict(error.context)) from error
             for table in (slot.body, slot.tail):
                 if table is not None:
                     table.close()  # the model holds the launches now

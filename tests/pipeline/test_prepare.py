@@ -154,3 +154,18 @@ def test_programs_beyond_the_event_limit_ask_for_room_and_are_refused_without_it
         second.close()
         workspaces.close()
         preparer.close()
+
+
+def test_running_out_of_streams_while_capturing_names_depth_and_frees_everything():
+    # Each captured slot replays on model streams of its own: with a small stream budget a deep
+    # pipeline runs out part way, and the error says depth is what multiplies them.
+    with aclpipe.open_device("sim", max_streams=16) as device:
+        pipe = aclpipe.Pipeline(mlp(), device, streams=1, depth=8)
+        before = live_device_state(device)
+        with pytest.raises(BackendError, match=r"capturing slot \d+ of 8: .*lower depth") as caught:
+            pipe.prepare(x=(4, 32))
+        assert caught.value.code == 207008 and device.live_events == 0  # the half-built program is freed
+        pipe.close()  # and with the pipeline its constants, which it keeps for the next program
+        assert live_device_state(device) == before
+        with aclpipe.Pipeline(mlp(), device, streams=1, depth=2) as shallow:  # the device is still usable
+            assert shallow.run_sync(x=np.ones((4, 32), np.float32))["y"].shape == (4, 10)
