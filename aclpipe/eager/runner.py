@@ -185,14 +185,9 @@ class OpRunner:
     def attr(self, **attrs: Any) -> OpRunner:
         """Set attributes (later calls override earlier values); a name the op does not take
         is refused here (a ``TypeError``, as for an unknown keyword), never ignored."""
-        unknown = sorted(set(attrs) - set(self.spec.attrs))
-        if unknown:
-            import difflib
-
-            close = sorted({match for name in unknown for match in difflib.get_close_matches(name, self.spec.attrs)})
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise TypeError(f"{self.op}: unknown attribute(s) {', '.join(unknown)}; {self.op} takes "
-                            f"{', '.join(self.spec.attrs) or 'no attributes'}{hint}")
+        problem = self.spec.unknown_attrs(attrs)
+        if problem is not None:
+            raise TypeError(f"{self.op}: {problem}")
         self._attrs.update(attrs)
         return self
 

@@ -226,10 +226,9 @@ class Graph:
                   outputs: Sequence[str | None] | None, attrs: Mapping[str, Any]) -> Value | tuple[Value, ...]:
         node_name = self._node_name(spec, name)
         frozen = freeze_attrs(attrs)
-        unknown = sorted(set(frozen) - set(spec.attrs)) if frozen else None  # most nodes have no attributes
-        if unknown:
-            raise GraphError(f"node {node_name!r} ({spec.name}): unknown attribute(s) {', '.join(unknown)}; "
-                             f"{spec.name} takes {', '.join(spec.attrs) or 'no attributes'}")
+        problem = spec.unknown_attrs(frozen) if frozen else None  # most nodes have no attributes
+        if problem is not None:
+            raise GraphError(f"node {node_name!r} ({spec.name}): {problem}")
         values = self._collect_inputs(node_name, spec, inputs, named_inputs)
         structure = infer_outputs(spec, node_name, values, frozen)  # values are what inference reads
         names = self._output_names(node_name, spec, structure, outputs)

@@ -21,7 +21,7 @@ other backends).  A plan without ``bind`` has its ``kernel`` called on every lau
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,20 @@ class OpSpec:
                 attrs: Mapping[str, Any]) -> OpPlan:
         """Phase one: validate everything (outputs included) and return the plan."""
         raise NotImplementedError
+
+    def unknown_attrs(self, names: Iterable[str]) -> str | None:
+        """What is wrong with attribute ``names`` the op does not take (they, what it takes,
+        the close matches), or None when it takes them all: the graph builder and
+        :class:`~aclpipe.eager.OpRunner` put it in their errors."""
+        unknown = sorted(set(names) - set(self.attrs))
+        if not unknown:
+            return None
+        import difflib
+
+        close = sorted({match for name in unknown for match in difflib.get_close_matches(name, self.attrs)})
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return (f"unknown attribute(s) {', '.join(unknown)}; {self.name} takes "
+                f"{', '.join(self.attrs) or 'no attributes'}{hint}")
 
 
 def op_error(op: str, argument: str, expected: str, seen: Any, *, null: bool = False) -> InvalidArgumentError:
