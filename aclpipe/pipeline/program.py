@@ -146,8 +146,8 @@ class Program:
         self._contexts: dict[int, Mapping[str, Any]] = {}  # see _context
         #: value -> its descriptor at its constant's address: the same in every slot, built once
         self._constant_descs: dict[str, TensorDesc] = {}
-        #: (slot index, value -> its descriptor in that slot): the slot being built, see _descs
-        self._slot_descs: tuple[int, dict[str, TensorDesc]] = (-1, {})
+        #: value -> its descriptor in the slot being built (see _descs); emptied when it is built
+        self._slot_descs: dict[str, TensorDesc] = {}
         try:
             for index in range(depth):
                 self.slots.append(self._build_slot(index))
@@ -179,7 +179,7 @@ class Program:
             slot.done = device.create_event()
         slot.tail = LaunchTable(device.backend, self._tail_records(slot))
         self._building = None
-        self._slot_descs = (-1, {})  # the steps hold what they use
+        self._slot_descs = {}  # the steps hold what they use
         return slot
 
     def address(self, slot: Slot, value: str) -> int:
@@ -213,10 +213,7 @@ class Program:
         node and slot, so written for speed.  Descriptors are immutable, so each is made once
         and shared: an activation's by its writer and readers in the slot being built, a
         constant's by every slot."""
-        built = self._slot_descs
-        if built[0] != slot.index:
-            built = self._slot_descs = (slot.index, {})
-        made = built[1]
+        made = self._slot_descs
         descs: list[TensorDesc | None] = []
         for value in values:
             if value is None:
