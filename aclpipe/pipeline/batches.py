@@ -75,17 +75,10 @@ class ShapeBuckets:
         """The arrays padded to their bucket, and the real row count to slice back to (None
         when nothing was padded).  Inputs in ``skip`` (host values: their contents are part
         of the program) are never padded."""
-        names = [name for name in self.inputs if name not in skip]
-        if not names:
+        target = self._target(arrays, skip)
+        if target is None:
             return dict(arrays), None
-        rows = {name: int(arrays[name].shape[0]) for name in names}
-        if len(set(rows.values())) > 1:
-            raise ValueError(f"with buckets, inputs {list(self.inputs)} share the batch (their first dim), "
-                             f"so they must have as many rows; got {rows}")
-        count = next(iter(rows.values()))
-        size = self.bucket(count)
-        if size is None or size == count or count == 0:
-            return dict(arrays), None
+        names, count, size = target
         padded = dict(arrays)
         for name in names:
             array = arrays[name]
@@ -93,6 +86,41 @@ class ShapeBuckets:
             filler = np.repeat(array[-1:], size - count, axis=0)
             padded[name] = np.concatenate([array, filler], axis=0)
         return padded, count
+
+    def padded_shapes(self, arrays: Mapping[str, np.ndarray], skip: Collection[str] = ()) -> dict[str, Any]:
+        """What :meth:`pad` would give, with each padded input as its shape instead of a padded
+        copy (enough for :meth:`Graph.signature` and planning)."""
+        target = self._target(arrays, skip)
+        shapes: dict[str, Any] = dict(arrays)
+        if target is not None:
+            names, _, size = target
+            for name in names:
+                shapes[name] = (size, *arrays[name].shape[1:])
+        return shapes
+
+    def _target(self, arrays: Mapping[str, np.ndarray], skip: Collection[str]) -> tuple[list[str], int, int] | None:
+        """The inputs to pad, their row count and the bucket's; None when nothing is padded."""
+        names = [name for name in self.inputs if name not in skip]
+        if not names:
+            return None
+        rows = {name: int(arrays[name].shape[0]) for name in names}
+        if len(set(rows.values())) > 1:
+            raise ValueError(f"with buckets, inputs {list(self.inputs)} share the batch (their first dim), "
+                             f"so they must have as many rows; got {rows}")
+        count = next(iter(rows.values()))
+        size = self.bucket(count)
+        if size is None or size == count or count == 0:
+            return None
+        return names, count, size
+
+    def check_once(self, checked: set[int], plans: Iterable[Plan], rows: int | None) -> None:
+        """:meth:`check_outputs` of ``plans`` for the bucket a batch of ``rows`` (padded; None:
+        not padded) ran in, unless that bucket is in ``checked`` (the program's), which it joins."""
+        size = self.bucket(rows) if rows is not None else None
+        if size is not None and size not in checked:
+            for plan in plans:
+                self.check_outputs(plan, size)
+            checked.add(size)
 
     @staticmethod
     def check_outputs(plan: Plan, size: int) -> None:

@@ -315,10 +315,8 @@ class Pipeline:
         entry = self._entry_for(key)
         self._res.cache.pin(entry)
         try:
-            size = self.buckets.bucket(rows) if self.buckets is not None and rows is not None else None
-            if size is not None and size not in entry.checked:
-                ShapeBuckets.check_outputs(entry.program.plan, size)
-                entry.checked.add(size)
+            if self.buckets is not None:
+                self.buckets.check_once(entry.checked, (entry.program.plan,), rows)
             self._trim()
         except BaseException:
             self._unpin(entry)

@@ -22,7 +22,7 @@ fit evicts idle programs one at a time and tries again before :class:`DeviceOutO
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -38,7 +38,21 @@ if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Stream
     from ..runtime.workspaces import WorkspaceStrategy
 
-__all__ = ["Preparer"]
+__all__ = ["Preparer", "with_room"]
+
+T = TypeVar("T")
+
+
+def with_room(build: Callable[[], T], make_room: Callable[[], bool] | None) -> T:
+    """``build()``, tried again each time it runs out of device memory and ``make_room`` frees
+    something (an idle program of another shape: a server that met many batch sizes frees the
+    least recently used before refusing); the :class:`DeviceOutOfMemory` once nothing is left."""
+    while True:
+        try:
+            return build()
+        except DeviceOutOfMemory:
+            if make_room is None or not make_room():
+                raise
 
 
 class Preparer:
@@ -96,14 +110,7 @@ class Preparer:
         or the :class:`DeviceOutOfMemory` that preparing met)."""
         plan = self.plan_for(inputs)
         self.reserve_events(plan, make_room)
-        while True:
-            try:
-                return self._build(plan, workspaces)
-            except DeviceOutOfMemory:
-                # Idle programs of other shapes hold arenas, staging and workspaces: a server
-                # that met many batch sizes frees the least recently used before refusing.
-                if make_room is None or not make_room():
-                    raise
+        return with_room(lambda: self._build(plan, workspaces), make_room)
 
     def _build(self, plan: Plan, workspaces: WorkspaceStrategy) -> Program:
         """Constants, then the program with its workspaces, captured; a half-built one is freed."""

@@ -146,9 +146,9 @@ class ReplicaPipeline(Pipeline):
         """The modelled cost (µs) of one run with these inputs (1 when they are not valid: the
         device's own run then reports what is wrong)."""
         try:
-            arrays = {name: np.asarray(value) for name, value in inputs.items()}
-            if self.buckets is not None:  # the size the device will run
-                arrays, _ = self.buckets.pad(arrays, skip=self.graph.host_inputs)
+            arrays: dict[str, Any] = {name: np.asarray(value) for name, value in inputs.items()}
+            if self.buckets is not None:  # the size the device will run, without padding a copy
+                arrays = self.buckets.padded_shapes(arrays, skip=self.graph.host_inputs)
             key = self.graph.signature(**arrays)
             work = self._work.get(key)
             if work is None:

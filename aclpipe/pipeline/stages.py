@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..errors import AclpipeError, BackendError, ClosedResourceError, DeviceOutOfMemory, PlanError
+from ..errors import AclpipeError, BackendError, ClosedResourceError, PlanError
 from ..graph import Graph, Signature
 from ..plan import Plan, make_plan
 from ..plan.partition import Partition
@@ -46,6 +46,7 @@ from .cache import CacheEntry, LruDict, ProgramCache, check_capacity
 from .devices import open_devices, sum_counters
 from .faults import FaultLog
 from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _batches
+from .prepare import with_room
 from .slots import FifoLock
 from .stage_program import StageProgram, StageSlot
 
@@ -154,14 +155,7 @@ class StagePipeline(Pipeline):
         if entry is not None:
             self._prepare_hits += 1
             return entry
-        while True:
-            try:
-                program = self._build_program(key)
-                break
-            except DeviceOutOfMemory:
-                if not self._evict_idle_program():
-                    raise
-        self._latest = program
+        program = self._latest = with_room(lambda: self._build_program(key), self._evict_idle_program)
         return self._cache.add(key, program)
 
     def _build_program(self, key: Signature) -> StageProgram:
@@ -244,11 +238,8 @@ class StagePipeline(Pipeline):
         entry = self._stage_entry_for(key)
         self._cache.pin(entry)
         try:
-            size = self.buckets.bucket(rows) if self.buckets is not None and rows is not None else None
-            if size is not None and size not in entry.checked:
-                for plan in entry.program.plans:
-                    ShapeBuckets.check_outputs(plan, size)
-                entry.checked.add(size)
+            if self.buckets is not None:
+                self.buckets.check_once(entry.checked, entry.program.plans, rows)
             self._trim()
         except BaseException:
             self._cache.unpin(entry)
