@@ -170,7 +170,18 @@ class Pipeline:
         self._last_signature: tuple[tuple[tuple[str, tuple[int, ...]], ...], frozenset[str], Signature] | None = None
 
     def _make_resources(self, owns_device: bool, pool_bytes: int, cache: ProgramCache[Program, Slot]) -> Resources:
-        streams: list[Stream] = [self.device.create_stream() for _ in range(self.max_streams + 2)]
+        # Compute streams, then one replay stream per slot where the device captures (a captured
+        # run replays on its slot's own, so consecutive runs overlap: see pipeline.program), then
+        # the H2D and D2H copy streams.
+        replays = self.depth if self.device.capabilities.graph_capture else 0
+        streams: list[Stream] = []
+        try:
+            for _ in range(self.max_streams + replays + 2):
+                streams.append(self.device.create_stream())
+        except BaseException:
+            for stream in streams:
+                stream.close()
+            raise
         timeline = Timeline(len(streams))
         for lane, stream in enumerate(streams):
             timeline.assign(stream, lane)
@@ -180,7 +191,8 @@ class Pipeline:
                                    if self.workspace == "pool" else {})
         workspaces: WorkspaceStrategy = make_workspace_strategy(self.device, self.workspace, timeline=timeline,
                                                                 **options)
-        preparer = Preparer(self.graph, self.device, streams, depth=self.depth, max_streams=self.max_streams)
+        preparer = Preparer(self.graph, self.device, streams, depth=self.depth, max_streams=self.max_streams,
+                            replay_lanes=range(self.max_streams, self.max_streams + replays))
         return Resources(self.device, owns_device, streams, timeline, workspaces, preparer, cache)
 
     # -- planning and preparing ----------------------------------------------------------------

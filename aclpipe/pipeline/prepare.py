@@ -21,7 +21,7 @@ fit evicts idle programs one at a time and tries again before :class:`DeviceOutO
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -65,22 +65,26 @@ class Preparer:
     device:
         Where.
     streams:
-        The pipeline's streams: compute streams first, then H2D and D2H.
+        The pipeline's streams: compute streams first, then the replay streams, then H2D and D2H.
     depth:
         Slots per program.
     max_streams:
         At most this many compute streams in a plan.
     plans:
         Plans kept (per input signature; the least recently used go first).
+    replay_lanes:
+        The lanes of ``streams`` captured slots replay on, one per slot (see
+        :mod:`~aclpipe.pipeline.program`); none: programs are not captured.
     """
 
     def __init__(self, graph: Graph, device: Device, streams: list[Stream], *, depth: int, max_streams: int,
-                 plans: int = 64):
+                 plans: int = 64, replay_lanes: Sequence[int] = ()):
         self.graph = graph
         self.device = device
         self.streams = streams
         self.depth = depth
         self.max_streams = max_streams
+        self.replay_lanes = tuple(replay_lanes)
         self.constants: dict[str, DeviceBuffer] = {}
         self._plans: LruDict[Signature, Plan] = LruDict(plans)
 
@@ -120,7 +124,7 @@ class Preparer:
             try:
                 if not program.pin_workspaces(workspaces):
                     workspaces.reserve(program.workspace_sizes)
-                program.capture(workspaces, len(self.streams) - 1)
+                program.capture(workspaces, self.replay_lanes)
             except BaseException:
                 program.close()
                 raise
@@ -130,7 +134,7 @@ class Preparer:
         """Make sure the device has the events a program of ``plan`` needs, or refuse it."""
         device = self.device
         limit = device.capabilities.max_events
-        per_slot = events_per_slot(plan, len(self.streams))
+        per_slot = events_per_slot(plan, len(self.streams), done_joins=device.capabilities.event_errors)
         needed = per_slot * self.depth
         if needed > limit:
             raise error_from_code(

@@ -360,7 +360,11 @@ class SimBackend:
 
     def run_faults(self, task: Task, stream: SimStream) -> bool:
         """Apply a planted fault to ``task``; True when the task must not run."""
-        rule = self.faults.check(task.kind if task.kind != MEMSET else "copy", task.name, task.context)
+        context = task.context
+        replay = stream.graph_context  # a model's task: its replay's run context too
+        if replay:
+            context = {**(context or {}), **replay}
+        rule = self.faults.check(task.kind if task.kind != MEMSET else "copy", task.name, context)
         if rule is None:
             return False
         if rule.hang:
@@ -796,9 +800,9 @@ class SimBackend:
 
     # -- fault injection (sim only) ------------------------------------------------------------
     def inject_fault(self, kind: str, match: str | None = None, *, code: int | None = None, skip: int = 0,
-                     times: int | None = 1, hang: bool = False) -> FaultRule:
+                     times: int | None = 1, hang: bool = False, run: int | None = None) -> FaultRule:
         """Plant a fault; see :class:`aclpipe.backends.sim.faults.FaultRule`."""
-        return self.faults.add(FaultRule(kind, match, code, skip, times, hang))
+        return self.faults.add(FaultRule(kind, match, code, skip, times, hang, run))
 
     def release_hangs(self) -> None:
         self.faults.release()
