@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
     from ..runtime.timeline import Timeline
     from ..runtime.workspaces import WorkspaceStrategy
+    from .budget import StreamBudget
 
 __all__ = ["Program", "Slot", "Step", "events_per_slot"]
 
@@ -160,6 +161,9 @@ class Program:
         self.pinned: dict[Stream, Workspace] | None = None
         self._pinned_by: WorkspaceStrategy | None = None
         self._slots_pinned_by: WorkspaceStrategy | None = None  # who pinned each captured slot's own
+        self._streams_held: tuple[StreamBudget, int] | None = None  # see hold_streams
+        #: Not captured because the device ran out of streams (see pipeline.budget).
+        self.starved = False
         self._building: Slot | None = None  # a half-built slot, for close() after a failure
         self._locations: dict[str, tuple[TensorDesc, str | None, int]] = {}  # see _location
         self._contexts: dict[int, Mapping[str, Any]] = {}  # see _context
@@ -370,12 +374,31 @@ class Program:
         self.pinned = None
         return True
 
+    def model_streams(self, replay_lanes: Sequence[int]) -> int:
+        """Streams the models of a capture of every slot would hold (0: it cannot be captured):
+        one per stream each slot's run uses, its replay stream and D2H included (captured
+        streams consume stream resources, 15_model_running_instance__management.md)."""
+        if graph_capture(self.device.backend) is None or not replay_lanes or self.fallback_nodes:
+            return 0
+        d2h_lane = len(self.streams) - 1
+        return sum(2 + sum(1 for lane, _ in slot.tails if lane != d2h_lane) for slot in self.slots)
+
+    def hold_streams(self, budget: StreamBudget, count: int) -> None:
+        """Book ``count`` streams in ``budget`` until :meth:`close` (the captured models')."""
+        self._streams_held = (budget, count)
+
+    @property
+    def streams_held(self) -> int:
+        """Streams this program's captured models hold (0 when it is not captured)."""
+        return self._streams_held[1] if self._streams_held is not None else 0
+
     def capture(self, workspaces: WorkspaceStrategy, replay_lanes: Sequence[int]) -> bool:
         """Capture every slot's run as a model when nothing in it varies between runs
         (:meth:`pin_workspaces`, then workspaces of each slot's own); afterwards a run is one
         ``model_execute`` on its slot's replay lane (``replay_lanes[slot.index]``, modulo their
-        number).  Returns whether the program was captured; without replay lanes, or without
-        room for each slot's workspaces, it is left to run from its launch tables."""
+        number).  Returns whether the program was captured; without replay lanes, without room
+        for each slot's workspaces, or when the device runs out of streams part way
+        (``starved`` is then set), it is left to run from its launch tables."""
         backend = graph_capture(self.device.backend)
         if backend is None or not replay_lanes or not self.pin_workspaces(workspaces):
             return False
@@ -398,15 +421,33 @@ class Program:
             except BackendError as error:
                 if error.code != _NO_STREAM_RESOURCE:
                     raise
-                raise error_from_code(
-                    error.code, f"{error.detail}; capturing slot {slot.index + 1} of {len(self.slots)}: each captured "
-                    "slot replays on model streams of its own, so the pipeline's depth multiplies them: lower depth "
-                    "(or streams)", dict(error.context)) from error
+                # Streams made outside any pipeline's budget: run from launch tables instead.
+                self.starved = True
+                for done in self.slots:
+                    self._uncapture(done)
+                return False
             for table in (slot.body, slot.tail):
                 if table is not None:
                     table.close()  # the model holds the launches now
             slot.body = slot.tail = None
         return True
+
+    def _uncapture(self, slot: Slot) -> None:
+        """Undo a slot's capture (or its start): its model and capture events go, and it runs
+        from launch tables (with the workspaces it pinned for itself)."""
+        capture = graph_capture(self.device.backend)
+        if slot.graph is not None and capture is not None:
+            capture.model_destroy(slot.graph)
+        slot.graph = None
+        for event in (slot.fork, None if slot.joined is slot.done else slot.joined):
+            if event is not None:
+                event.close()
+        slot.fork = slot.joined = slot.replay_lane = None
+        d2h_lane = len(self.streams) - 1
+        for _, event in [tail for tail in slot.tails if tail[0] == d2h_lane]:
+            event.close()
+        slot.tails = [tail for tail in slot.tails if tail[0] != d2h_lane]
+        self._build_tables(slot)
 
     def _capture_run(self, slot: Slot, origin: Any) -> None:
         """Capture one run from ``origin`` (the slot's replay stream): every stream the run uses,
@@ -660,6 +701,10 @@ class Program:
             slot.pinned = None
         self.slots.clear()
         self._building = None
+        if self._streams_held is not None:  # the models are destroyed: their streams are free
+            budget, count = self._streams_held
+            self._streams_held = None
+            budget.release(count)
         if self._pinned_by is not None:
             # The caller synchronized the streams, or every run of this program completed (its
             # completion host function ran after all of its launches): the blocks are free now.

@@ -162,16 +162,21 @@ def test_programs_beyond_the_event_limit_ask_for_room_and_are_refused_without_it
         preparer.close()
 
 
-def test_running_out_of_streams_while_capturing_names_depth_and_frees_everything():
-    # Each captured slot replays on model streams of its own: with a small stream budget a deep
-    # pipeline runs out part way, and the error says depth is what multiplies them.
+def test_a_capture_that_runs_out_of_streams_part_way_leaves_the_program_uncaptured_and_right():
+    """Streams made outside any pipeline's budget: the device refuses a model stream part way
+    through the slots; the slots captured so far are undone and the program runs from launch
+    tables, right, with nothing of the capture left behind."""
     with aclpipe.open_device("sim", max_streams=16) as device:
-        pipe = aclpipe.Pipeline(mlp(), device, streams=1, depth=8)
-        before = live_device_state(device)
-        with pytest.raises(BackendError, match=r"capturing slot \d+ of 8: .*lower depth") as caught:
-            pipe.prepare(x=(4, 32))
-        assert caught.value.code == 207008 and device.live_events == 0  # the half-built program is freed
-        pipe.close()  # and with the pipeline its constants, which it keeps for the next program
-        assert live_device_state(device) == before
-        with aclpipe.Pipeline(mlp(), device, streams=1, depth=2) as shallow:  # the device is still usable
-            assert shallow.run_sync(x=np.ones((4, 32), np.float32))["y"].shape == (4, 10)
+        preparer, timeline = _preparer(device, mlp(), depth=3, streams=1)  # 6 streams
+        outside = [device.create_stream() for _ in range(4)]  # not booked: the budget thinks 10 are free
+        workspaces = WorkspacePool(device, None, timeline=timeline)
+        events = device.live_events
+        program = preparer.prepare({"x": (4, 32)}, workspaces)
+        assert program.starved and all(slot.graph is None and slot.body is not None for slot in program.slots)
+        assert device.live_events - events == program.event_count  # no fork or join left over
+        assert preparer.budget.held == 0  # nothing booked for a capture that did not happen
+        program.close()
+        workspaces.close()
+        preparer.close()
+        for stream in outside:
+            stream.close()

@@ -572,6 +572,12 @@ class SimBackend:
     def live_events(self) -> int:
         return self._live_events
 
+    @property
+    def live_streams(self) -> int:
+        """Streams alive on the device, captured models' own included (what the limit counts)."""
+        with self._lock:
+            return len(self._streams) + len(self._model_streams)
+
     def _check_event(self, event: SimEvent) -> None:
         if not isinstance(event, SimEvent):
             raise error_from_code(107017, f"{event!r} is not an event of this device")
