@@ -465,7 +465,8 @@ def sync_streams(stream_sync: Callable[[Any, int], None], streams: Iterable[Any]
     first: BackendError | None = None
     deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
     for stream in streams:
-        left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+        # At least 1 ms: the runtime refuses a 0 ms synchronize (api_error.cc).
+        left = -1 if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
         try:
             stream_sync(stream, left)
         except BackendError as error:

@@ -60,8 +60,8 @@ def _sync_at_exit() -> None:
 def _drained(backend: Backend) -> bool:
     """Whether the device passed everything enqueued within ``_EXIT_SYNC_MS``.  A sticky error
     nobody is left to read fails the first sync but is consumed by it; a stream still running
-    fails the second, which does not wait, too."""
-    for timeout_ms in (_EXIT_SYNC_MS, 0):
+    fails the second, which barely waits, too."""
+    for timeout_ms in (_EXIT_SYNC_MS, 1):
         try:
             backend.device_sync(timeout_ms)
             return True

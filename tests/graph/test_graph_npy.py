@@ -124,7 +124,7 @@ def test_an_npz_renamed_npy_is_refused(layout: tuple[Path, Path]) -> None:
 def test_pickles_are_refused(layout: tuple[Path, Path]) -> None:
     inside, _ = layout
     (inside / "pickled.npy").write_bytes(pickle.dumps({"a": 1}))
-    with pytest.raises(GraphError, match=r"it holds pickled Python data, which graph files never load"):
+    with pytest.raises(GraphError, match=r"it holds pickled Python data, which aclpipe never loads"):
         load_graph(graph_file(inside, "pickled.npy"))
     np.save(inside / "objects.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
     with pytest.raises(GraphError, match=r"file 'objects.npy' holds Python objects \(pickled data\)"):
