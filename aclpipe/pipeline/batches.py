@@ -14,8 +14,9 @@ Inputs.  :func:`check_inputs` checks one run's inputs against the graph (names, 
 :func:`as_input` is the one rule every entry point applies to an input's values: an input is
 never changed silently.  ``Pipeline.run`` takes the declared dtype only; the CLI's files and
 the Ray host's and Serve's requests (JSON has no dtypes) may also arrive in another dtype of
-numbers, converted when numpy calls the cast same-kind *and* every value survives it: an
-integer within the target's range, a float that does not overflow to infinity.  Anything
+numbers, converted when numpy calls the cast same-kind (or it is integers into integers) *and*
+every value survives it: an integer within the target's range, a float that does not overflow
+to infinity.  Anything
 else (floats into an int input, ``uint8`` 200 into ``int8``, 1e300 into ``float32``, JSON
 ``null``, text) is an :class:`~aclpipe.InputCastError` naming the input.
 
@@ -196,13 +197,17 @@ def as_input(name: str, value: Any, dtype: Any, *, convert: bool = True) -> np.n
 
 
 def _cast(name: str, array: np.ndarray, want: DType) -> np.ndarray:
-    """``array`` cast to ``want``, refused unless numpy calls it same-kind and no value changes
-    beyond a float's rounding: integers must lie in range, finite floats stay finite."""
+    """``array`` cast to ``want``, refused unless numpy calls it same-kind (or it is integers into
+    integers) and no value changes beyond a float's rounding: integers must lie in range,
+    finite floats stay finite."""
     seen, target = array.dtype, want.numpy
     if seen.kind not in "biuf" and not (seen.kind == "V" and seen == as_dtype("bfloat16").numpy):
         raise InputCastError(f"input {name!r}: expected numbers ({want.name}), got {_not_numbers(array)}",
                              input=name)
-    if not np.can_cast(seen, target, "same_kind"):
+    # Integers into an unsigned dtype too (numpy calls int64 to uint8 unsafe, but JSON's integers
+    # arrive as int64): the range check below keeps every value.
+    integers = seen.kind in "biu" and want.is_integer
+    if not integers and not np.can_cast(seen, target, "same_kind"):
         raise InputCastError(f"input {name!r}: {seen} values cannot become {want.name} without changing them "
                              f"(numpy calls the cast unsafe: {seen} to {want.name} is not same-kind); send "
                              f"{want.name} values", input=name)
