@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import stat
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -90,8 +91,11 @@ def read_array(file: IO[bytes], size: int, what: str, max_bytes: int, problem: P
 
     ``what`` names the file in errors (``"file 'x.npy'"``); ``problem(text)`` makes each error.
     """
-    start = file.tell()
-    head = file.read(len(_NPY_MAGIC))
+    try:
+        start = file.tell()
+        head = file.read(len(_NPY_MAGIC))
+    except _READ_ERRORS as error:
+        raise problem(f"cannot read {what}: {_reason(error)}") from None
     if head != _NPY_MAGIC:
         raise problem(f"{what} is not a .npy array: {_what(head)}; store each array with numpy.save")
     try:
@@ -100,8 +104,8 @@ def read_array(file: IO[bytes], size: int, what: str, max_bytes: int, problem: P
         if major not in (1, 2, 3) or minor != 0:
             raise ValueError(f"unknown .npy format version {major}.{minor}")
         shape, fortran_order, dtype = reader(file, max_header_size=_MAX_HEADER)
-    except (ValueError, OSError, EOFError, TypeError, SyntaxError) as error:
-        raise problem(f"cannot read {what} as a .npy array: bad header ({error})") from None
+    except (ValueError, TypeError, SyntaxError, *_READ_ERRORS) as error:
+        raise problem(f"cannot read {what} as a .npy array: bad header ({_reason(error)})") from None
     if dtype.hasobject:
         raise problem(f"{what} holds Python objects (pickled data), which is never loaded: store numbers only")
     count = int(np.prod(shape, dtype=object))
@@ -126,14 +130,15 @@ def _read_exactly(file: IO[bytes], nbytes: int, what: str, problem: Problem) -> 
             if not got:
                 raise problem(f"{what} is truncated: its header declares {nbytes} bytes of data, it holds {done}")
             done += got
-    except (OSError, EOFError, zipfile.BadZipFile) as error:
-        raise problem(f"cannot read {what}: {' '.join(str(error).split())}") from None
+    except _READ_ERRORS as error:
+        raise problem(f"cannot read {what}: {_reason(error)}") from None
     return data
 
 
-#: Failures of a malformed zip archive (a truncated one, a bad member, an unknown compression).
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError,
-               RuntimeError)
+#: Failures of reading a file or a zip member: I/O, a damaged zip (bad CRC, truncated), bad deflate data.
+_READ_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error)
+#: Failures of opening a malformed zip archive or member (also an unknown compression, encryption).
+_ZIP_ERRORS = (zipfile.LargeZipFile, ValueError, NotImplementedError, RuntimeError, *_READ_ERRORS)
 
 
 class NpzArchive:
@@ -191,12 +196,17 @@ class NpzArchive:
                               (left, f"left of {self.limits.max_total_constant_bytes} for all arrays together "
                                      "(LoadLimits.max_total_constant_bytes)"))
         try:
-            with self._zip.open(info) as member:
-                array = read_array(member, info.file_size, what, budget, self.problem, limit_name=limit_name)
-                if member.read(1):  # else at its end: zipfile has checked the member's CRC
-                    raise self.problem(f"{what} holds bytes after its array; the archive is damaged")
+            member = self._zip.open(info)
         except _ZIP_ERRORS as error:
             raise self.problem(f"cannot read {what}: {_reason(error)}") from None
+        with member:
+            array = read_array(member, info.file_size, what, budget, self.problem, limit_name=limit_name)
+            try:
+                trailing = member.read(1)  # none: at the member's end, where zipfile checks its CRC
+            except _READ_ERRORS as error:
+                raise self.problem(f"cannot read {what}: {_reason(error)}") from None
+        if trailing:
+            raise self.problem(f"{what} holds bytes after its array; the archive is damaged")
         self.read_bytes += array.nbytes
         return array
 

@@ -44,6 +44,11 @@ def archive(*members: tuple[str, bytes]) -> bytes:
 
 X = np.ones((2, 3), np.float32)
 GOOD = archive(("x.npy", npy(X)))
+RAMP = archive(("x.npy", npy(np.arange(1000, dtype=np.float32))))
+
+
+def damaged(body: bytes, start: int, data: bytes) -> bytes:
+    return body[:start] + data + body[start + len(data):]
 
 
 BAD_BODIES = {
@@ -55,6 +60,8 @@ BAD_BODIES = {
     "npy_truncated": (claiming((1000,)), NPY, "is truncated: its header declares 4000 bytes of data, the file has 0"),
     "npz_truncated": (GOOD[:len(GOOD) // 2], NPZ, "is not a readable .npz archive"),
     "npz_bad_zip": (b"PK\x03\x04 garbage", NPZ, "is not a readable .npz archive"),
+    "npz_bad_deflate": (damaged(RAMP, 100, b"\xff" * 10), NPZ, "Error -3 while decompressing data"),
+    "npz_bad_crc": (damaged(RAMP, 200, bytes([RAMP[200] ^ 1])), NPZ, "Bad CRC-32 for file 'x.npy'"),
     "npz_raw_bytes": (archive(("x", b"raw bytes, not an array")), NPZ, "member 'x' is not a .npy array"),
     "npz_duplicate": (archive(("x.npy", npy(X)), ("x.npy", npy(X + 1))), NPZ, "two members named 'x'"),
     "npz_unused_bomb": (archive(("x.npy", npy(X)), ("junk.npy", claiming((1 << 38,)))), NPZ,
