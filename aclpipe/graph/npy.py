@@ -108,6 +108,8 @@ def read_array(file: IO[bytes], size: int, what: str, max_bytes: int, problem: P
         raise problem(f"cannot read {what} as a .npy array: bad header ({_reason(error)})") from None
     if dtype.hasobject:
         raise problem(f"{what} holds Python objects (pickled data), which is never loaded: store numbers only")
+    if dtype.itemsize == 0:
+        raise problem(f"{what} holds elements of zero bytes ({dtype}): store numbers")
     count = int(np.prod(shape, dtype=object))
     nbytes = count * dtype.itemsize
     if nbytes > max_bytes:
