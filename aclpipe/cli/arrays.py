@@ -73,10 +73,6 @@ def _opened(path_text: str) -> Iterator[tuple[IO[bytes], int]]:
         yield file, info.st_size
 
 
-def _problem(text: str) -> InputFormatError:
-    return InputFormatError(text)
-
-
 def _read(graph: Graph, name: str | None, path_text: str, limits: LoadLimits) -> dict[str, np.ndarray]:
     """The arrays one ``--input`` gives, by input name; names are checked before data is read."""
     origin = f"--input {name}={path_text}" if name else f"--input {path_text}"
@@ -86,8 +82,8 @@ def _read(graph: Graph, name: str | None, path_text: str, limits: LoadLimits) ->
         if not head.startswith(b"PK"):  # not a zip: a .npy array, or refused as one
             if name is None:
                 raise CommandError(f"{origin}: a .npz file of named arrays was expected")
-            return {name: read_array(file, size, origin, limits.max_constant_bytes, _problem)}
-        with NpzArchive(file, origin, _problem, limits) as archive:
+            return {name: read_array(file, size, origin, limits.max_constant_bytes, InputFormatError)}
+        with NpzArchive(file, origin, InputFormatError, limits) as archive:
             if name is not None:
                 if len(archive.names) != 1:
                     raise CommandError(f"{origin}: the .npz holds {len(archive.names)} arrays "
