@@ -124,7 +124,9 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe run``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
     console = output_console(console)
     graph, shapes, given = _graph_and_inputs(args)  # shape errors now, before a device is opened
-    outputs_path = _check_output_paths(args, graph)
+    outputs_path = _check_output_paths(args)
+    if outputs_path is not None:
+        check_output_format(outputs_path, list(graph.outputs))
     name, options = device_options(args)
     device = open_device_for(name, **options)
     try:
@@ -165,17 +167,13 @@ def _graph_and_inputs(args: argparse.Namespace) -> tuple[Graph, dict[str, tuple[
     return graph, shapes, given
 
 
-def _check_output_paths(args: argparse.Namespace, graph: Graph) -> Path | None:
+def _check_output_paths(args: argparse.Namespace) -> Path | None:
     if args.gantt:
         _need_matplotlib()
     for option, value in (("--trace", args.trace), ("--gantt", args.gantt)):
         if value:
             check_writable(value, option)
-    if not args.output:
-        return None
-    path = check_writable(args.output, "--output")
-    check_output_format(path, list(graph.outputs))
-    return path
+    return check_writable(args.output, "--output") if args.output else None
 
 
 def _check_fits(plan: Plan, device: Device, depth: int) -> None:
