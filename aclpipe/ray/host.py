@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from ..backends import DEFAULT_DEVICE, parse_device
-from ..dtypes import as_dtype
 from ..graph import Graph
 from ..pipeline import Pipeline
+from ..pipeline.batches import as_input
 from ..pipeline.replicas import ReplicaPipeline
 from .bundle import GraphBundle
 
@@ -70,9 +70,10 @@ class PipelineHost:
         return await self.pipeline.run(**self.arrays(inputs))
 
     def arrays(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """``inputs`` as arrays of the dtypes the graph declares (JSON lists arrive as floats)."""
+        """``inputs`` as arrays of the dtypes the graph declares, converted only when every value
+        survives (:func:`~aclpipe.pipeline.batches.as_input`; JSON lists arrive as ints or floats)."""
         declared = self.graph.inputs
-        return {name: np.asarray(value, dtype=as_dtype(declared[name].dtype).numpy) if name in declared
+        return {name: as_input(name, value, declared[name].dtype) if name in declared
                 else np.asarray(value) for name, value in inputs.items()}
 
     async def run_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, np.ndarray]]:
