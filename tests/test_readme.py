@@ -124,7 +124,7 @@ def test_the_snippets_run(page, capsys):
     run_page(page)
     printed = capsys.readouterr().out
     if page == "README.md":
-        assert "plan 'mlp'" in printed and "'y': (4, 10)" in printed
+        assert "plan 'mlp'" in printed and "'probs': (4, 10)" in printed and "(3, 10)" in printed
 
 
 @pytest.mark.slow
