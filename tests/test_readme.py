@@ -130,8 +130,15 @@ def test_the_snippets_run(page, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("page", sorted(SLOW_PAGES))
 def test_the_ray_snippets_run_on_simulated_npus(page):
-    pytest.importorskip("ray", reason="the Ray page needs the ray extra: pip install 'aclpipe[ray]'")
-    run_page(page)
+    ray = pytest.importorskip("ray", reason="the Ray page needs the ray extra: pip install 'aclpipe[ray]'")
+    try:
+        run_page(page)
+    finally:  # a snippet that failed half-way must not leave its cluster to the tests after it
+        if ray.is_initialized():
+            from ray import serve
+
+            serve.shutdown()
+            ray.shutdown()
 
 
 def test_the_quick_start_is_two_commands_and_ci_runs_the_second():
