@@ -626,7 +626,7 @@ def bench_completion(args: argparse.Namespace) -> None:
                 verdicts.append(f"{backend} {over:+.1f} us ({'met' if over <= COMPLETION_GOAL_US else 'missed'})")
     print(f"goal <= {COMPLETION_GOAL_US:.0f} us over the baseline, median, host function -> resumed, held: "
           + ", ".join(verdicts) + " (the baseline itself moves by tens of us between runs on a shared machine: "
-          "read several runs, BENCHMARKS.md 10.5)")
+          "read several runs, BENCHMARKS.md section 6)")
     print("device done = end of the run's last D2H copy (simulator trace; a backend without one says n/a); then "
           "the D2H stream passes the run's tail waits and reaches the completion host function (C: stamp the "
           "monotonic clock, store the counter, write the wake pipe); the pump task reads the pipe, wakes the "
