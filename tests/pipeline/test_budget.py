@@ -143,3 +143,46 @@ async def test_replicas_keep_to_each_devices_budget():
     finally:
         for device in devices:
             device.close()
+
+
+class _Holder:
+    """A pipeline as the budget sees it: idle captured programs by last use, each holding streams."""
+
+    def __init__(self, budget: StreamBudget, programs: dict[str, tuple[int, int]], busy: bool = False):
+        self.budget, self.programs, self.busy, self.freed = budget, dict(programs), busy, []
+
+    def oldest_idle_capture(self) -> int | None:
+        return min((used for used, _ in self.programs.values()), default=None)
+
+    def evict_oldest_capture(self) -> bool:
+        if self.busy or not self.programs:
+            return False
+        name = min(self.programs, key=lambda key: self.programs[key][0])
+        self.freed.append(name)
+        self.budget.release(self.programs.pop(name)[1])
+        return True
+
+
+def test_the_budget_frees_the_least_recently_used_idle_capture_on_the_device_first():
+    budget = StreamBudget(20)
+    budget.book(16)
+    first = _Holder(budget, {"a": (5, 4), "b": (1, 4)})
+    second = _Holder(budget, {"c": (3, 4), "d": (9, 4)})
+    budget.register(first)
+    budget.register(second)
+    assert budget.reserve(4) and budget.held == 20 and not first.freed  # it fit
+    assert budget.reserve(8)  # b (used at 1), then c (used at 3)
+    assert (first.freed, second.freed) == (["b"], ["c"]) and budget.held == 20
+    second.busy = True  # in use by another thread: its programs are its own
+    assert budget.reserve(4) and first.freed == ["b", "a"]
+    assert not budget.reserve(4)  # d is busy, nothing else holds streams
+    assert budget.held == 20
+
+
+def test_the_budget_counts_streams_made_outside_pipelines_where_the_backend_says():
+    live = [0]
+    budget = StreamBudget(10, lambda: live[0])
+    budget.book(4)
+    live[0] = 7  # three streams nobody booked
+    assert budget.in_use == 7 and budget.left == 3
+    assert not budget.reserve(4) and budget.reserve(3)
