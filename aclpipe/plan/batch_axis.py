@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AclpipeError
@@ -176,10 +177,16 @@ def _trailing(graph: Graph, shapes: Mapping[str, Any]) -> dict[str, Sequence[int
         if isinstance(spec.shape[0], int):
             return BatchVerdict(False, reason=f"input {name!r} has a fixed first dim {spec.shape[0]}: stacked "
                                               "requests would not fit it")
-        given = shapes.get(name)
-        rest = tuple(getattr(given, "shape", given))[1:] if given is not None else spec.shape[1:]
-        if not all(isinstance(dim, int) for dim in rest):
-            raise ValueError(f"input {name!r} has dynamic dims {list(spec.shape)} besides the batch: pass the "
-                             f"shape of one request, e.g. batchable(graph, {name}=(1, ...))")
-        trailing[name] = tuple(int(dim) for dim in rest)
+        trailing[name] = _rest(name, shapes.get(name), spec.shape)
     return trailing
+
+
+def _rest(name: str, given: Any, declared: Sequence[Any]) -> tuple[int, ...]:
+    """The dims after the first of one request's shape (or array), else of the declared shape."""
+    dims: tuple[Any, ...] = tuple(getattr(given, "shape", given))[1:] if given is not None else tuple(declared[1:])
+    sizes = tuple(int(dim) for dim in dims if isinstance(dim, Integral) and not isinstance(dim, bool))
+    if len(sizes) != len(dims):
+        source = f"is given shape {given!r}" if given is not None else f"has dynamic dims {list(declared)}"
+        raise ValueError(f"input {name!r} {source} besides the batch: pass the shape of one request, e.g. "
+                         f"batchable(graph, {name}=(1, ...))")
+    return sizes
