@@ -160,6 +160,8 @@ def matmul(site: Site) -> tuple[Axis, ...]:
     a, b = site.inputs[first], site.inputs[second]
     if a is None or b is None:
         raise BatchBreak(f"{site.op} without both matrices")
+    if any(axis is not None for axis in site.axes[second + 1:]):  # MatmulInteger's zero points
+        raise BatchBreak(f"{site.op}'s zero points carry the batch")
     stack = max(a.ndim - 2, b.ndim - 2, 0)
     placed: dict[int, int] = {}
     for index, desc, role in ((first, a, "self"), (second, b, "mat2")):
@@ -314,9 +316,7 @@ def pad(site: Site) -> tuple[Axis, ...]:
     pairs = list(site.attrs.get("paddings") or ())
     if any(int(v) for v in pairs[2 * axis: 2 * axis + 2]):
         raise BatchBreak(f"PadV3 pads the batch axis {axis}")
-    if site.attrs.get("mode", "constant") != "constant" and axis != 0:  # reflect/edge read neighbours
-        raise BatchBreak(f"PadV3 {site.attrs.get('mode')!r} with the batch on axis {axis}")
-    return (axis,)
+    return (axis,)  # every mode reads only along the dims it pads
 
 
 def triangle(site: Site) -> tuple[Axis, ...]:
@@ -338,6 +338,8 @@ def einsum(site: Site) -> tuple[Axis, ...]:
     if len(letters) != 1:
         raise BatchBreak(f"Einsum's operands carry the batch under different letters {sorted(letters)}")
     (letter,) = letters
+    if any(terms[i].count(letter) > 1 for i, axis in enumerate(site.axes) if axis is not None):
+        raise BatchBreak(f"an Einsum operand repeats the batch letter {letter!r} (a diagonal across requests)")
     if letter not in output:
         raise BatchBreak(f"Einsum sums over the batch letter {letter!r}")
     if any(letter in terms[i] for i, axis in enumerate(site.axes) if axis is None):

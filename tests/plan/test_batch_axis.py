@@ -55,6 +55,11 @@ KEEP = {
     "topk over features": (lambda g, x: g.topk(x, k=2, dim=-1)[0], (None, 8)),
     "einsum keeping the batch letter": (lambda g, x: g.einsum([x, g.constant("w", weight(8, 3))],
                                                               equation="bi,ij->bj"), (None, 8)),
+    "group norm and pad on features": (lambda g, x: g.pad_v3(g.group_norm(x, None, None, group=2)[0],
+                                                             paddings=[0, 0, 0, 0, 1, 1]), (None, 4, 3)),
+    "expand and tril below the batch": (lambda g, x: g.tril(g.expand(x, size=[-1, 3, 4, 4])), (None, 1, 4, 4)),
+    "gather rows by a batched index": (lambda g, x: g.gather(x, g.cast(g.abs(g.floor(x)), dtype="int64"), dim=1),
+                                       (None, 1)),
 }
 
 #: name -> (graph builder, input shape, breaking node, words of the reason).
@@ -76,6 +81,7 @@ BREAK = {
                                                 (None, 8), "t", "moves the batch to axis 1"),
     "gather of batch rows": (lambda g, x: g.index_select(x, g.constant("i", np.array([0], np.int64)), dim=0,
                                                          name="pick"), (None, 8), "pick", "picks along the batch"),
+    "a triangle mask over the batch": (lambda g, x: g.tril(x, name="tri"), (None, 8), "tri", "last two dims"),
     "an op without a rule": (lambda g, x: g.op("DynamicQuantize", x, name="dq")[0], (None, 8), "dq", "no rule"),
     "einsum summing the batch letter": (lambda g, x: g.einsum([x, x], equation="bi,bj->ij", name="es"), (None, 8),
                                         "es", "sums over the batch letter"),
