@@ -137,12 +137,12 @@ UNARY = ("tanh", "relu", "neg", "exp")
 @st.composite
 def random_graphs(draw: st.DrawFn) -> aclpipe.Graph:
     """Small graphs over x [B, 4, 4] and z [B, 4] of elementwise, matmul, reduction, cumsum,
-    softmax and transpose nodes with random dims (many mix the rows, many do not)."""
+    softmax, transpose, flatten and slice nodes with random dims (many mix the rows, many do not)."""
     g = aclpipe.Graph("random")
     values = [g.input("x", shape=(None, 4, 4)), g.input("z", shape=(None, 4))]
     for _ in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(("unary", "add", "mul", "matmul", "weights", "reduce", "cumsum", "softmax",
-                                     "transpose")))
+                                     "transpose", "flatten", "slice")))
         a, b = draw(st.sampled_from(values)), draw(st.sampled_from(values))
         rank = len(a.shape or ())
         if kind == "transpose" and rank < 2:
@@ -174,6 +174,10 @@ def _node(g: aclpipe.Graph, kind: str, a: aclpipe.graph.Value, b: aclpipe.graph.
         return g.cumsum(a, dim=dim)
     if kind == "softmax":
         return g.softmax(a, dim=dim)
+    if kind == "flatten":
+        return g.flatten(a, startDim=dim)
+    if kind == "slice":
+        return g.slice(a, dim=dim, start=0, end=2)
     rank = len(a.shape or ())
     return g.transpose(a, dim0=dim, dim1=draw(st.integers(-rank, rank - 1)))
 
