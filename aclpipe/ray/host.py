@@ -30,7 +30,6 @@ import numpy as np
 
 from ..backends import DEFAULT_DEVICE, parse_device
 from ..dtypes import as_dtype
-from ..errors import ExecutionError
 from ..graph import Graph
 from ..pipeline import Pipeline
 from ..pipeline.batches import check_inputs
@@ -154,13 +153,13 @@ class PipelineHost:
     async def _answer(self, batch: _Batch, answers: list[dict[str, np.ndarray] | Exception | None]) -> None:
         """Run ``batch`` (joined when it holds several requests) and file each request's answer.
         When a joined run fails, its requests run again one by one, so that a request whose
-        values the device refuses fails alone."""
+        values the device refuses (or a joined batch too large for the device) fails alone."""
         if len(batch) > 1:
             try:
                 for (index, _), outputs in zip(batch, await self._run_joined([a for _, a in batch])):
                     answers[index] = outputs
                 return
-            except ExecutionError:
+            except Exception:  # noqa: BLE001 - each request then runs, and fails, on its own
                 pass
         for index, arrays in batch:
             try:
