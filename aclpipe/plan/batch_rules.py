@@ -70,6 +70,7 @@ class Site:
         return {int(item) % max(rank, 1) for item in items}
 
     def rank(self, index: int) -> int:
+        """The rank of input ``index`` (0 when it is not given)."""
         desc = self.inputs[index]
         return 0 if desc is None else desc.ndim
 
