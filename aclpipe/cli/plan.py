@@ -1,6 +1,7 @@
 """``aclpipe plan GRAPH``: print the plan for a graph file (per stream its nodes, waits and
 records; arena offsets and the peak against the live-set lower bound), the workspace each
-node's phase one asks for, and write the plan as Graphviz DOT.
+node's phase one asks for, whether requests may be batched into one run (and if not, the
+node that mixes their rows), and write the plan as Graphviz DOT.
 
 .. code-block:: text
 
@@ -17,7 +18,7 @@ from rich.table import Table
 
 from ..errors import AclpipeError
 from ..ops import get_op
-from ..plan import Plan, make_plan
+from ..plan import Plan, batchable, make_plan
 from ..plan.plan import COPY_OPS
 from ..plan.render import format_bytes
 from ..trace import plan_dot
@@ -84,9 +85,11 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe plan``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
     console = output_console(console)
     dot_path = check_writable(args.dot, "--dot") if args.dot else None  # before any work
-    _, shapes, bound = load_graph_arguments(args)
+    graph, shapes, bound = load_graph_arguments(args)
     plan = make_plan(bound, streams=args.streams)
     say(console, f"inputs {describe_shapes(shapes)}")
+    # Whether a server may stack requests into one run (aclpipe.plan.batch_axis).
+    say(console, f"batchable: {batchable(graph, **shapes)}")
     say(console, plan.summary())
     sizes = workspace_sizes(plan)
     console.print(workspace_table(plan, sizes))

@@ -33,9 +33,11 @@ class _PipelineActor:
         """One run of the graph on this actor's devices."""
         return await self.host.run(**inputs)
 
-    async def run_batch(self, requests: list[dict[str, Any]]) -> list[dict[str, np.ndarray]]:
-        """Several requests, joined into shared runs where the graph allows."""
-        return await self.host.run_batch(requests)
+    async def run_batch(self, requests: list[dict[str, Any]], *, return_exceptions: bool = False
+                        ) -> list[dict[str, np.ndarray] | Exception]:
+        """Several requests, joined into shared runs where the planner proves the graph keeps
+        rows apart; a bad request fails alone (see :meth:`PipelineHost.run_batch`)."""
+        return await self.host.run_batch(requests, return_exceptions=return_exceptions)
 
     def stats(self) -> dict[str, Any]:
         """The pipeline's figures and the devices it drives."""
