@@ -80,8 +80,8 @@ def parse_device_list(spec: str | Sequence[str]) -> list[tuple[str, int]]:
     elif isinstance(spec, (list, tuple)):
         devices = [parse_device(item) for item in spec]
         for backend in {name for name, _ in devices}:
-            indices = [index for name, index in devices if name == backend]
-            _check_indices(spec, backend, max(indices), len(indices))
+            listed = [index for name, index in devices if name == backend]
+            _check_indices(spec, backend, max(listed), len(listed))
     else:
         raise TypeError(f"devices must be a list of names or a string such as 'sim:0,1', got {type(spec).__name__}")
     if not devices:

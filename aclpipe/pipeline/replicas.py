@@ -171,6 +171,11 @@ class ReplicaPipeline(Pipeline):
                 "back with pipe.restore(name), or open a new pipeline where devices were closed", faults=faults)
         return min(healthy, key=lambda r: (r.outstanding_work, r.outstanding_runs, r.dispatched))
 
+    def _planner(self) -> _Replica:
+        """A replica to plan on (plans are the same on every device; planning runs nothing, so
+        one out of rotation after a fault still plans, one whose device was closed does not)."""
+        return next((r for r in self._replicas if not r.pipeline.device.closed), self._replicas[0])
+
     def _work_of(self, inputs: Mapping[str, Any]) -> float:
         """The modelled cost (µs) of one run with these inputs (1 when they are not valid: the
         device's own run then reports what is wrong)."""
@@ -181,7 +186,7 @@ class ReplicaPipeline(Pipeline):
             key = self.graph.signature(**arrays)
             work = self._work.get(key)
             if work is None:
-                plan = self._pick().pipeline.plan_for(**arrays)
+                plan = self._planner().pipeline.plan_for(**arrays)
                 work = max(sum(node.cost for node in plan.nodes), 1.0)
                 self._work[key] = work
         except (ValueError, TypeError):
@@ -359,7 +364,7 @@ class ReplicaPipeline(Pipeline):
         """The plan for these inputs (as :meth:`Pipeline.plan_for` takes them; the same on every
         device)."""
         with self._affinity.use("plan_for"):
-            return self._pick().pipeline.plan_for(**inputs)
+            return self._planner().pipeline.plan_for(**inputs)
 
     def prepare(self, **inputs: Any) -> Plan:
         """Prepare these inputs' program on every device in rotation now; returns the plan."""

@@ -123,10 +123,10 @@ class StagePipeline(Pipeline):
         self._stage_workspaces: list[WorkspaceStrategy] = [
             make_workspace_strategy(d, workspace, timeline=t, **options) for d, t in zip(devices, self._timelines)]
         self._constants: list[dict[str, DeviceBuffer]] = [{} for _ in devices]
-        self._res = StageResources(devices, self._opened, self._stage_streams, self._timelines,
+        self._stage_res = StageResources(devices, self._opened, self._stage_streams, self._timelines,
                                    self._stage_workspaces, self._constants, self._cache)
         # Dropped without aclose(): what the devices may still touch is freed once they passed it.
-        self._finalizer = weakref.finalize(self, StageResources.park, self._res)
+        self._stage_finalizer = weakref.finalize(self, StageResources.park, self._stage_res)
         self._affinity = LoopAffinity(f"pipeline {graph.name!r}")
         self._plans: LruDict[Signature, Plan] = LruDict(64)
         self._enqueue_lock = FifoLock()
@@ -291,7 +291,7 @@ class StagePipeline(Pipeline):
             self._cache.unpin(entry)
             raise
         try:
-            if self._closed or self._res.gone:  # closed while this run waited for the lock
+            if self._closed or self._stage_res.gone:  # closed while this run waited for the lock
                 queue.release(slot)
                 self._cache.unpin(entry)
                 raise ClosedResourceError("the pipeline is closed")
@@ -343,8 +343,8 @@ class StagePipeline(Pipeline):
                     await self._give_back(ticket)
                 raise
             try:
-                with self._res.lock:
-                    if self._res.gone:  # aclose gave everything up before this result was read
+                with self._stage_res.lock:
+                    if self._stage_res.gone:  # aclose gave everything up before this result was read
                         raise ClosedResourceError("the pipeline was closed before this run's result was read")
                     self._faults.collect(self._all_streams(), self._runs)
                     self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
@@ -367,7 +367,7 @@ class StagePipeline(Pipeline):
             self._lost_slots += 1  # never reused: a device may still touch it
             self._cache.unpin(ticket.entry)  # its program then never counts as idle (a slot is missing)
             return
-        if not self._res.gone:
+        if not self._stage_res.gone:
             self._faults.collect(self._all_streams(), self._runs)
             self._release(ticket)
 
@@ -375,11 +375,11 @@ class StagePipeline(Pipeline):
         """The slot back to its program, the program unpinned (and trimmed if now idle)."""
         ticket.entry.queue.release(ticket.slot)
         self._cache.unpin(ticket.entry)
-        if not self._res.gone:
+        if not self._stage_res.gone:
             self._trim()
 
     def _all_streams(self) -> list[Stream]:
-        return self._res.all_streams()
+        return self._stage_res.all_streams()
 
     # -- reporting and closing ---------------------------------------------------------------
     def stats(self) -> StageStats:
@@ -416,11 +416,11 @@ class StagePipeline(Pipeline):
             try:
                 await self._settle()
             except BaseException:
-                self._finalizer()  # park: freed once every device has passed it, never waited for here
+                self._stage_finalizer()  # park: freed once every device has passed it, never waited for here
                 raise
             else:
-                self._finalizer.detach()
-                self._res.release()
+                self._stage_finalizer.detach()
+                self._stage_res.release()
             finally:
                 closing.set()
 

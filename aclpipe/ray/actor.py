@@ -80,7 +80,8 @@ def _check_cluster_npus(npus: int) -> None:
         raise ValueError(f"npus must be a positive int, got {npus!r}")
     if not ray.is_initialized():
         ray.init()  # what .remote() would do; the cluster must be known to be checked
-    per_node = [float(node.get("Resources", {}).get("NPU", 0)) for node in ray.nodes() if node.get("Alive")]
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]  # Ray leaves it unannotated
+    per_node = [float(node.get("Resources", {}).get("NPU", 0)) for node in nodes if node.get("Alive")]
     largest = max(per_node, default=0.0)
     if npus > largest:
         raise ValueError(f"an actor on {npus} NPUs cannot be placed: the most NPUs on one live node of this Ray "
