@@ -32,6 +32,7 @@ every waiter at once with :class:`ClosedResourceError`.  One thread and event lo
 from __future__ import annotations
 
 import collections
+import functools
 import time
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
@@ -317,7 +318,7 @@ class Pipeline:
         pinned (never evicted) until the run finishes or is abandoned."""
         rows = None
         if self.buckets is not None:
-            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs, memory=self.device.mem_info().total)
+            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs, memory=self._device_memory)
         key = self._signature(arrays)
         entry = self._entry_for(key)
         self._res.cache.pin(entry)
@@ -332,6 +333,12 @@ class Pipeline:
             return entry, arrays, rows
         host = key.host
         return entry, {name: array for name, array in arrays.items() if name not in host}, rows
+
+    @functools.cached_property
+    def _device_memory(self) -> int:
+        """The device's memory in bytes, asked once (it never changes): a batch padded to a
+        bucket must fit in it."""
+        return self.device.mem_info().total
 
     def _signature(self, arrays: dict[str, np.ndarray]) -> Signature:
         """The signature of a run's arrays (dtypes already checked).  Most runs repeat the last
