@@ -367,10 +367,13 @@ class ReplicaPipeline(Pipeline):
             return self._planner().pipeline.plan_for(**inputs)
 
     def prepare(self, **inputs: Any) -> Plan:
-        """Prepare these inputs' program on every device in rotation now; returns the plan."""
+        """Prepare these inputs' program on every device now (those out of rotation after a
+        fault too, ready for :meth:`restore`; not those closed); returns the plan."""
         with self._affinity.use("prepare"):
-            self._pick()  # takes closed devices out of rotation; raises when none is left
-            plans = [replica.pipeline.prepare(**inputs) for replica in self._replicas if replica.fault is None]
+            usable = [replica for replica in self._replicas if not replica.pipeline.device.closed]
+            if not usable:
+                self._pick()  # raises, naming every device and why it is out
+            plans = [replica.pipeline.prepare(**inputs) for replica in usable]
             return plans[0]
 
     # -- reporting and closing ---------------------------------------------------------------

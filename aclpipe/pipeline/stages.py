@@ -124,7 +124,7 @@ class StagePipeline(Pipeline):
             make_workspace_strategy(d, workspace, timeline=t, **options) for d, t in zip(devices, self._timelines)]
         self._constants: list[dict[str, DeviceBuffer]] = [{} for _ in devices]
         self._stage_res = StageResources(devices, self._opened, self._stage_streams, self._timelines,
-                                   self._stage_workspaces, self._constants, self._cache)
+                                         self._stage_workspaces, self._constants, self._cache)
         # Dropped without aclose(): what the devices may still touch is freed once they passed it.
         self._stage_finalizer = weakref.finalize(self, StageResources.park, self._stage_res)
         self._affinity = LoopAffinity(f"pipeline {graph.name!r}")

@@ -268,6 +268,7 @@ async def test_a_closed_device_leaves_rotation_for_good_and_runs_go_to_the_other
         assert "sim:1 was closed" in (stats.devices[1].fault or "")
         with pytest.raises(ClosedResourceError, match="cannot take runs again"):
             pipe.restore("sim:1")
+        assert pipe.prepare(x=(8, 16)) is not None and pipe.plan_for(x=(8, 16)) is not None
         devices[0].close()
         devices[2].close()
         with pytest.raises(DevicesUnavailableError, match="was closed") as info:
