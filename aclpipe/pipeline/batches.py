@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import DType, as_dtype
-from ..errors import GraphError, InputCastError
+from ..errors import DeviceOutOfMemory, GraphError, InputCastError
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -78,15 +78,25 @@ class ShapeBuckets:
         index = bisect.bisect_left(self.sizes, rows)
         return self.sizes[index] if index < len(self.sizes) else None
 
-    def pad(self, arrays: Mapping[str, np.ndarray], skip: Collection[str] = ()
+    def pad(self, arrays: Mapping[str, np.ndarray], skip: Collection[str] = (), *, memory: int | None = None
             ) -> tuple[dict[str, np.ndarray], int | None]:
         """The arrays padded to their bucket, and the real row count to slice back to (None
         when nothing was padded).  Inputs in ``skip`` (host values: their contents are part
-        of the program) are never padded."""
+        of the program) are never padded.
+
+        Raises
+        ------
+        DeviceOutOfMemory
+            The padded inputs alone take more than ``memory`` bytes (the device's): checked
+            before anything is padded, so a large bucket never allocates its copies on the host
+            for a run that cannot fit on the device.
+        """
         target = self._target(arrays, skip)
         if target is None:
             return dict(arrays), None
         names, count, size = target
+        if memory is not None:
+            _check_padded_size(arrays, names, count, size, memory)
         padded = dict(arrays)
         for name in names:
             array = arrays[name]
@@ -147,6 +157,19 @@ class ShapeBuckets:
 
     def __repr__(self) -> str:
         return f"<ShapeBuckets {list(self.sizes)} over {list(self.inputs)}>"
+
+
+def _check_padded_size(arrays: Mapping[str, np.ndarray], names: Iterable[str], count: int, size: int,
+                       memory: int) -> None:
+    """Refuse padding ``count`` rows of ``names`` up to ``size`` when the result would not fit
+    in ``memory`` bytes of device memory."""
+    needed = {name: size * (arrays[name].nbytes // count) for name in names}
+    total = sum(needed.values())
+    if total > memory:
+        raise DeviceOutOfMemory(detail=(
+            f"bucket {size}: a batch of {count} rows padded to the bucket of {size} rows needs {total} bytes for "
+            f"its inputs alone ({needed}), more than the device's {memory} bytes; add a smaller bucket between "
+            f"{count} and {size}, or send smaller batches"), requested=total, limit=memory)
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, Any], *, convert: bool = False) -> dict[str, np.ndarray]:

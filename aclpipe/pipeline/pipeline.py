@@ -32,6 +32,7 @@ every waiter at once with :class:`ClosedResourceError`.  One thread and event lo
 from __future__ import annotations
 
 import collections
+import functools
 import time
 import warnings
 import weakref
@@ -58,6 +59,7 @@ from .program import Program, Slot
 from .resources import Resources
 from .slots import FifoLock, Ticket
 from .stats import CompletionLog, PipelineStats
+from .sync import blocking_loop
 
 __all__ = ["SPLITS", "Pipeline", "PipelineStats"]
 
@@ -113,9 +115,10 @@ class Pipeline:
 
     Notes
     -----
-    Not thread-safe: a pipeline serves one thread and event loop at a time, and refuses calls
-    from another one meanwhile with :class:`EventLoopError` (see
-    :mod:`aclpipe.pipeline.affinity`).
+    Threads.  The blocking API (:meth:`run_sync`, :meth:`close`) is safe from any number of
+    threads: one event loop thread serves them all (:mod:`aclpipe.pipeline.sync`).  The async
+    API serves one event loop at a time and refuses calls from another one meanwhile with
+    :class:`EventLoopError` (see :mod:`aclpipe.pipeline.affinity`).
     """
 
     def __new__(cls, graph: Graph, device: object = None, *args: Any, **options: Any) -> Self:
@@ -328,17 +331,22 @@ class Pipeline:
         """Run the graph once and wait, from code with no event loop (as ``InferenceSession.run``).
 
         Inputs by name (``pipe.run_sync(x=batch)``) or as one mapping (``pipe.run_sync({"x":
-        batch})``, for names that are not Python identifiers).  Each call runs an event loop of
-        its own; inside a running event loop use ``await pipe.run(...)`` instead.
+        batch})``, for names that are not Python identifiers).  Safe from any number of threads
+        at once: every blocking call is served by the pipeline's one event loop thread
+        (:mod:`~aclpipe.pipeline.sync`), so concurrent callers share the ``depth`` slots and
+        each gets its own result.  Inside a running event loop use ``await pipe.run(...)``.
 
         Raises
         ------
         EventLoopError
-            When called from a thread that runs an event loop.
+            When called from a thread that runs an event loop, or while another event loop
+            has runs in flight on the pipeline (``await pipe.run`` there).
         """
         refuse_inside_event_loop("Pipeline.run_sync")
+        if self._closed:  # said here, without starting a loop thread again only to say it
+            raise ClosedResourceError("the pipeline is closed")
         merged = {**(inputs or {}), **named}
-        return anyio.run(lambda: self.run(**merged))
+        return blocking_loop(self, f"pipeline {self.graph.name!r}").call(lambda: self.run(**merged))
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
@@ -396,7 +404,7 @@ class Pipeline:
         pinned (never evicted) until the run finishes or is abandoned."""
         rows = None
         if self.buckets is not None:
-            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs)
+            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs, memory=self._device_memory)
         key = self._signature(arrays)
         entry = self._entry_for(key)
         self._res.cache.pin(entry)
@@ -411,6 +419,12 @@ class Pipeline:
             return entry, arrays, rows
         host = key.host
         return entry, {name: array for name, array in arrays.items() if name not in host}, rows
+
+    @functools.cached_property
+    def _device_memory(self) -> int:
+        """The device's memory in bytes, asked once (it never changes): a batch padded to a
+        bucket must fit in it."""
+        return self.device.mem_info().total
 
     def _signature(self, arrays: dict[str, np.ndarray]) -> Signature:
         """The signature of a run's arrays (dtypes already checked).  Most runs repeat the last
@@ -685,9 +699,14 @@ class Pipeline:
                 pass  # its run already reported it, or nobody is left to tell
 
     def close(self) -> None:
-        """:meth:`aclose` from code with no event loop (pairs with :meth:`run_sync`)."""
+        """:meth:`aclose` from code with no event loop (pairs with :meth:`run_sync`): served by
+        the same event loop thread as blocking runs, which it then stops."""
         refuse_inside_event_loop("Pipeline.close")
-        anyio.run(self.aclose)
+        loop = blocking_loop(self, f"pipeline {self.graph.name!r}")
+        try:
+            loop.call(self.aclose)
+        finally:
+            loop.stop()
 
     def __enter__(self) -> Self:
         return self
