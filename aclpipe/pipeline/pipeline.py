@@ -24,9 +24,11 @@ Lifecycle.  What the device touches lives in :class:`~aclpipe.pipeline.resources
 freed by ``aclose()`` once the device passed every run, or, when the pipeline is dropped
 without ``aclose()`` or its ``aclose()`` is cancelled, freed by whichever thread sees the
 device pass it (never blocking the event loop, never sooner).  Closing the device fails
-every waiter at once with :class:`ClosedResourceError`.  One thread and event loop at a time
-(:mod:`~aclpipe.pipeline.affinity`); programs per input signature are bounded
-(:mod:`~aclpipe.pipeline.cache`); batches may be padded to buckets (:mod:`~aclpipe.pipeline.batches`).
+every waiter at once with :class:`ClosedResourceError`.  The async API serves one event loop
+at a time (:mod:`~aclpipe.pipeline.affinity`), the blocking API any number of threads
+(:mod:`~aclpipe.pipeline.sync`); programs per input signature are bounded
+(:mod:`~aclpipe.pipeline.cache`), and so are the streams they hold (:mod:`~aclpipe.pipeline.budget`);
+batches may be padded to buckets (:mod:`~aclpipe.pipeline.batches`).
 """
 
 from __future__ import annotations
