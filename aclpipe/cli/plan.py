@@ -1,7 +1,8 @@
 """``aclpipe plan GRAPH``: print the plan for a graph file (per stream its nodes, waits and
 records; arena offsets and the peak against the live-set lower bound), the workspace each
 node's phase one asks for, whether requests may be batched into one run (and if not, the
-node that mixes their rows), and write the plan as Graphviz DOT.
+node that mixes their rows), the streams and events a pipeline and each of its programs hold
+at ``--depth`` (both are limited per device), and write the plan as Graphviz DOT.
 
 .. code-block:: text
 
@@ -16,8 +17,10 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from ..backends.sim.engines import ATLAS_A2
 from ..errors import AclpipeError
 from ..ops import get_op
+from ..pipeline.program import events_per_slot, model_streams_per_slot
 from ..plan import Plan, batchable, make_plan
 from ..plan.plan import COPY_OPS
 from ..plan.render import format_bytes
@@ -35,7 +38,7 @@ from .common import (
     say,
 )
 
-__all__ = ["HELP", "NAME", "configure", "run", "workspace_sizes"]
+__all__ = ["HELP", "NAME", "configure", "device_budget", "run", "workspace_sizes"]
 
 NAME = "plan"
 HELP = "print a graph's plan (streams, events, memory, workspaces) and write it as DOT"
@@ -46,6 +49,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_graph_arguments(parser, batch=8)
     parser.add_argument("--streams", type=int_at_most(MAX_STREAMS), default=4,
                         help=f"compute streams at most, 1 to {MAX_STREAMS} (default 4)")
+    parser.add_argument("--depth", type=int_at_most(64), default=2,
+                        help="runs in flight (slots) to count streams and events for, 1 to 64 (default 2)")
     parser.add_argument("--dot", metavar="OUT.dot", help="write the plan as Graphviz DOT (render: dot -Tsvg)")
 
 
@@ -80,6 +85,19 @@ def workspace_table(plan: Plan, sizes: dict[str, int | str]) -> Table:
     return table
 
 
+def device_budget(plan: Plan, streams: int, depth: int) -> str:
+    """What a pipeline of ``plan`` holds of the device's limited streams and events (see
+    :mod:`aclpipe.pipeline.budget`), against an Atlas A2's limits."""
+    own = pipeline_streams = streams + depth + 2
+    per_slot = model_streams_per_slot(plan, pipeline_streams)
+    events = events_per_slot(plan, pipeline_streams, done_joins=True)
+    return (f"device budget at depth {depth}: the pipeline holds {own} streams of its own ({streams} "
+            f"compute, {depth} replay, H2D, D2H); each program, captured, {depth} x {per_slot} = {depth * per_slot} "
+            f"model streams and {depth} x {events} = {depth * events} events (an Atlas A2 allows "
+            f"{ATLAS_A2.max_streams} streams and {ATLAS_A2.max_events} events; idle programs are freed for new "
+            "captures, and a program that still does not fit runs uncaptured)")
+
+
 @reporting_errors
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe plan``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
@@ -91,6 +109,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     # Whether a server may stack requests into one run (aclpipe.plan.batch_axis).
     say(console, f"batchable: {batchable(graph, **shapes)}")
     say(console, plan.summary())
+    say(console, device_budget(plan, args.streams, args.depth))
     sizes = workspace_sizes(plan)
     console.print(workspace_table(plan, sizes))
     static = sum(max((int(s) for n in plan.nodes_on(k) if isinstance(s := sizes.get(n.name), int)), default=0)

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ..runtime.workspaces import WorkspaceStrategy
     from .budget import StreamBudget
 
-__all__ = ["Program", "Slot", "Step", "events_per_slot"]
+__all__ = ["Program", "Slot", "Step", "events_per_slot", "model_streams_per_slot"]
 
 
 #: ACL_ERROR_RT_NO_STREAM_RESOURCE: capturing ran out of streams (see Program.capture).
@@ -69,6 +69,16 @@ def events_per_slot(plan: Plan, streams: int, *, done_joins: bool = False) -> in
     copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
     lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
     return sum(1 for node in plan.nodes if node.record) + len(lanes) + (3 if done_joins else 4)
+
+
+def model_streams_per_slot(plan: Plan, streams: int) -> int:
+    """Streams one captured slot's model of ``plan`` holds on ``streams`` pipeline streams (see
+    :meth:`Program.model_streams`): the replay stream, each compute and copy stream its run
+    uses, D2H included (captured streams consume stream resources,
+    15_model_running_instance__management.md)."""
+    copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
+    lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
+    return 2 + len(lanes)
 
 
 _WAIT, _COPY, _KERNEL, _RECORD = LaunchKind.WAIT, LaunchKind.COPY, LaunchKind.KERNEL, LaunchKind.RECORD
