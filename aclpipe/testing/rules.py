@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.protocol import CaptureStatus, MemcpyKind, fault_injection, graph_capture
-from ..errors import BackendError, HazardError
+from ..errors import BackendError, DeviceFault, HazardError
 from ..runtime import Device, DeviceBuffer, Stream
 from ..tensor import TensorDesc
 from .checks import CONTRACT, TIMEOUT, Check, ConformanceFailure, _read, expect, expect_raises
@@ -92,6 +92,29 @@ def event_limit(device: Device) -> str:
         return f"event {len(events) + 1} refused with 207007 (limit {limit})"
     raise ConformanceFailure(f"{len(events)} events were created and recorded, the product allows {limit} "
                              "(07_event_management.md)")
+
+
+# -- synchronize timeouts (06, 07; src/runtime/api/impl/api_error.cc) ------------------------------
+def zero_timeout(device: Device) -> str:
+    backend, stream = device.backend, device.create_stream()
+    event = stream.record()
+    stream.sync(TIMEOUT)
+    for call, handle, what in ((backend.stream_sync, stream.handle, "aclrtSynchronizeStreamWithTimeout(0)"),
+                               (backend.event_sync, event.handle, "aclrtSynchronizeEventWithTimeout(0)")):
+        error = expect_raises(BackendError, f"{what} on finished work (api_error.cc, "
+                                            "ApiErrorDecorator::StreamSynchronize/EventSynchronize: -1 or > 0)",
+                              call, handle, 0)
+        expect(error.code == 107000, f"{what} was refused with {error.code}, expected 107000 (an invalid value)")
+    with latch(stream):
+        held = stream.record()
+        polled = expect_raises(DeviceFault, "Stream.sync(timeout=0) on a held stream (a poll: a query)",
+                               stream.sync, 0)
+        expect(polled.code == 507046, f"a poll of a held stream raised {polled.code}, expected 507046 (not done)")
+        polled = expect_raises(DeviceFault, "Event.sync(timeout=0) on a held record", held.sync, 0)
+        expect(polled.code == 507047, f"a poll of a held record raised {polled.code}, expected 507047 (not done)")
+    stream.sync(1e-4)  # a sub-millisecond timeout waits 1 ms; it must not become the refused 0
+    held.sync(0)
+    return "a 0 ms synchronize is refused with 107000; timeout=0 polls with queries; 0.1 ms waits 1 ms"
 
 
 # -- streams (06_stream_management.md) -----------------------------------------------------------
@@ -288,6 +311,8 @@ RULES: tuple[Check, ...] = (
     Check("never_recorded_wait", "a wait on a never-recorded event is an invalid value (event.md 4.2)",
           never_recorded_wait),
     Check("event_limit", "events per device are limited by the product (07)", event_limit),
+    Check("zero_timeout", "a 0 ms *WithTimeout synchronize is 107000; polls are queries (06, 07; api_error.cc)",
+          zero_timeout),
     Check("continue_on_failure", "by default a stream runs the tasks after a failed one (06)", continue_on_failure),
     Check("stop_on_failure", "ACL_STOP_ON_FAILURE drops queued work and refuses new work (06)", stop_on_failure,
           ("stop_on_failure",)),

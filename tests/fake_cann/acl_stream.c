@@ -499,11 +499,24 @@ static int take_error(fake_stream *s)
     return fakecann_fail(code, "%s", s->error_message);
 }
 
+/* The parameter check of every *WithTimeout synchronize: -1 or > 0.  The docs list only those;
+ * src/runtime/api/impl/api_error.cc (ApiErrorDecorator::StreamSynchronize, ::EventSynchronize)
+ * refuses 0 and anything below -1 with RT_ERROR_INVALID_VALUE (107000) before anything else. */
+static int check_timeout(int32_t timeout, const char *api)
+{
+    if (timeout == 0 || timeout < -1)
+        return fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the timeout must be -1 or greater than 0 ms, got %d",
+                             api, (int)timeout);
+    return ACL_SUCCESS;
+}
+
 aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
 {
     pthread_mutex_lock(&rt_lock);
     fake_stream *s = NULL;
-    int rc = rt_need_stream(stream, "aclrtSynchronizeStream", &s);
+    int rc = check_timeout(timeout, "aclrtSynchronizeStreamWithTimeout");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_stream(stream, "aclrtSynchronizeStream", &s);
     if (rc == ACL_SUCCESS && s->capture)
         rc = rt_capture_forbid(s->capture, ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, "aclrtSynchronizeStream");
     if (rc == ACL_SUCCESS) {
@@ -917,7 +930,9 @@ aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)
 {
     pthread_mutex_lock(&rt_lock);
     fake_event *e = NULL;
-    int rc = rt_need_event(event, "aclrtSynchronizeEvent", &e);
+    int rc = check_timeout(timeout, "aclrtSynchronizeEventWithTimeout");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_event(event, "aclrtSynchronizeEvent", &e);
     if (rc == ACL_SUCCESS)
         rc = check_not_captured(e, "aclrtSynchronizeEvent");
     if (rc == ACL_SUCCESS) {

@@ -156,6 +156,24 @@ class NoEventLimit(SimBackend):
         return super().event_create(timing, reusable)
 
 
+class ZeroTimeoutIsAPoll(SimBackend):
+    """The old reading: a 0 ms synchronize asks without waiting."""
+
+    def stream_sync(self, stream, timeout_ms=-1):
+        if timeout_ms == 0:
+            if not self.stream_query(stream):
+                raise error_from_code(507046, "not done")
+            return
+        super().stream_sync(stream, timeout_ms)
+
+    def event_sync(self, event, timeout_ms=-1):
+        if timeout_ms == 0:
+            if not self.event_query(event):
+                raise error_from_code(507047, "not done")
+            timeout_ms = -1
+        super().event_sync(event, timeout_ms)
+
+
 class SkipsUntilConsumed(SimBackend):
     """The old generation semantics: work behind a failure is skipped until the error is taken."""
 
@@ -245,6 +263,7 @@ class CaptureRunsWork(SimBackend):
     (EventsNeedNoReset, {"event_kinds"}, {}),
     (AcceptsUnrecordedWaits, {"never_recorded_wait"}, {}),
     (NoEventLimit, {"event_limit"}, {"spec": "atlas-310p"}),
+    (ZeroTimeoutIsAPoll, {"zero_timeout"}, {}),
     (SkipsUntilConsumed, {"continue_on_failure"}, {}),
     (StopAcceptsNewWork, {"stop_on_failure"}, {}),
     (AbortDoesNothing, {"stream_abort"}, {}),

@@ -43,7 +43,7 @@ from .host_calls import PythonHostCall, callback_address
 from .launch_table import AscendLaunchTable
 from .library import CannLibrary, load_library
 from .product import ProductRules, product_rules
-from .streams import AscendStream, Streams
+from .streams import AscendStream, Streams, check_timeout
 
 __all__ = ["HOST_FUNC_MODES", "AscendBackend"]
 
@@ -403,6 +403,7 @@ class AscendBackend:
         self.streams.launch_host_func(stream, fn_address, args_address)
 
     def device_sync(self, timeout_ms: int = -1) -> None:
+        check_timeout(timeout_ms, "aclrtSynchronizeDeviceWithTimeout")
         sync_streams(self.stream_sync, self.streams.all(), timeout_ms)
 
     # -- peer access (several devices; 04_device_management.md) ---------------------------------

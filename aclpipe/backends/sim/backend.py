@@ -84,6 +84,17 @@ class BoundKernel:
         so a live allocation still holds what was checked)."""
         return all(allocation.alive for allocation in self.allocations)
 
+def check_timeout(timeout_ms: int, what: str) -> None:
+    """The runtime's parameter check of every ``*WithTimeout`` synchronize: -1 (no limit) or
+    > 0 ms.  The docs (06_stream_management.md, 07_event_management.md) list only those two;
+    ``ApiErrorDecorator::StreamSynchronize``, ``::EventSynchronize`` and ``::DeviceSynchronize``
+    in ``src/runtime/api/impl/api_error.cc`` refuse 0 (and anything below -1) with
+    ``RT_ERROR_INVALID_VALUE``, which ACL reports as 107000.  A poll is a query, not a 0 ms sync."""
+    if timeout_ms == 0 or timeout_ms < -1:
+        raise error_from_code(107000, f"{what}: the timeout must be -1 (no limit) or greater than 0 ms, got "
+                                      f"{timeout_ms} (api_error.cc refuses 0); poll with a query instead")
+
+
 #: ``aclrtMemcpyAsync`` restriction in ``include/external/acl/acl_rt.h``: "for on-chip
 #: device-to-device memory copy, both the source and destination addresses must be 64-byte aligned".
 D2D_ALIGNMENT = 64
@@ -499,6 +510,7 @@ class SimBackend:
 
     def stream_sync(self, stream: SimStream, timeout_ms: int = -1) -> None:
         self._check_stream(stream)
+        check_timeout(timeout_ms, f"aclrtSynchronizeStreamWithTimeout of stream {stream.name}")
         if stream.capture is not None:
             self.captures.forbid(stream.capture, 107041, f"a synchronize of stream {stream.name}")
         if not self._wait_stream(stream, None if timeout_ms < 0 else timeout_ms / 1000):
@@ -611,6 +623,7 @@ class SimBackend:
 
     def event_sync(self, event: SimEvent, timeout_ms: int = -1) -> None:
         self._check_event(event)
+        check_timeout(timeout_ms, f"aclrtSynchronizeEventWithTimeout of event {event.name}")
         self._check_not_captured(event, "synchronize")
         # The usual caller is a run's result, syncing its done event after the completion host
         # function behind it ran: a record that already completed.  That answer takes one look
@@ -678,6 +691,7 @@ class SimBackend:
         self._submit(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args), native=True))
 
     def device_sync(self, timeout_ms: int = -1) -> None:
+        check_timeout(timeout_ms, "aclrtSynchronizeDeviceWithTimeout")
         self.captures.forbid_device_sync()
         sync_streams(self.stream_sync, list(self._streams) + list(self._model_streams), timeout_ms)
 

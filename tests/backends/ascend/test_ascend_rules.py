@@ -90,6 +90,36 @@ def test_an_inference_card_has_1023_events_and_the_limit_is_enforced(product: De
     stream.sync(TIMEOUT)
 
 
+# -- synchronize timeouts (api_error.cc, ApiErrorDecorator::StreamSynchronize/EventSynchronize) --------
+def test_a_zero_timeout_is_refused_by_the_runtime_and_polls_use_queries(any_ascend: Device):
+    backend, stream = any_ascend.backend, any_ascend.create_stream()
+    event = stream.record()
+    stream.sync(TIMEOUT)
+    runtime = backend.library.runtime
+    if backend.library.has_stream_sync_timeout:  # the fake itself, below the binding
+        assert runtime.aclrtSynchronizeStreamWithTimeout(stream.handle.handle, 0) == 107000
+        assert runtime.aclrtSynchronizeEventWithTimeout(event.handle.handle, 0) == 107000
+        assert runtime.aclrtSynchronizeStreamWithTimeout(stream.handle.handle, 1) == 0
+    for call, handle in ((backend.stream_sync, stream.handle), (backend.event_sync, event.handle)):
+        with pytest.raises(BackendError) as caught:
+            call(handle, 0)
+        assert caught.value.code == 107000
+    with pytest.raises(BackendError) as caught:
+        backend.device_sync(0)
+    assert caught.value.code == 107000
+    with latch(stream):
+        held = stream.record()
+        with pytest.raises(DeviceFault) as caught:
+            stream.sync(0)
+        assert caught.value.code == 507046
+        with pytest.raises(DeviceFault) as caught:
+            held.sync(0)
+        assert caught.value.code == 507047
+    stream.sync(1e-4)
+    held.sync(0)
+    any_ascend.sync(1e-4)
+
+
 # -- streams (06_stream_management.md) -----------------------------------------------------------
 def test_continue_on_failure_runs_later_work(any_ascend: Device):
     stream, target, later = any_ascend.create_stream(), any_ascend.alloc(64), any_ascend.alloc(64)
