@@ -166,7 +166,11 @@ class Capabilities:
     reusable_events: bool = True  # event_create(reusable=True) exists (aclrtCreateEventExWithFlag)
     stop_on_failure: bool = False  # stream_set_failure_mode exists (aclrtSetStreamFailureMode)
     stream_abort: bool = False  # stream_abort exists (aclrtStreamAbort)
-    host_thread_per_stream: bool = False  # each stream runs its host functions on a thread of its own
+    #: One thread per context (device) runs the host functions of all its streams, one at a time,
+    #: in the order the streams reach them: ``aclrtLaunchHostFunc`` (``ApiImpl::LaunchHostFunc``
+    #: makes the context's callback thread, ``src/runtime/api/impl/api_impl.cc``) and the
+    #: ``aclrtLaunchCallback`` report thread alike.  Never assume two host functions overlap.
+    host_thread_per_context: bool = True
     launch_tables: bool = False  # the backend is a LaunchTables
     peer_access: bool = False  # the backend is a PeerAccess
 

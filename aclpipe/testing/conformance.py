@@ -37,7 +37,6 @@ _HINTS = {
     "reusable_events": "the runtime lacks aclrtCreateEventExWithFlag",
     "stop_on_failure": "the runtime lacks aclrtSetStreamFailureMode",
     "stream_abort": "the product has no aclrtStreamAbort (06_stream_management.md)",
-    "host_thread_per_stream": "host functions run through one report thread (aclrtLaunchCallback)",
     "graph_capture": "the product or runtime has no aclmdlRICapture* (15_model_running_instance__management.md)",
 }
 

@@ -16,7 +16,7 @@ from ..backends.protocol import CaptureStatus, MemcpyKind, fault_injection, grap
 from ..errors import BackendError, DeviceFault, HazardError
 from ..runtime import Device, DeviceBuffer, Stream
 from ..tensor import TensorDesc
-from .checks import CONTRACT, TIMEOUT, Check, ConformanceFailure, _read, expect, expect_raises
+from .checks import CONTRACT, HOLD, TIMEOUT, Check, ConformanceFailure, _read, expect, expect_raises
 from .latch import latch
 
 __all__ = ["CHECKS", "RULES", "CheckSkipped"]
@@ -165,26 +165,35 @@ def stream_abort(device: Device) -> str:
 
 def host_threads(device: Device) -> str:
     first, second = device.create_stream(), device.create_stream()
-    both = threading.Barrier(2, timeout=TIMEOUT)
-    broken: list[BaseException] = []
-    enqueuer = threading.get_ident()
+    order: list[str] = []
+    threads: set[int] = set()
+    started, overlapped = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        threads.add(threading.get_ident())
+        order.append("first")
+        started.set()
+        overlapped.wait(HOLD)  # set by the second stream's host function if it runs meanwhile
 
     def meet() -> None:
-        if threading.get_ident() == enqueuer:  # run inside host_func(): it could only block us
-            broken.append(RuntimeError("ran on the enqueuing thread"))
-            return
-        try:
-            both.wait()
-        except threading.BrokenBarrierError as error:
-            broken.append(error)
+        threads.add(threading.get_ident())
+        overlapped.set()
+        order.append("second")
 
-    first.host_func(meet)
-    second.host_func(meet)
+    first.host_func(hold)
+    first.host_func(lambda: order.append("first again"))
+    expect(started.wait(TIMEOUT), "a host function never ran")
+    second.host_func(meet)  # reached while ``hold`` runs: it must wait for it
     first.sync(TIMEOUT)
     second.sync(TIMEOUT)
-    expect(not broken, "host functions of two streams did not run at the same time: each stream's run on its own "
-                       "thread (12_execution_control.md, aclrtLaunchHostFunc)")
-    return "two streams' host functions met at a barrier"
+    expect(order[:2] == ["first", "second"],
+           f"host functions of two streams of one device overlapped (order {order}): the runtime runs them all on "
+           "the context's one callback thread (12_execution_control.md, aclrtLaunchHostFunc; "
+           "src/runtime/api/impl/api_impl.cc, ApiImpl::LaunchHostFunc)")
+    expect(order == ["first", "second", "first again"],
+           f"host functions ran in the order {order}, not the order their streams reached them")
+    expect(len(threads) == 1, f"host functions of one device ran on {len(threads)} threads, expected the context's one")
+    return "two streams' host functions ran one at a time, in the order reached, on one thread"
 
 
 # -- memory (11-01, 11-03, acl_rt.h, 25-01) ---------------------------------------------------------
@@ -318,8 +327,8 @@ RULES: tuple[Check, ...] = (
           ("stop_on_failure",)),
     Check("stream_abort", "aclrtStreamAbort releases a stream blocked on a stopped one (06)", stream_abort,
           ("stop_on_failure", "stream_abort")),
-    Check("host_threads", "host functions of different streams may run at the same time (12)", host_threads,
-          ("host_thread_per_stream",)),
+    Check("host_threads", "one callback thread per context: host functions of a device never overlap (12; "
+          "api_impl.cc)", host_threads, ("host_callbacks",)),
     Check("d2d_alignment", "device-to-device copies need 64-byte aligned addresses (acl_rt.h)", d2d_alignment),
     Check("async_host_copy", "asynchronous host-to-host copies are not supported (11-03)", async_host_copy),
     Check("use_after_free_code", "a use after free is not reported as 507053, a memory UCE (25-01)",

@@ -35,6 +35,7 @@ static void choose_product(void)
 pthread_cond_t rt_changed;
 bool rt_initialized;
 __thread fake_context *rt_current;
+__thread bool rt_in_callback;
 
 static int device_count;
 static uint64_t device_capacity;
@@ -247,6 +248,7 @@ static fake_context *new_context(int device, bool is_default)
     context->device = device;
     context->alive = true;
     context->is_default = is_default;
+    pthread_cond_init(&context->host_work, NULL);
     ptr_set_add(&contexts, context);
     return context;
 }
@@ -299,8 +301,10 @@ aclError aclrtResetDevice(int32_t deviceId)
                                "events and streams, then contexts, then reset the device", deviceId, streams,
                                events, user);
     }
+    fake_context *dead = NULL;
     if (rc == ACL_SUCCESS) {
         if (--devices[deviceId].refs == 0) {
+            dead = devices[deviceId].primary;
             devices[deviceId].primary->alive = false; /* kept allocated: other threads may point at it */
             free_device_memory(deviceId);
             rt_peer_forget(deviceId);
@@ -310,6 +314,8 @@ aclError aclrtResetDevice(int32_t deviceId)
         rt_trace("aclrtResetDevice %d", deviceId);
     }
     pthread_mutex_unlock(&rt_lock);
+    if (dead)
+        rt_stop_host_thread(dead);
     return rc;
 }
 
@@ -369,6 +375,8 @@ aclError aclrtDestroyContext(aclrtContext context)
         rt_trace("aclrtDestroyContext %d", target->device);
     }
     pthread_mutex_unlock(&rt_lock);
+    if (rc == ACL_SUCCESS)
+        rt_stop_host_thread(target);
     return rc;
 }
 

@@ -149,22 +149,28 @@ int rt_submit(fake_stream *s, task *t, const char *api)
     return ACL_SUCCESS;
 }
 
-/* ---- host functions (aclrtLaunchHostFunc): one thread per stream ------------------------- */
+/* ---- host functions (aclrtLaunchHostFunc): one thread per context --------------------------
+ * 12_execution_control.md says "the thread registered for the stream"; the runtime's
+ * ApiImpl::LaunchHostFunc (src/runtime/api/impl/api_impl.cc) makes that thread once per context
+ * and subscribes each stream to it, so host functions of different streams of one context run
+ * one at a time, in the order their streams reach them. */
 #ifdef FAKE_HAVE_LAUNCH_HOST_FUNC
 static void *host_func_loop(void *argument)
 {
-    fake_stream *s = (fake_stream *)argument;
+    fake_context *c = (fake_context *)argument;
     pthread_mutex_lock(&rt_lock);
     for (;;) {
-        while (!s->host_calls && !s->host_stopping)
-            pthread_cond_wait(&s->host_work, &rt_lock);
-        if (!s->host_calls)
+        while (!c->host_calls && !c->host_stopping)
+            pthread_cond_wait(&c->host_work, &rt_lock);
+        if (!c->host_calls)
             break;
-        host_call *call = s->host_calls;
-        s->host_calls = call->next;
+        host_call *call = c->host_calls;
+        c->host_calls = call->next;
+        rt_in_callback = true;
         pthread_mutex_unlock(&rt_lock);
         call->function(call->argument);
         pthread_mutex_lock(&rt_lock);
+        rt_in_callback = false;
         call->done = true;
         pthread_cond_broadcast(&rt_changed);
     }
@@ -177,26 +183,28 @@ static void run_host_func(fake_stream *s, task *t)
 {
     host_call call = {NULL, (aclrtHostFunc)t->function, t->argument, false};
     pthread_mutex_lock(&rt_lock);
-    host_call **tail = &s->host_calls;
+    fake_context *c = s->context;
+    host_call **tail = &c->host_calls;
     while (*tail)
         tail = &(*tail)->next;
     *tail = &call;
-    pthread_cond_signal(&s->host_work);
+    pthread_cond_signal(&c->host_work);
     while (!call.done)
         pthread_cond_wait(&rt_changed, &rt_lock);
     pthread_mutex_unlock(&rt_lock);
 }
 #endif
 
-static void stop_host_thread(fake_stream *s)
+void rt_stop_host_thread(fake_context *c)
 {
     pthread_mutex_lock(&rt_lock);
-    bool running = s->host_running;
-    s->host_stopping = true;
-    pthread_cond_signal(&s->host_work);
+    bool running = c->host_running;
+    c->host_running = false;
+    c->host_stopping = true;
+    pthread_cond_signal(&c->host_work);
     pthread_mutex_unlock(&rt_lock);
     if (running)
-        pthread_join(s->host_thread, NULL);
+        pthread_join(c->host_thread, NULL);
 }
 
 /* ---- report callbacks (aclrtLaunchCallback) -------------------------------------------- */
@@ -416,10 +424,8 @@ fake_stream *rt_new_stream(int device, fake_context *context)
     s->context = context;
     s->drop_upto = -1;
     pthread_cond_init(&s->work, NULL);
-    pthread_cond_init(&s->host_work, NULL);
     if (pthread_create(&s->thread, NULL, stream_loop, s) != 0) {
         pthread_cond_destroy(&s->work);
-        pthread_cond_destroy(&s->host_work);
         free(s);
         fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "no thread for the stream");
         return NULL;
@@ -438,10 +444,8 @@ void rt_delete_stream(fake_stream *s)
     pthread_cond_broadcast(&rt_changed);
     pthread_mutex_unlock(&rt_lock);
     pthread_join(s->thread, NULL);
-    stop_host_thread(s);
     fakecann_count("stream", -1);
     pthread_cond_destroy(&s->work);
-    pthread_cond_destroy(&s->host_work);
     free(s);
 }
 
@@ -990,11 +994,12 @@ aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args)
                            "aclrtLaunchCallback; the two callback mechanisms must not be mixed on one stream");
     else if (rc == ACL_SUCCESS && s->capture)
         rc = rt_capture_forbid(s->capture, ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT, "aclrtLaunchHostFunc");
-    if (rc == ACL_SUCCESS && !s->host_running) { /* "the thread registered for the stream, created in the call" */
-        if (pthread_create(&s->host_thread, NULL, host_func_loop, s) != 0)
+    if (rc == ACL_SUCCESS && !s->context->host_running) { /* the context's thread, made by its first call */
+        s->context->host_stopping = false;
+        if (pthread_create(&s->context->host_thread, NULL, host_func_loop, s->context) != 0)
             rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: no thread for host functions");
         else
-            s->host_running = true;
+            s->context->host_running = true;
     }
     if (rc == ACL_SUCCESS) {
         s->mechanism = MECHANISM_HOST_FUNC;

@@ -196,14 +196,13 @@ class AbortDoesNothing(SimBackend):
         self._check_stream(stream)
 
 
-class OneHostThread(SimBackend):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.shared = CallbackThread("one host thread")
+class HostThreadPerStream(SimBackend):
+    """The old reading of 12_execution_control.md: a host-function thread per stream."""
 
     def stream_create(self, priority=0):
         stream = super().stream_create(priority)
-        stream.host_thread = lambda: self.shared
+        own = CallbackThread(f"{stream.name} host thread")
+        stream.host_thread = lambda: own
         return stream
 
 
@@ -253,7 +252,7 @@ class CaptureRunsWork(SimBackend):
     (IgnoresWaits, {"cross_stream_wait", "event_semantics", "never_recorded_wait", "stream_abort", "capture_model"},
      {}),
     (InlineHostFunctions, {"host_functions", "host_threads"}, {}),
-    (HostFunctionsDoNotBlock, {"host_functions"}, {}),
+    (HostFunctionsDoNotBlock, {"host_functions", "host_threads"}, {}),
     (ForgetsErrors, {"host_functions", "fault_surfacing", "continue_on_failure", "stop_on_failure", "stream_abort",
                      "use_after_free_code", "executor_destroy"}, {}),
     (LenientFree, {"memory_errors"}, {}),
@@ -267,7 +266,7 @@ class CaptureRunsWork(SimBackend):
     (SkipsUntilConsumed, {"continue_on_failure"}, {}),
     (StopAcceptsNewWork, {"stop_on_failure"}, {}),
     (AbortDoesNothing, {"stream_abort"}, {}),
-    (OneHostThread, {"host_threads"}, {}),
+    (HostThreadPerStream, {"host_threads"}, {}),
     (AnyDeviceCopyAlignment, {"d2d_alignment"}, {}),
     (AsyncHostCopies, {"async_host_copy"}, {}),
     (UseAfterFreeIsAMemoryUCE, {"use_after_free_code"}, {}),

@@ -108,9 +108,10 @@ class AscendBackend:
             reusable_events=library.has_reusable_events, stop_on_failure=library.has_failure_mode,
             stream_abort=library.has_stream_abort and self.product.stream_abort,
             graph_capture=library.has_capture and self.product.graph_capture,
-            # aclrtLaunchHostFunc runs each stream's functions on that stream's thread; the
-            # fallback serves every stream from one report thread.
-            host_thread_per_stream=self.host_func_mode == "launch_host_func", launch_tables=True,
+            # One thread per context runs every stream's host functions: aclrtLaunchHostFunc's
+            # (ApiImpl::LaunchHostFunc makes the context's callback thread) and the fallback's
+            # report thread alike.
+            host_thread_per_context=True, launch_tables=True,
             peer_access=library.has_peer_access)
         #: Advanced by every stream, event and executor destruction: launch tables made at an
         #: older epoch check their handles again before they run.

@@ -3,8 +3,9 @@
 See ARCHITECTURE.md 3.1 and the README table "How faithful is the simulator".  Everything a
 real device checks is checked here, each rule citing its page of the public ``hicann/runtime``
 docs: device addresses are opaque, bounds- and alignment-checked, and 64-byte aligned from
-``mem_alloc``; memory is poisoned; streams run on their own threads, each with its own
-host-function thread, and fail the way ``aclrtSetStreamFailureMode`` says; events come in the
+``mem_alloc``; memory is poisoned; streams run on their own threads, their host functions on
+the device's one host-function thread (one per context, as the runtime makes it), and fail
+the way ``aclrtSetStreamFailureMode`` says; events come in the
 two documented kinds within the product's event limit; graph capture follows ``aclmdlRI``;
 and the sanitizer (on by default) checks every access for happens-before at enqueue time.
 """
@@ -23,6 +24,7 @@ import cffi
 from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
 from ..protocol import Capabilities, MemcpyKind, TraceRecord, sync_streams
+from .callbacks import CallbackThread
 from .capture import CaptureMode, Captures, CaptureStatus, SimModel, TaskGroup
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
@@ -156,7 +158,7 @@ class SimBackend:
             host_callbacks=True, event_timing=True, max_streams=max_streams or spec.max_streams, sanitizer=sanitize,
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=spec.graph_capture,
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
-            stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_stream=True,
+            stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_context=True,
             peer_access=True)
         self.peers = PeerLinks(self)
         #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
@@ -164,6 +166,7 @@ class SimBackend:
         self.captures = Captures(self)
         self._streams: list[SimStream] = []
         self._model_streams: list[SimStream] = []
+        self._callbacks: CallbackThread | None = None  # the context's host-function thread
         self._live_events = 0
         self._names = itertools.count()
         self._lock = threading.Lock()
@@ -191,6 +194,8 @@ class SimBackend:
         self.faults.clear()
         for stream in list(self._streams) + list(self._model_streams):
             self._stop_stream(stream)
+        if self._callbacks is not None:
+            self._callbacks.close()
         THREAD_LIMIT.release()
         release_window(self)
 
@@ -646,6 +651,21 @@ class SimBackend:
         return (end.timestamp() - start.timestamp()) * 1000.0
 
     # -- host work --------------------------------------------------------------------------
+    def host_thread(self) -> CallbackThread:
+        """The device's host-function thread, started at the first host function: the runtime
+        creates one callback thread per context (``ApiImpl::LaunchHostFunc``,
+        ``src/runtime/api/impl/api_impl.cc``) and every stream's host functions run on it."""
+        with self._lock:
+            if self._callbacks is None:
+                self._callbacks = CallbackThread(f"aclpipe-sim{self.index}-hostfunc")
+            return self._callbacks
+
+    @property
+    def host_thread_ident(self) -> int | None:
+        """The host-function thread's id, once it was started."""
+        callbacks = self._callbacks
+        return callbacks.ident if callbacks is not None else None
+
     def host_func(self, stream: SimStream, fn: Callable[[], None], name: str = "") -> None:
         self._check_stream(stream)
         rule_name = name or getattr(fn, "__name__", "host_func")

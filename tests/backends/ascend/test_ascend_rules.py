@@ -161,15 +161,26 @@ def test_abort_is_refused_where_the_product_lacks_it(product: Device):
     assert caught.value.code == 207000
 
 
-def test_host_functions_of_two_streams_overlap(ascend: Device):
-    """12_execution_control.md: aclrtLaunchHostFunc runs them on the stream's own thread."""
-    assert ascend.capabilities.host_thread_per_stream
-    first, second = ascend.create_stream(), ascend.create_stream()
-    both = threading.Barrier(2, timeout=TIMEOUT)
-    first.host_func(both.wait)
-    second.host_func(both.wait)
+def test_host_functions_of_two_streams_run_one_at_a_time_on_the_contexts_thread(any_ascend: Device):
+    """ApiImpl::LaunchHostFunc (src/runtime/api/impl/api_impl.cc) makes one callback thread per
+    context; the report-thread fallback has one per device too."""
+    assert any_ascend.capabilities.host_thread_per_context
+    first, second, order, threads = any_ascend.create_stream(), any_ascend.create_stream(), [], set()
+    started, overlapped = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        threads.add(threading.get_ident())
+        order.append("first")
+        started.set()
+        overlapped.wait(0.2)
+
+    first.host_func(hold)
+    first.host_func(lambda: order.append("first again"))
+    assert started.wait(TIMEOUT)
+    second.host_func(lambda: (threads.add(threading.get_ident()), overlapped.set(), order.append("second")))
     first.sync(TIMEOUT)
     second.sync(TIMEOUT)
+    assert order == ["first", "second", "first again"] and len(threads) == 1
 
 
 # -- memory (11-01, 11-03, acl_rt.h) ---------------------------------------------------------------
