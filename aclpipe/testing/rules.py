@@ -112,7 +112,9 @@ def zero_timeout(device: Device) -> str:
         expect(polled.code == 507046, f"a poll of a held stream raised {polled.code}, expected 507046 (not done)")
         polled = expect_raises(DeviceFault, "Event.sync(timeout=0) on a held record", held.sync, 0)
         expect(polled.code == 507047, f"a poll of a held record raised {polled.code}, expected 507047 (not done)")
+    stream.sync(TIMEOUT)
     stream.sync(1e-4)  # a sub-millisecond timeout waits 1 ms; it must not become the refused 0
+    held.sync(1e-4)
     held.sync(0)
     return "a 0 ms synchronize is refused with 107000; timeout=0 polls with queries; 0.1 ms waits 1 ms"
 
@@ -304,14 +306,32 @@ def capture_model(device: Device) -> str:
     backend.model_execute(model, runner.handle)
     seen = _read(device, runner, data, 64).view(np.float32)
     expect((seen == 4).all(), f"two replays on one stream gave {seen[:2]}, expected 1 doubled twice")
-    backend.capture_begin(origin.handle)
-    expect_raises(BackendError, "a synchronize inside a capture", origin.sync, TIMEOUT)
-    expect(backend.capture_get_info(origin.handle)[0] == CaptureStatus.INVALIDATED,
-           "a synchronize inside a capture did not invalidate it")
-    expect_raises(BackendError, "ending an invalidated capture", backend.capture_end, origin.handle)
     backend.model_destroy(model)
     backend.op_destroy(executor)
-    return "origin, joined stream, replays on a third stream; a sync invalidates"
+    return "origin, joined stream, replays on a third stream"
+
+
+def capture_sync(device: Device) -> str:
+    backend = graph_capture(device.backend)
+    assert backend is not None
+    origin, runner = device.create_stream(), device.create_stream()
+    data = device.upload(np.ones(16, np.float32))
+    backend.capture_begin(origin.handle)
+    for call, what in ((origin.sync, "aclrtSynchronizeStream"), (lambda: origin.is_done, "aclrtStreamQuery")):
+        error = expect_raises(BackendError, f"{what} of a capturing stream", call)
+        expect(error.code == 107027, f"{what} of a capturing stream failed with {error.code}, expected 107027 (the "
+                                     "stream is captured: api_error.cc, ApiErrorDecorator::StreamSynchronize)")
+        expect(backend.capture_get_info(origin.handle)[0] == CaptureStatus.ACTIVE,
+               f"{what} of a capturing stream ended or invalidated the capture; the runtime refuses the call "
+               "before doing anything and the capture goes on")
+    executor = _double(device, origin, data.address, 16, "captured after the refused sync", repeatable=True)
+    model = backend.capture_end(origin.handle)
+    backend.model_execute(model, runner.handle)
+    seen = _read(device, runner, data, 64).view(np.float32)
+    expect((seen == 2).all(), f"the capture that went on after a refused sync replayed to {seen[:2]}, expected 2")
+    backend.model_destroy(model)
+    backend.op_destroy(executor)
+    return "sync and query refused with 107027; the capture ended and replayed"
 
 
 RULES: tuple[Check, ...] = (
@@ -337,8 +357,10 @@ RULES: tuple[Check, ...] = (
           executor_destroy),
     Check("sanitizer_padding", "kernels may touch 32 bytes past an output: an unpadded neighbour is caught (11-01)",
           sanitizer_padding, ("sanitizer",)),
-    Check("capture_model", "aclmdlRI capture: origin, joins, replay on one stream, invalidation (15)",
+    Check("capture_model", "aclmdlRI capture: origin, joins, replay on one stream (15)",
           capture_model, ("graph_capture",)),
+    Check("capture_sync", "synchronizing a capturing stream is 107027 and leaves the capture intact (15; "
+          "api_error.cc)", capture_sync, ("graph_capture",)),
 )
 
 #: Every check the kit runs: the backend contract, then the documented runtime rules.

@@ -503,6 +503,15 @@ static int take_error(fake_stream *s)
     return fakecann_fail(code, "%s", s->error_message);
 }
 
+/* A synchronize or query of a capturing stream: src/runtime/api/impl/api_error.cc
+ * (ApiErrorDecorator::StreamSynchronize, ::StreamQuery) returns RT_ERROR_STREAM_CAPTURED (107027)
+ * before doing anything, so the capture stays intact and may still end. */
+static int refuse_captured(const char *api)
+{
+    return fakecann_fail(ACL_ERROR_RT_STREAM_CAPTURED, "%s: the stream is being captured; synchronize before "
+                         "aclmdlRICaptureBegin or after aclmdlRICaptureEnd", api);
+}
+
 /* The parameter check of every *WithTimeout synchronize: -1 or > 0.  The docs list only those;
  * src/runtime/api/impl/api_error.cc (ApiErrorDecorator::StreamSynchronize, ::EventSynchronize)
  * refuses 0 and anything below -1 with RT_ERROR_INVALID_VALUE (107000) before anything else. */
@@ -522,7 +531,7 @@ aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
     if (rc == ACL_SUCCESS)
         rc = rt_need_stream(stream, "aclrtSynchronizeStream", &s);
     if (rc == ACL_SUCCESS && s->capture)
-        rc = rt_capture_forbid(s->capture, ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, "aclrtSynchronizeStream");
+        rc = refuse_captured("aclrtSynchronizeStream");
     if (rc == ACL_SUCCESS) {
         int64_t target = s->enqueued;
         struct timespec deadline;
@@ -551,7 +560,7 @@ aclError aclrtStreamQuery(aclrtStream stream, int *status)
     if (rc == ACL_SUCCESS && !status)
         rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamQuery: status is NULL");
     else if (rc == ACL_SUCCESS && s->capture)
-        rc = rt_capture_forbid(s->capture, ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, "aclrtStreamQuery");
+        rc = refuse_captured("aclrtStreamQuery");
     if (rc == ACL_SUCCESS) {
         *status = s->completed >= s->enqueued ? 0 /* COMPLETE */ : 1 /* NOT_READY */;
         rc = take_error(s);
@@ -898,7 +907,10 @@ aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
 
 static int check_not_captured(fake_event *e, const char *api)
 {
-    return e->capture ? rt_capture_forbid(e->capture, ACL_ERROR_RT_EVENT_CAPTURED, api) : ACL_SUCCESS;
+    /* api_error.cc, ApiErrorDecorator::EventSynchronize/EventQueryStatus: refused before anything
+     * is done; the capture goes on. */
+    return e->capture ? fakecann_fail(ACL_ERROR_RT_EVENT_CAPTURED, "%s: the event's latest record is in a capture "
+                                      "that has not ended", api) : ACL_SUCCESS;
 }
 
 /* aclrtEventRecordedStatus: COMPLETE = 1 (the reverse of the deprecated aclrtQueryEvent). */

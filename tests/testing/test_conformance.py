@@ -240,6 +240,15 @@ class NoPadding(SimBackend):
         return []
 
 
+class SyncInvalidatesCapture(SimBackend):
+    """The old reading: a synchronize inside a capture invalidates it (107041)."""
+
+    def stream_sync(self, stream, timeout_ms=-1):
+        if stream.capture is not None:
+            self.captures.forbid(stream.capture, 107041, "a synchronize")
+        super().stream_sync(stream, timeout_ms)
+
+
 class CaptureRunsWork(SimBackend):
     def capture_begin(self, stream, mode=0):
         self._check_stream(stream)
@@ -272,7 +281,8 @@ class CaptureRunsWork(SimBackend):
     (UseAfterFreeIsAMemoryUCE, {"use_after_free_code"}, {}),
     (LenientExecutorDestroy, {"executor_destroy"}, {}),
     (NoPadding, {"sanitizer_padding"}, {}),
-    (CaptureRunsWork, {"capture_model"}, {}),
+    (SyncInvalidatesCapture, {"capture_sync"}, {}),
+    (CaptureRunsWork, {"capture_model", "capture_sync"}, {}),
 ])
 def test_a_backend_breaking_a_rule_fails_that_check(backend_class, failing, options):
     report = check_backend(opener(backend_class, **options))

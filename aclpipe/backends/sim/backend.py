@@ -517,7 +517,7 @@ class SimBackend:
         self._check_stream(stream)
         check_timeout(timeout_ms, f"aclrtSynchronizeStreamWithTimeout of stream {stream.name}")
         if stream.capture is not None:
-            self.captures.forbid(stream.capture, 107041, f"a synchronize of stream {stream.name}")
+            self.captures.refuse(stream.capture, 107027, f"a synchronize of stream {stream.name}")
         if not self._wait_stream(stream, None if timeout_ms < 0 else timeout_ms / 1000):
             raise error_from_code(507046, f"stream {stream.name} did not finish within {timeout_ms} ms")
         self._raise_sticky(stream)
@@ -525,7 +525,7 @@ class SimBackend:
     def stream_query(self, stream: SimStream) -> bool:
         self._check_stream(stream)
         if stream.capture is not None:
-            self.captures.forbid(stream.capture, 107041, f"a query of stream {stream.name}")
+            self.captures.refuse(stream.capture, 107027, f"a query of stream {stream.name}")
         done = self._wait_stream(stream, 0)
         self._raise_sticky(stream)
         return done
@@ -616,7 +616,7 @@ class SimBackend:
     def _check_not_captured(self, event: SimEvent, what: str) -> None:
         session = event.capture
         if session is not None:
-            self.captures.forbid(session, 107028, f"a {what} of event {event.name}, recorded")
+            self.captures.refuse(session, 107028, f"a {what} of event {event.name}, recorded")
 
     def event_query(self, event: SimEvent) -> bool:
         self._check_event(event)

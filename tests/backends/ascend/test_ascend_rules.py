@@ -115,7 +115,9 @@ def test_a_zero_timeout_is_refused_by_the_runtime_and_polls_use_queries(any_asce
         with pytest.raises(DeviceFault) as caught:
             held.sync(0)
         assert caught.value.code == 507047
-    stream.sync(1e-4)
+    stream.sync(TIMEOUT)
+    stream.sync(1e-4)  # idle: a sub-millisecond timeout is 1 ms, not the refused 0
+    held.sync(1e-4)
     held.sync(0)
     any_ascend.sync(1e-4)
 
@@ -245,7 +247,7 @@ def test_capture_from_an_origin_with_a_joined_stream_replays_on_one_stream(ascen
     backend.op_destroy(executor)
 
 
-def test_an_unjoined_stream_or_a_sync_inside_fails_the_capture(ascend: Device):
+def test_an_unjoined_stream_fails_the_capture(ascend: Device):
     backend = ascend.backend
     origin, side = ascend.create_stream(), ascend.create_stream()
     data = ascend.upload(np.ones(16, np.float32))
@@ -257,14 +259,29 @@ def test_an_unjoined_stream_or_a_sync_inside_fails_the_capture(ascend: Device):
     with pytest.raises(BackendError) as caught:
         backend.capture_end(origin.handle)
     assert caught.value.code == 107025
+    backend.op_destroy(executor)
+
+
+def test_a_sync_or_query_of_a_capturing_stream_is_refused_and_the_capture_goes_on(ascend: Device):
+    """api_error.cc, ApiErrorDecorator::StreamSynchronize/StreamQuery: 107027 before anything is done."""
+    backend = ascend.backend
+    origin, runner = ascend.create_stream(), ascend.create_stream()
+    data = ascend.upload(np.ones(16, np.float32))
+    event = ascend.create_event()
     backend.capture_begin(origin.handle)
-    with pytest.raises(BackendError) as caught:
-        origin.sync(TIMEOUT)
-    assert caught.value.code == 107041
-    assert backend.capture_get_info(origin.handle)[0] == CaptureStatus.INVALIDATED
-    with pytest.raises(BackendError) as caught:
-        backend.capture_end(origin.handle)
-    assert caught.value.code == 507903
+    backend.event_record(event.handle, origin.handle)
+    for call, code in ((lambda: origin.sync(TIMEOUT), 107027), (lambda: origin.is_done, 107027),
+                       (lambda: event.sync(TIMEOUT), 107028), (lambda: event.is_done, 107028)):
+        with pytest.raises(BackendError) as caught:
+            call()
+        assert caught.value.code == code
+        assert backend.capture_get_info(origin.handle)[0] == CaptureStatus.ACTIVE
+    executor = _double(ascend, origin, data.address, 16)
+    model = backend.capture_end(origin.handle)
+    backend.model_execute(model, runner.handle)
+    runner.sync(TIMEOUT)
+    assert (ascend.download(data, "float32", (16,)) == 2).all()
+    backend.model_destroy(model)
     backend.op_destroy(executor)
 
 
