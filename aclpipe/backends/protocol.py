@@ -152,7 +152,16 @@ class Capabilities:
 
     host_callbacks: bool = True
     event_timing: bool = True
+    #: Streams this backend may create (``stream_create``, a captured model's streams included): the
+    #: product's streams per device less the default streams of the contexts the backend holds.
     max_streams: int = 1024
+    #: The product's documented streams per device, default streams included (06_stream_management.md,
+    #: aclrtCreateStream: 1984 on A2/A3/950, 1024 on inference cards, 512 on 200I/500 A2); 0: unknown.
+    device_streams: int = 0
+    #: Default streams the runtime made for the contexts this backend holds, one per context
+    #: (``Context::Setup``, ``src/runtime/core/src/context/context.cc``): they count against
+    #: ``device_streams`` ("N = the maximum - the streams that exist, the default stream included").
+    default_streams: int = 0
     sanitizer: bool = False
     fault_injection: bool = False  # the backend is a FaultInjection
     timing_model: bool = False

@@ -120,6 +120,33 @@ def zero_timeout(device: Device) -> str:
 
 
 # -- streams (06_stream_management.md) -----------------------------------------------------------
+def stream_limit(device: Device) -> str:
+    capabilities = device.capabilities
+    limit, per_device, defaults = capabilities.max_streams, capabilities.device_streams, capabilities.default_streams
+    if per_device:
+        expect(defaults >= 1, f"the backend claims {defaults} default streams: aclrtSetDevice makes the primary "
+                              "context's (06_stream_management.md; context.cc, Context::Setup)")
+        expect(limit <= per_device - defaults,
+               f"the backend lets {limit} streams be created of the {per_device} per device, but {defaults} of those "
+               "are its contexts' default streams (06_stream_management.md, aclrtCreateStream: N = the maximum - "
+               "the streams that exist, the default stream included)")
+    if limit > 600:  # each stream is a thread on the simulator and the fake
+        raise CheckSkipped(f"{limit} streams are too many to exhaust in a check (the declared figures agree: "
+                           f"{per_device} per device less {defaults} default streams)")
+    backend, handles = device.backend, list[Any]()
+    try:
+        while len(handles) <= limit:
+            handles.append(backend.stream_create())
+    except BackendError as error:
+        expect(error.code == 207008, f"exhausting streams failed with {error.code}, expected 207008")
+        expect(len(handles) == limit, f"stream {len(handles) + 1} was refused, the backend claims {limit}")
+        return f"stream {limit + 1} refused with 207008 ({per_device} per device, {defaults} default streams)"
+    finally:
+        for handle in handles:
+            backend.stream_destroy(handle)
+    raise ConformanceFailure(f"{len(handles)} streams were created, the backend claims {limit} (06)")
+
+
 def continue_on_failure(device: Device) -> str:
     stream, target, later = device.create_stream(), device.alloc(64), device.alloc(64)
     expect(stream.failure_mode == "continue", f"a new stream's failure mode is {stream.failure_mode!r}")
@@ -342,6 +369,7 @@ RULES: tuple[Check, ...] = (
     Check("event_limit", "events per device are limited by the product (07)", event_limit),
     Check("zero_timeout", "a 0 ms *WithTimeout synchronize is 107000; polls are queries (06, 07; api_error.cc)",
           zero_timeout),
+    Check("stream_limit", "default streams count against the streams per device (06; context.cc)", stream_limit),
     Check("continue_on_failure", "by default a stream runs the tasks after a failed one (06)", continue_on_failure),
     Check("stop_on_failure", "ACL_STOP_ON_FAILURE drops queued work and refuses new work (06)", stop_on_failure,
           ("stop_on_failure",)),

@@ -272,6 +272,16 @@ aclError aclrtSetDevice(int32_t deviceId)
     return rc;
 }
 
+int rt_default_streams(int device)
+{
+    int live = 0;
+    for (size_t i = 0; i < contexts.len; i++) {
+        fake_context *context = (fake_context *)contexts.items[i];
+        live += context->alive && context->device == device;
+    }
+    return live;
+}
+
 static int user_contexts(int device)
 {
     int live = 0;

@@ -58,6 +58,9 @@ int rt_need_context(void);
 /* With rt_lock held: how many user streams / events live on device. */
 int rt_live_streams(int device, const fake_context *context);
 int rt_live_events(int device);
+/* With rt_lock held: the default streams on device, one per live context (the primary one of
+ * aclrtSetDevice included: src/runtime/core/src/context/context.cc, Context::Setup). */
+int rt_default_streams(int device);
 /* Append one line to the call trace (with rt_lock held). */
 void rt_trace(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /* Absolute deadline timeout_ms from now; timeout_ms < 0 means none (returns 0). */

@@ -414,9 +414,13 @@ static void *stream_loop(void *argument)
 /* ---- streams ------------------------------------------------------------------------------- */
 fake_stream *rt_new_stream(int device, fake_context *context)
 {
-    if (streams_on(device) >= rt_product.max_streams) {
+    /* 06_stream_management.md, aclrtCreateStream: "N = the maximum - the streams that exist, the
+     * default stream included"; each live context holds one. */
+    int defaults = rt_default_streams(device);
+    if (streams_on(device) + defaults >= rt_product.max_streams) {
         fakecann_fail(ACL_ERROR_RT_NO_STREAM_RESOURCE, "%s allows %d streams per device (06_stream_management.md, "
-                      "aclrtCreateStream), model streams included", rt_product.name, rt_product.max_streams);
+                      "aclrtCreateStream), model streams and the %d default streams of its contexts included",
+                      rt_product.name, rt_product.max_streams, defaults);
         return NULL;
     }
     fake_stream *s = (fake_stream *)calloc(1, sizeof *s);

@@ -19,7 +19,7 @@ from aclpipe.testing import CHECKS, ConformanceReport, check_backend, latch
 
 ALL = [check.name for check in CHECKS]
 SANITIZER_CHECKS = ["sanitizer_race", "sanitizer_use_after_free", "sanitizer_host_read", "sanitizer_padding"]
-TOO_LARGE_ON_A2 = ["event_limit"]  # 65536 events: too many to exhaust in a check
+TOO_LARGE_ON_A2 = ["event_limit", "stream_limit"]  # 65536 events, 1982 streams: too many to exhaust in a check
 
 
 def statuses(report):
@@ -42,8 +42,9 @@ def test_an_inference_card_spec_runs_the_event_limit_and_skips_what_it_lacks():
     report = check_backend(lambda: aclpipe.open_device("sim", spec="atlas-310p"))
     assert report.ok, str(report)
     assert statuses(report)["event_limit"] == "passed"
-    assert [row.name for row in report.skipped] == ["stream_abort"]  # 06_stream_management.md: A2/A3 only
-    assert "no aclrtStreamAbort" in report.skipped[0].detail
+    assert [row.name for row in report.skipped] == ["stream_limit", "stream_abort"]  # 06: abort on A2/A3 only
+    assert "1024 per device less 2 default streams" in report.skipped[0].detail
+    assert "no aclrtStreamAbort" in report.skipped[1].detail
 
 
 def test_missing_capabilities_are_skipped_with_a_reason():
@@ -174,6 +175,15 @@ class ZeroTimeoutIsAPoll(SimBackend):
         super().event_sync(event, timeout_ms)
 
 
+class DefaultStreamsAreFree(SimBackend):
+    """The old reading: the whole documented figure may be created."""
+
+    def __init__(self, index=0, **options):
+        super().__init__(index, **options)
+        self.capabilities = dataclasses.replace(self.capabilities, max_streams=self.spec.max_streams,
+                                                default_streams=0)
+
+
 class SkipsUntilConsumed(SimBackend):
     """The old generation semantics: work behind a failure is skipped until the error is taken."""
 
@@ -272,6 +282,8 @@ class CaptureRunsWork(SimBackend):
     (AcceptsUnrecordedWaits, {"never_recorded_wait"}, {}),
     (NoEventLimit, {"event_limit"}, {"spec": "atlas-310p"}),
     (ZeroTimeoutIsAPoll, {"zero_timeout"}, {}),
+    (DefaultStreamsAreFree, {"stream_limit"}, {}),
+    (DefaultStreamsAreFree, {"stream_limit"}, {"spec": "atlas-310p"}),
     (SkipsUntilConsumed, {"continue_on_failure"}, {}),
     (StopAcceptsNewWork, {"stop_on_failure"}, {}),
     (AbortDoesNothing, {"stream_abort"}, {}),

@@ -48,6 +48,11 @@ from .streams import AscendStream, Streams, check_timeout
 __all__ = ["HOST_FUNC_MODES", "AscendBackend"]
 
 HOST_FUNC_MODES = ("auto", "launch_host_func", "callback")
+#: The default streams an open device holds: one of the primary context ``aclrtSetDevice`` makes,
+#: one of the context this backend creates (``Context::Setup``, ``src/runtime/core/src/context/
+#: context.cc``).  They count against the product's streams per device (06_stream_management.md,
+#: ``aclrtCreateStream``: "N = the maximum - the streams that exist, the default stream included").
+DEFAULT_STREAMS = 2
 _THREAD = threading.local()  # .token: the backend whose context is current on this thread
 
 
@@ -70,8 +75,9 @@ class AscendBackend:
         ``"auto"`` (default; ``ACLPIPE_ASCEND_HOST_FUNC`` overrides it), ``"launch_host_func"``
         or ``"callback"`` (the report-thread fallback).
     max_streams:
-        Streams this device may hold at once (at most the product's documented limit: 1984 on
-        Atlas A2/A3, 1024 on inference cards; read from ``aclrtGetSocName``).
+        Streams this device may create and hold at once (at most the product's documented limit,
+        1984 on Atlas A2/A3 and 1024 on inference cards, read from ``aclrtGetSocName``, less the
+        :data:`DEFAULT_STREAMS` default streams of the two contexts it holds).
 
     Raises
     ------
@@ -101,8 +107,10 @@ class AscendBackend:
             library.release()
             raise
         self.product = self._product(library)
+        explicit = self.product.max_streams - DEFAULT_STREAMS
         self.capabilities = Capabilities(
-            host_callbacks=True, event_timing=True, max_streams=min(max_streams, self.product.max_streams),
+            host_callbacks=True, event_timing=True, max_streams=min(max_streams, explicit),
+            device_streams=self.product.max_streams, default_streams=DEFAULT_STREAMS,
             sanitizer=False, fault_injection=False, timing_model=False,
             repeatable_executors=library.has_repeatable_executors, max_events=self.product.max_events,
             reusable_events=library.has_reusable_events, stop_on_failure=library.has_failure_mode,
@@ -117,7 +125,8 @@ class AscendBackend:
         #: older epoch check their handles again before they run.
         self._epoch = 0
         names = itertools.count()
-        self.streams = Streams(library, self._context, f"ascend:{index}", max_streams, self.host_func_mode, names)
+        self.streams = Streams(library, self._context, f"ascend:{index}", self.capabilities.max_streams,
+                               self.host_func_mode, names)
         self.events = Events(library, names)
         self.operators = Operators(library, self._enter)
         self.captures = Captures(library, self._check_stream)

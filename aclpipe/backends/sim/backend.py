@@ -86,6 +86,14 @@ class BoundKernel:
         so a live allocation still holds what was checked)."""
         return all(allocation.alive for allocation in self.allocations)
 
+#: Default streams a simulated device holds: it stands for a device opened as the binding opens
+#: one, ``aclrtSetDevice`` (the primary context) and ``aclrtCreateContext`` (a context of its own),
+#: and each context has a default stream (``Context::Setup``, ``src/runtime/core/src/context/
+#: context.cc``) that counts against the product's limit (06_stream_management.md,
+#: ``aclrtCreateStream``: "N = the maximum - the streams that exist, the default stream included").
+DEFAULT_STREAMS = 2
+
+
 def check_timeout(timeout_ms: int, what: str) -> None:
     """The runtime's parameter check of every ``*WithTimeout`` synchronize: -1 (no limit) or
     > 0 ms.  The docs (06_stream_management.md, 07_event_management.md) list only those two;
@@ -129,7 +137,8 @@ class SimBackend:
         Check every access for happens-before (default from ``ACLPIPE_SANITIZER``, else **on**;
         benchmarks switch it off).
     max_streams:
-        Streams this device allows (default: the spec's documented limit).
+        Streams this device lets you create (default, and at most: the spec's documented limit
+        less the :data:`DEFAULT_STREAMS` default streams, which count against it).
     """
 
     name = "sim"
@@ -154,8 +163,10 @@ class SimBackend:
         self.engines = Engines(spec, timing, time_scale)
         self.sanitizer: Sanitizer | None = Sanitizer() if sanitize else None
         self.faults = FaultInjector()
+        explicit = spec.max_streams - DEFAULT_STREAMS
         self.capabilities = Capabilities(
-            host_callbacks=True, event_timing=True, max_streams=max_streams or spec.max_streams, sanitizer=sanitize,
+            host_callbacks=True, event_timing=True, max_streams=min(max_streams or explicit, explicit),
+            device_streams=spec.max_streams, default_streams=DEFAULT_STREAMS, sanitizer=sanitize,
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=spec.graph_capture,
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
             stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_context=True,
@@ -460,8 +471,10 @@ class SimBackend:
             live = len(self._streams) + len(self._model_streams)
             if live >= self.capabilities.max_streams:
                 limit = self.capabilities.max_streams
-                raise error_from_code(207008, f"sim:{self.index} ({self.spec.name}) allows {limit} streams "
-                                              "(06_stream_management.md, aclrtCreateStream); destroy unused "
+                raise error_from_code(207008, f"sim:{self.index} ({self.spec.name}) allows {limit} streams to be "
+                                              f"created ({self.spec.max_streams} per device, less the "
+                                              f"{DEFAULT_STREAMS} default streams of its contexts: "
+                                              "06_stream_management.md, aclrtCreateStream); destroy unused "
                                               "streams or models")
             stream = SimStream(self, name, priority)
             into.append(stream)

@@ -154,6 +154,40 @@ def test_stop_on_failure_drops_and_refuses_and_abort_releases_waiters(ascend: De
     assert (ascend.download(later, "uint8", (64,)) == 0x11).all()
 
 
+def _streams_until_refused(runtime, ffi) -> list:
+    handles = []
+    while True:
+        handle = ffi.new("aclrtStream *")
+        code = runtime.aclrtCreateStreamWithConfig(handle, 0, 0)
+        if code:
+            assert code == 207008
+            return handles
+        handles.append(handle[0])
+
+
+@pytest.mark.parametrize("product", ["200i-a2"], indirect=True)
+def test_the_default_streams_of_each_context_count_against_the_stream_limit(product: Device):
+    """06_stream_management.md, aclrtCreateStream: N = the maximum - the streams that exist, the
+    default stream included; one per context (context.cc, Context::Setup)."""
+    from aclpipe.backends.ascend.cdefs import ffi
+
+    capabilities = product.capabilities
+    assert (capabilities.device_streams, capabilities.default_streams, capabilities.max_streams) == (512, 2, 510)
+    runtime = product.backend.library.runtime
+    handles = _streams_until_refused(runtime, ffi)  # below the binding: the fake's own count
+    assert len(handles) == 510  # aclrtSetDevice's primary context and the binding's own
+    assert runtime.aclrtDestroyStream(handles.pop()) == 0
+    context = ffi.new("aclrtContext *")
+    assert runtime.aclrtCreateContext(context, 0) == 0  # one more context: one more default stream
+    try:
+        assert _streams_until_refused(runtime, ffi) == []
+    finally:
+        assert runtime.aclrtDestroyContext(context[0]) == 0
+        assert runtime.aclrtSetCurrentContext(product.backend._context) == 0
+    for handle in handles:
+        assert runtime.aclrtDestroyStream(handle) == 0
+
+
 @pytest.mark.parametrize("product", ["310p"], indirect=True)
 def test_abort_is_refused_where_the_product_lacks_it(product: Device):
     with pytest.raises(BackendError, match="cannot abort"):

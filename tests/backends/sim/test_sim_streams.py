@@ -144,3 +144,19 @@ def test_a_synchronize_timeout_is_minus_one_or_positive(device, timeout_ms):
             call(*args, timeout_ms)
         assert caught.value.code == 107000 and "poll with a query" in str(caught.value)
     backend.stream_sync(stream.handle, 1)
+
+
+def test_the_default_streams_count_against_the_products_stream_limit():
+    """06_stream_management.md, aclrtCreateStream: N = the maximum - the streams that exist, the
+    default stream included; a device holds two (context.cc, Context::Setup per context)."""
+    import aclpipe
+
+    with aclpipe.open_device("sim", spec="atlas-200i-a2", sanitizer=False) as device:
+        capabilities = device.capabilities
+        assert (capabilities.device_streams, capabilities.default_streams, capabilities.max_streams) == (512, 2, 510)
+        streams = [device.backend.stream_create() for _ in range(510)]
+        with pytest.raises(aclpipe.BackendError, match="less the 2 default streams") as caught:
+            device.backend.stream_create()
+        assert caught.value.code == 207008
+        for stream in streams:
+            device.backend.stream_destroy(stream)
