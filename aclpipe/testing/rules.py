@@ -225,6 +225,40 @@ def host_threads(device: Device) -> str:
     return "two streams' host functions ran one at a time, in the order reached, on one thread"
 
 
+def host_function_calls(device: Device) -> str:
+    stream, other = device.create_stream(), device.create_stream()
+    backend = device.backend
+    address = backend.mem_alloc(64)
+    seen: dict[str, Any] = {}
+    calls: dict[str, Any] = {
+        "aclrtMalloc": lambda: backend.mem_alloc(64),
+        "aclrtFree": lambda: backend.mem_free(address),
+        "aclrtSynchronizeStream": lambda: backend.stream_sync(other.handle, -1),  # idle: it would return at once
+        "aclrtMemsetAsync": lambda: backend.memset_async(address, 0, 64, other.handle),
+    }
+
+    def attempt() -> None:
+        for name, call in calls.items():
+            try:
+                seen[name] = call()
+            except (BackendError, HazardError) as error:
+                seen[name] = error
+
+    stream.host_func(attempt, name="calls-back-in")
+    stream.sync(TIMEOUT)
+    other.sync(TIMEOUT)
+    allowed = [name for name, result in seen.items() if not isinstance(result, (BackendError, HazardError))]
+    if isinstance(seen.get("aclrtMalloc"), int):
+        backend.mem_free(seen["aclrtMalloc"])
+    if "aclrtFree" not in allowed:
+        backend.mem_free(address)
+    expect(len(seen) == len(calls), f"the host function made only {sorted(seen)} of its calls")
+    expect(not allowed, f"{', '.join(allowed)} from inside a host function succeeded: 12_execution_control.md "
+                        "(aclrtLaunchHostFunc, aclrtLaunchCallback) forbids allocating, freeing, synchronizing and "
+                        "launching there (the context's one callback thread may deadlock)")
+    return "allocation, free, synchronize and launch from inside a host function are refused"
+
+
 # -- memory (11-01, 11-03, acl_rt.h, 25-01) ---------------------------------------------------------
 def d2d_alignment(device: Device) -> str:
     stream, source, target = device.create_stream(), device.alloc(256), device.alloc(256)
@@ -377,6 +411,8 @@ RULES: tuple[Check, ...] = (
           ("stop_on_failure", "stream_abort")),
     Check("host_threads", "one callback thread per context: host functions of a device never overlap (12; "
           "api_impl.cc)", host_threads, ("host_callbacks",)),
+    Check("host_function_calls", "no allocation, free, synchronize or launch from inside a host function (12)",
+          host_function_calls, ("host_callbacks",)),
     Check("d2d_alignment", "device-to-device copies need 64-byte aligned addresses (acl_rt.h)", d2d_alignment),
     Check("async_host_copy", "asynchronous host-to-host copies are not supported (11-03)", async_host_copy),
     Check("use_after_free_code", "a use after free is not reported as 507053, a memory UCE (25-01)",

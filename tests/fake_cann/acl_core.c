@@ -272,6 +272,15 @@ aclError aclrtSetDevice(int32_t deviceId)
     return rc;
 }
 
+int rt_refuse_in_callback(const char *api)
+{
+    if (!rt_in_callback)
+        return ACL_SUCCESS;
+    return fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "%s called from inside a host function or callback: "
+                         "12_execution_control.md forbids allocating, freeing, synchronizing and launching there (the "
+                         "runtime may deadlock its context's callback thread; the fake refuses)", api);
+}
+
 int rt_default_streams(int device)
 {
     int live = 0;
@@ -520,7 +529,9 @@ aclError aclrtMalloc(void **devPtr, size_t size, int policy)
 {
     (void)policy;
     pthread_mutex_lock(&rt_lock);
-    int rc = rt_need_context();
+    int rc = rt_refuse_in_callback("aclrtMalloc");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_context();
     uint64_t capacity = ((size + FAKE_ALIGN - 1) / FAKE_ALIGN) * FAKE_ALIGN + FAKE_ALIGN;
     void *base = NULL;
     if (rc == ACL_SUCCESS && (!devPtr || size == 0))
@@ -548,7 +559,9 @@ aclError aclrtMalloc(void **devPtr, size_t size, int policy)
 aclError aclrtFree(void *devPtr)
 {
     pthread_mutex_lock(&rt_lock);
-    int rc = rt_need_context();
+    int rc = rt_refuse_in_callback("aclrtFree");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_context();
     allocation *a = find_allocation(devPtr);
     if (rc == ACL_SUCCESS && (!a || a->base != (char *)devPtr || a->device < 0))
         rc = fakecann_fail(ACL_ERROR_RT_MEMORY_FREE, "aclrtFree: %p is not an address aclrtMalloc returned", devPtr);
@@ -561,7 +574,9 @@ aclError aclrtFree(void *devPtr)
 aclError aclrtMallocHost(void **hostPtr, size_t size)
 {
     pthread_mutex_lock(&rt_lock);
-    int rc = rt_need_context();
+    int rc = rt_refuse_in_callback("aclrtMallocHost");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_context();
     void *base = NULL;
     if (rc == ACL_SUCCESS && (!hostPtr || size == 0))
         rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMallocHost: hostPtr is NULL or size is 0");
@@ -579,11 +594,11 @@ aclError aclrtFreeHost(void *hostPtr)
 {
     pthread_mutex_lock(&rt_lock);
     allocation *a = find_allocation(hostPtr);
-    int rc = ACL_SUCCESS;
-    if (!a || a->base != (char *)hostPtr || a->device >= 0)
+    int rc = rt_refuse_in_callback("aclrtFreeHost");
+    if (rc == ACL_SUCCESS && (!a || a->base != (char *)hostPtr || a->device >= 0))
         rc = fakecann_fail(ACL_ERROR_RT_MEMORY_FREE, "aclrtFreeHost: %p is not an address aclrtMallocHost returned",
                            hostPtr);
-    else
+    else if (rc == ACL_SUCCESS)
         drop_allocation(a);
     pthread_mutex_unlock(&rt_lock);
     return rc;

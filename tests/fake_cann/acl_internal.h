@@ -61,6 +61,9 @@ int rt_live_events(int device);
 /* With rt_lock held: the default streams on device, one per live context (the primary one of
  * aclrtSetDevice included: src/runtime/core/src/context/context.cc, Context::Setup). */
 int rt_default_streams(int device);
+/* With rt_lock held: 0, or the refusal of api when called from inside a host function or callback
+ * (12_execution_control.md: no allocation, free, synchronize or launch there). */
+int rt_refuse_in_callback(const char *api);
 /* Append one line to the call trace (with rt_lock held). */
 void rt_trace(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /* Absolute deadline timeout_ms from now; timeout_ms < 0 means none (returns 0). */

@@ -136,6 +136,11 @@ static int stopped_error(const fake_stream *s, const char *api)
 
 int rt_submit(fake_stream *s, task *t, const char *api)
 {
+    int refused = rt_refuse_in_callback(api);
+    if (refused != ACL_SUCCESS) {
+        rt_free_task(t);
+        return refused;
+    }
     if (s->capture)
         return rt_capture_store(s, t, api);
     if (s->update)
@@ -533,6 +538,8 @@ aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
     fake_stream *s = NULL;
     int rc = check_timeout(timeout, "aclrtSynchronizeStreamWithTimeout");
     if (rc == ACL_SUCCESS)
+        rc = rt_refuse_in_callback("aclrtSynchronizeStream");
+    if (rc == ACL_SUCCESS)
         rc = rt_need_stream(stream, "aclrtSynchronizeStream", &s);
     if (rc == ACL_SUCCESS && s->capture)
         rc = refuse_captured("aclrtSynchronizeStream");
@@ -576,7 +583,9 @@ aclError aclrtStreamQuery(aclrtStream stream, int *status)
 aclError aclrtSynchronizeDevice(void)
 {
     pthread_mutex_lock(&rt_lock);
-    int rc = rt_need_context();
+    int rc = rt_refuse_in_callback("aclrtSynchronizeDevice");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_context();
     if (rc == ACL_SUCCESS)
         rc = rt_capture_forbid_device_sync(rt_current->device);
     for (size_t i = 0; rc == ACL_SUCCESS && i < streams.len; i++) {
@@ -952,6 +961,8 @@ aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)
     fake_event *e = NULL;
     int rc = check_timeout(timeout, "aclrtSynchronizeEventWithTimeout");
     if (rc == ACL_SUCCESS)
+        rc = rt_refuse_in_callback("aclrtSynchronizeEvent");
+    if (rc == ACL_SUCCESS)
         rc = rt_need_event(event, "aclrtSynchronizeEvent", &e);
     if (rc == ACL_SUCCESS)
         rc = check_not_captured(e, "aclrtSynchronizeEvent");
@@ -1136,7 +1147,9 @@ aclError aclrtProcessReport(int32_t timeout)
     }
     pthread_mutex_unlock(&rt_lock);
     if (mine) {
+        rt_in_callback = true;
         mine->function(mine->data);
+        rt_in_callback = false;
         pthread_mutex_lock(&rt_lock);
         if (mine->block)
             mine->done = true; /* the stream worker frees it */

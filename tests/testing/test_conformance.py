@@ -216,6 +216,14 @@ class HostThreadPerStream(SimBackend):
         return stream
 
 
+class CallsFromHostFunctions(SimBackend):
+    """The old way: a host function may allocate, free, synchronize and launch."""
+
+    @staticmethod
+    def refuse_in_host_function(what):
+        return None
+
+
 class AnyDeviceCopyAlignment(SimBackend):
     def _check_copy_rules(self, dst, src, kind, what):
         if kind != MemcpyKind.DEVICE_TO_DEVICE:
@@ -270,8 +278,8 @@ class CaptureRunsWork(SimBackend):
 @pytest.mark.parametrize("backend_class, failing, options", [
     (IgnoresWaits, {"cross_stream_wait", "event_semantics", "never_recorded_wait", "stream_abort", "capture_model"},
      {}),
-    (InlineHostFunctions, {"host_functions", "host_threads"}, {}),
-    (HostFunctionsDoNotBlock, {"host_functions", "host_threads"}, {}),
+    (InlineHostFunctions, {"host_functions", "host_threads", "host_function_calls"}, {}),
+    (HostFunctionsDoNotBlock, {"host_functions", "host_threads", "host_function_calls"}, {}),
     (ForgetsErrors, {"host_functions", "fault_surfacing", "continue_on_failure", "stop_on_failure", "stream_abort",
                      "use_after_free_code", "executor_destroy"}, {}),
     (LenientFree, {"memory_errors"}, {}),
@@ -288,6 +296,7 @@ class CaptureRunsWork(SimBackend):
     (StopAcceptsNewWork, {"stop_on_failure"}, {}),
     (AbortDoesNothing, {"stream_abort"}, {}),
     (HostThreadPerStream, {"host_threads"}, {}),
+    (CallsFromHostFunctions, {"host_function_calls"}, {}),
     (AnyDeviceCopyAlignment, {"d2d_alignment"}, {}),
     (AsyncHostCopies, {"async_host_copy"}, {}),
     (UseAfterFreeIsAMemoryUCE, {"use_after_free_code"}, {}),

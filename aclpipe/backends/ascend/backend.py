@@ -6,7 +6,10 @@ each primitive one CANN call or a few.  What this file adds to the C API:
 - **Contexts per thread.**  CANN keeps the current context per thread, and every thread that
   calls in must set it (reference/acl_api.md section 5).  Every method first makes this
   device's context current on the calling thread unless a thread-local note says it already
-  is, so event-loop threads, worker threads and garbage-collector finalizers all work.
+  is, so event-loop threads, worker threads and garbage-collector finalizers all work.  The
+  exception is a Python host function: allocating, freeing, synchronizing and launching from
+  inside one is refused with :class:`~aclpipe.errors.HazardError` before anything is set
+  (12_execution_control.md: they may deadlock the context's one callback thread).
 - **Host functions.**  ``host_func_c`` uses ``aclrtLaunchHostFunc`` when the runtime exports
   it (resolved at load, optional), else ``aclrtLaunchCallback`` with ``ACL_CALLBACK_BLOCK``
   on streams subscribed to a private :class:`ReportThread`.  A device uses one mechanism for
@@ -39,7 +42,7 @@ from .capture import AscendModel, AscendTaskGroup, Captures
 from .cdefs import ACL_DDR_MEM, ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
 from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
-from .host_calls import PythonHostCall, callback_address
+from .host_calls import PythonHostCall, callback_address, refuse_in_host_function
 from .launch_table import AscendLaunchTable
 from .library import CannLibrary, load_library
 from .product import ProductRules, product_rules
@@ -240,6 +243,7 @@ class AscendBackend:
         self.library.check(free(_pointer(address)), what)
 
     def mem_alloc(self, nbytes: int, label: str = "") -> int:
+        refuse_in_host_function("aclrtMalloc")
         self._enter()
         if nbytes <= 0:
             raise error_from_code(107000, f"cannot allocate {nbytes} bytes: size must be positive")
@@ -257,6 +261,7 @@ class AscendBackend:
         return address
 
     def mem_free(self, address: int) -> None:
+        refuse_in_host_function("aclrtFree")
         self._enter()
         with self._lock:
             nbytes = self._device_memory.pop(address, None)
@@ -267,6 +272,7 @@ class AscendBackend:
 
     def mem_alloc_host(self, nbytes: int, label: str = "") -> tuple[int, np.ndarray]:
         """Pinned host memory (``aclrtMallocHost``) and a numpy uint8 view of it."""
+        refuse_in_host_function("aclrtMallocHost")
         self._enter()
         if nbytes <= 0:
             raise error_from_code(107000, f"cannot allocate {nbytes} host bytes: size must be positive")
@@ -279,6 +285,7 @@ class AscendBackend:
         return address, view
 
     def mem_free_host(self, address: int) -> None:
+        refuse_in_host_function("aclrtFreeHost")
         self._enter()
         with self._lock:
             if self._host_memory.pop(address, None) is None:
@@ -330,10 +337,13 @@ class AscendBackend:
         self.streams.destroy(stream)
 
     def _check_stream(self, stream: AscendStream) -> None:
+        """Checks before a launch onto ``stream`` (every caller enqueues work on it)."""
+        refuse_in_host_function(f"a launch onto stream {getattr(stream, 'name', stream)}")
         self._enter()
         self.streams.check(stream)
 
     def stream_sync(self, stream: AscendStream, timeout_ms: int = -1) -> None:
+        refuse_in_host_function("aclrtSynchronizeStream")
         self._enter()
         self.streams.sync(stream, timeout_ms)
 
@@ -346,6 +356,7 @@ class AscendBackend:
         self.streams.set_failure_mode(stream, mode)
 
     def stream_abort(self, stream: AscendStream) -> None:
+        refuse_in_host_function("aclrtStreamAbort")
         self._enter()
         if not self.capabilities.stream_abort:
             raise error_from_code(207000, f"ascend:{self.index} ({self.product.family}) has no aclrtStreamAbort "
@@ -357,6 +368,7 @@ class AscendBackend:
         return self.streams.take_error(stream)
 
     def stream_wait_event(self, stream: AscendStream, event: AscendEvent) -> None:
+        refuse_in_host_function("aclrtStreamWaitEvent")
         self._enter()
         self.events.check(event)
         self.streams.wait(stream, event.handle, event.name)
@@ -388,6 +400,7 @@ class AscendBackend:
         return self.events.query(event)
 
     def event_sync(self, event: AscendEvent, timeout_ms: int = -1) -> None:
+        refuse_in_host_function("aclrtSynchronizeEvent")
         self._enter()
         self.events.sync(event, timeout_ms)
 
@@ -409,11 +422,13 @@ class AscendBackend:
     def host_func_c(self, stream: AscendStream, fn_address: int, args_address: int) -> None:
         """Enqueue a C ``void fn(void *args)``: ``aclrtLaunchHostFunc``, or the report-thread
         fallback ``aclrtLaunchCallback(fn, args, ACL_CALLBACK_BLOCK, stream)``."""
+        refuse_in_host_function("aclrtLaunchHostFunc")
         self._enter()
         self.streams.launch_host_func(stream, fn_address, args_address)
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         check_timeout(timeout_ms, "aclrtSynchronizeDeviceWithTimeout")
+        refuse_in_host_function("aclrtSynchronizeDevice")
         sync_streams(self.stream_sync, self.streams.all(), timeout_ms)
 
     # -- peer access (several devices; 04_device_management.md) ---------------------------------
@@ -492,6 +507,7 @@ class AscendBackend:
 
     def table_enqueue(self, table: AscendLaunchTable, run: int | None = None) -> None:
         """Walk ``table`` (in C when the helper was compiled); a refusal names its row's node."""
+        refuse_in_host_function("a launch table's launches")
         self._enter()
         if table.epoch != self._epoch:  # something was destroyed since: check the handles again
             for record in table.records:
@@ -528,6 +544,7 @@ class AscendBackend:
         self.captures.task_update_end(stream)
 
     def model_execute(self, model: AscendModel, stream: AscendStream, context: Mapping[str, Any] | None = None) -> None:
+        refuse_in_host_function("aclmdlRIExecuteAsync")
         self.captures.execute(model, stream)
 
     def model_destroy(self, model: AscendModel) -> None:

@@ -21,10 +21,10 @@ from typing import Any
 
 import cffi
 
-from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
+from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, HazardError, error_from_code
 from ...tensor import TensorDesc
 from ..protocol import Capabilities, MemcpyKind, TraceRecord, sync_streams
-from .callbacks import CallbackThread
+from .callbacks import CallbackThread, in_host_function
 from .capture import CaptureMode, Captures, CaptureStatus, SimModel, TaskGroup
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
@@ -92,6 +92,20 @@ class BoundKernel:
 #: context.cc``) that counts against the product's limit (06_stream_management.md,
 #: ``aclrtCreateStream``: "N = the maximum - the streams that exist, the default stream included").
 DEFAULT_STREAMS = 2
+
+
+def refuse_in_host_function(what: str) -> None:
+    """12_execution_control.md (``aclrtLaunchHostFunc`` and ``aclrtLaunchCallback``): a callback
+    "should not call resource allocation, resource release, stream synchronize, device
+    synchronize, task launch or task abort interfaces, or errors or deadlocks may follow" (it
+    runs on the context's one callback thread, which those calls may need).  The runtime has no
+    code of its own for it, so the simulator refuses every such call made from inside a host
+    function with :class:`~aclpipe.errors.HazardError` naming the call."""
+    if in_host_function():
+        raise HazardError(f"{what} called from inside a host function: 12_execution_control.md forbids "
+                          "allocating, freeing, synchronizing and launching there (it may deadlock or fail on the "
+                          "device); do it on the host after the stream passed the host function",
+                          first="a host function on the device's callback thread", second=what)
 
 
 def check_timeout(timeout_ms: int, what: str) -> None:
@@ -217,6 +231,7 @@ class SimBackend:
     # -- memory -----------------------------------------------------------------------------
     def mem_alloc(self, nbytes: int, label: str = "") -> int:
         self._check_open()
+        self.refuse_in_host_function("aclrtMalloc")
         rule = self.faults.check("alloc", label, None)
         if rule is not None:
             raise DeviceOutOfMemory(rule.code or 207001, requested=nbytes, in_use=self.memory.in_use,
@@ -225,6 +240,7 @@ class SimBackend:
 
     def mem_free(self, address: int) -> None:
         self._check_open()
+        self.refuse_in_host_function("aclrtFree")
         # Only a live allocation's start is checked: anything else (a double free, an interior
         # address) must fail in memory.free with ACL's free error, sanitizer on or off.
         allocation = self.memory.starting_at(address)
@@ -235,10 +251,12 @@ class SimBackend:
 
     def mem_alloc_host(self, nbytes: int, label: str = "") -> tuple[int, Any]:
         self._check_open()
+        self.refuse_in_host_function("aclrtMallocHost")
         allocation = self.memory.alloc_host(nbytes, label)
         return allocation.start, allocation.data
 
     def mem_free_host(self, address: int) -> None:
+        self.refuse_in_host_function("aclrtFreeHost")
         allocation = self.memory.starting_at(address, host=True)
         if self.sanitizer is not None and allocation is not None:
             self.sanitizer.host_access(allocation, allocation.start, allocation.size, write=True,
@@ -429,6 +447,7 @@ class SimBackend:
     def _submit(self, stream: SimStream, task: Task, reads: Sequence[Region] = (), writes: Sequence[Region] = (),
                 padding: Sequence[Region] = ()) -> None:
         task.writes = writes
+        self.refuse_in_host_function(f"a launch ({describe_task(task)})")
         if stream.capture is not None:
             self.captures.add(stream, task, reads, writes, padding)
             return
@@ -447,6 +466,7 @@ class SimBackend:
 
     def submit_control(self, stream: SimStream, name: str, run: Callable[[], None]) -> None:
         """Enqueue bookkeeping the stream performs in order (an event reset, a task update)."""
+        self.refuse_in_host_function(f"a launch ({name})")
         stream.check_submittable()
         if self.sanitizer is not None:
             task = Task(CONTROL, name, run, snapshot=self.sanitizer.enqueue(stream.name))
@@ -524,11 +544,13 @@ class SimBackend:
         if not self.spec.stream_abort:
             raise error_from_code(207000, f"{self.spec.name} has no aclrtStreamAbort (06_stream_management.md); "
                                           "synchronize the stream instead")
+        self.refuse_in_host_function(f"aclrtStreamAbort of stream {stream.name}")
         stream.abort()
 
     def stream_sync(self, stream: SimStream, timeout_ms: int = -1) -> None:
         self._check_stream(stream)
         check_timeout(timeout_ms, f"aclrtSynchronizeStreamWithTimeout of stream {stream.name}")
+        self.refuse_in_host_function(f"aclrtSynchronizeStream of stream {stream.name}")
         if stream.capture is not None:
             self.captures.refuse(stream.capture, 107027, f"a synchronize of stream {stream.name}")
         if not self._wait_stream(stream, None if timeout_ms < 0 else timeout_ms / 1000):
@@ -642,6 +664,7 @@ class SimBackend:
     def event_sync(self, event: SimEvent, timeout_ms: int = -1) -> None:
         self._check_event(event)
         check_timeout(timeout_ms, f"aclrtSynchronizeEventWithTimeout of event {event.name}")
+        self.refuse_in_host_function(f"aclrtSynchronizeEvent of event {event.name}")
         self._check_not_captured(event, "synchronize")
         # The usual caller is a run's result, syncing its done event after the completion host
         # function behind it ran: a record that already completed.  That answer takes one look
@@ -664,6 +687,11 @@ class SimBackend:
         return (end.timestamp() - start.timestamp()) * 1000.0
 
     # -- host work --------------------------------------------------------------------------
+    @staticmethod
+    def refuse_in_host_function(what: str) -> None:
+        """Refuse ``what`` when called from inside a host function (see :func:`refuse_in_host_function`)."""
+        refuse_in_host_function(what)
+
     def host_thread(self) -> CallbackThread:
         """The device's host-function thread, started at the first host function: the runtime
         creates one callback thread per context (``ApiImpl::LaunchHostFunc``,
@@ -725,6 +753,7 @@ class SimBackend:
 
     def device_sync(self, timeout_ms: int = -1) -> None:
         check_timeout(timeout_ms, "aclrtSynchronizeDeviceWithTimeout")
+        self.refuse_in_host_function("aclrtSynchronizeDevice")
         self.captures.forbid_device_sync()
         sync_streams(self.stream_sync, list(self._streams) + list(self._model_streams), timeout_ms)
 
@@ -810,6 +839,7 @@ class SimBackend:
     def model_execute(self, model: SimModel, stream: SimStream, context: Mapping[str, Any] | None = None) -> None:
         """``aclmdlRIExecuteAsync``: replay ``model`` on ``stream``."""
         self._check_stream(stream)
+        self.refuse_in_host_function("aclmdlRIExecuteAsync")
         self.captures.execute(model, stream, context)
 
     def model_destroy(self, model: SimModel) -> None:

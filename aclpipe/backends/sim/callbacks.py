@@ -22,7 +22,14 @@ import queue
 import threading
 from collections.abc import Callable
 
-__all__ = ["CallbackThread"]
+__all__ = ["CallbackThread", "in_host_function"]
+
+_RUNNING = threading.local()  # .fn: the host function this thread is running, if any
+
+
+def in_host_function() -> bool:
+    """Whether the calling thread is running a host function now (of any simulated device)."""
+    return getattr(_RUNNING, "fn", None) is not None
 
 
 class _Call:
@@ -71,7 +78,11 @@ class CallbackThread:
                 return
             try:
                 with self.lock:
-                    item.fn()
+                    _RUNNING.fn = item.fn
+                    try:
+                        item.fn()
+                    finally:
+                        _RUNNING.fn = None
             except BaseException as exc:  # noqa: BLE001 - a host function's failure belongs to its stream
                 item.error = exc
             finally:

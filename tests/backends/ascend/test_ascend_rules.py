@@ -219,6 +219,40 @@ def test_host_functions_of_two_streams_run_one_at_a_time_on_the_contexts_thread(
     assert order == ["first", "second", "first again"] and len(threads) == 1
 
 
+def test_a_host_function_may_not_allocate_free_synchronize_or_launch(any_ascend: Device):
+    """12_execution_control.md: the binding refuses with HazardError before making the context
+    current on the runtime's thread, and the fake refuses the C calls themselves."""
+    from aclpipe.backends.ascend.cdefs import ffi
+    from aclpipe.errors import HazardError
+
+    backend = any_ascend.backend
+    stream, other = any_ascend.create_stream(), any_ascend.create_stream()
+    address, runtime, seen, codes = backend.mem_alloc(64), backend.library.runtime, [], {}
+    calls = {"alloc": lambda: backend.mem_alloc(64), "free": lambda: backend.mem_free(address),
+             "sync": lambda: other.sync(TIMEOUT), "memset": lambda: backend.memset_async(address, 0, 64, other.handle)}
+
+    def calls_back_in() -> None:
+        for call in calls.values():
+            try:
+                call()
+            except HazardError as error:
+                seen.append(error)
+        codes["context"] = runtime.aclrtSetCurrentContext(backend._context)  # what the binding no longer does
+        pointer = ffi.new("void **")
+        codes["aclrtMalloc"] = runtime.aclrtMalloc(pointer, 64, 0)
+        codes["aclrtFree"] = runtime.aclrtFree(ffi.cast("void *", address))
+        codes["aclrtSynchronizeStream"] = runtime.aclrtSynchronizeStream(other.handle.handle)
+        codes["aclrtMemsetAsync"] = runtime.aclrtMemsetAsync(ffi.cast("void *", address), 64, 0, 64,
+                                                             other.handle.handle)
+
+    stream.host_func(calls_back_in)
+    stream.sync(TIMEOUT)
+    assert len(seen) == len(calls) and all("from inside host function" in str(error) for error in seen)
+    assert codes == {"context": 0, "aclrtMalloc": 107000, "aclrtFree": 107000, "aclrtSynchronizeStream": 107000,
+                     "aclrtMemsetAsync": 107000}
+    backend.mem_free(address)
+
+
 # -- memory (11-01, 11-03, acl_rt.h) ---------------------------------------------------------------
 def test_device_memory_is_64_byte_aligned_and_d2d_copies_need_it(any_ascend: Device):
     stream = any_ascend.create_stream()

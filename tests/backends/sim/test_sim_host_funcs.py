@@ -130,3 +130,32 @@ def test_a_c_host_function_runs_when_its_stream_reaches_it_and_blocks_what_follo
     assert order == [value] and timeline.value(0) == value
     assert device.backend.host_thread_ident is not None  # the Python one went to the device's host thread
     timeline.close()
+
+
+@pytest.mark.parametrize("call", ["alloc", "free", "alloc_host", "stream_sync", "event_sync", "device_sync",
+                                  "memset", "record", "host_func"])
+def test_a_host_function_may_not_allocate_free_synchronize_or_launch(device, call):
+    """12_execution_control.md: a callback must not call resource allocation or release, stream or
+    device synchronize, or task launch interfaces (the context's one thread may deadlock)."""
+    from aclpipe.errors import HazardError
+
+    stream, other = device.create_stream(), device.create_stream()
+    backend, buffer, seen = device.backend, device.alloc(64), []
+    event = other.record()
+    calls = {"alloc": lambda: backend.mem_alloc(64), "free": lambda: backend.mem_free(buffer.address),
+             "alloc_host": lambda: backend.mem_alloc_host(64), "stream_sync": lambda: other.sync(10),
+             "event_sync": lambda: event.sync(10), "device_sync": lambda: device.sync(10),
+             "memset": lambda: other.memset(buffer, 0), "record": lambda: other.record(),
+             "host_func": lambda: other.host_func(lambda: None)}
+
+    def calls_back_in() -> None:
+        try:
+            calls[call]()
+        except HazardError as error:
+            seen.append(error)
+
+    stream.host_func(calls_back_in)
+    stream.sync()
+    assert len(seen) == 1 and "from inside a host function" in str(seen[0])
+    other.sync()
+    buffer.close()  # the refused free left it allocated
