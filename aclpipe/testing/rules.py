@@ -266,6 +266,7 @@ def d2d_alignment(device: Device) -> str:
     error = expect_raises(BackendError, "a D2D copy from a 32-byte aligned address (acl_rt.h, aclrtMemcpyAsync)",
                           backend.memcpy_async, target.address, source.address + 32, 64,
                           MemcpyKind.DEVICE_TO_DEVICE, stream.handle)
+    expect(error.code == 107008, f"refused with {error.code}, expected 107008 (ACL_ERROR_RT_ADDR_UNALIGNED)")
     backend.memcpy_async(target.address + 64, source.address + 128, 64, MemcpyKind.DEVICE_TO_DEVICE, stream.handle)
     stream.sync(TIMEOUT)
     return f"refused with {error.code}; 64-byte aligned copies run"

@@ -1119,12 +1119,28 @@ aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, int blockType, ac
     return rc;
 }
 
-/* Runs one callback meant for the calling thread, waiting up to timeout ms for it. */
+/* The codes aclrtProcessReport answers an idle poll with: current CANN's (aclrtProcessReportImpl,
+ * src/acl/aclrt_impl/callback.cpp, passes on ACL_ERROR_RT_THREAD_SUBSCRIBE and
+ * ACL_ERROR_RT_REPORT_TIMEOUT), or with FAKE_CANN_REPORT_CODES=legacy the deprecated 100035/100036. */
+static int report_code(bool timed_out)
+{
+    const char *codes = getenv("FAKE_CANN_REPORT_CODES");
+    bool legacy = codes && strcmp(codes, "legacy") == 0;
+    if (timed_out)
+        return legacy ? ACL_ERROR_WAIT_CALLBACK_TIMEOUT : ACL_ERROR_RT_REPORT_TIMEOUT;
+    return legacy ? ACL_ERROR_THREAD_NOT_SUBSCRIBE : ACL_ERROR_RT_THREAD_SUBSCRIBE;
+}
+
+/* Runs one callback meant for the calling thread, waiting up to timeout ms for it (-1 or > 0:
+ * aclrtProcessReportImpl refuses 0). */
 aclError aclrtProcessReport(int32_t timeout)
 {
     uint64_t me = (uint64_t)pthread_self();
     pthread_mutex_lock(&rt_lock);
     int rc = rt_need_context();
+    if (rc == ACL_SUCCESS && (timeout == 0 || timeout < -1))
+        rc = fakecann_fail(ACL_ERROR_INVALID_PARAM, "aclrtProcessReport: the timeout must be -1 or greater than 0 "
+                           "ms, got %d", (int)timeout);
     report *mine = NULL;
     struct timespec deadline;
     int timed = rt_deadline(timeout, &deadline);
@@ -1136,13 +1152,12 @@ aclError aclrtProcessReport(int32_t timeout)
             mine = *link;
             *link = mine->next;
         } else if (!thread_subscribed(me, NULL)) {
-            rc = fakecann_fail(ACL_ERROR_THREAD_NOT_SUBSCRIBE, "aclrtProcessReport: the calling thread is not "
+            rc = fakecann_fail(report_code(false), "aclrtProcessReport: the calling thread is not "
                                "subscribed to any stream");
         } else if (!timed) {
             pthread_cond_wait(&rt_changed, &rt_lock);
         } else if (pthread_cond_timedwait(&rt_changed, &rt_lock, &deadline) == ETIMEDOUT) {
-            rc = fakecann_fail(ACL_ERROR_WAIT_CALLBACK_TIMEOUT, "aclrtProcessReport: no callback within %d ms",
-                               timeout);
+            rc = fakecann_fail(report_code(true), "aclrtProcessReport: no callback within %d ms", timeout);
         }
     }
     pthread_mutex_unlock(&rt_lock);
