@@ -396,36 +396,55 @@ def capture_sync(device: Device) -> str:
     return "sync and query refused with 107027; the capture ended and replayed"
 
 
+_API = "docs/zh/api_ref/"
+_API_ERROR = "src/runtime/api/impl/api_error.cc"
+
 RULES: tuple[Check, ...] = (
     Check("event_kinds", "reusable events re-record; single-use ones need aclrtResetEvent (07)", event_kinds,
-          ("reusable_events",)),
+          ("reusable_events",), doc=f"{_API}07_event_management.md (aclrtCreateEventExWithFlag, aclrtResetEvent)"),
     Check("never_recorded_wait", "a wait on a never-recorded event is an invalid value (event.md 4.2)",
-          never_recorded_wait),
-    Check("event_limit", "events per device are limited by the product (07)", event_limit),
+          never_recorded_wait, doc="docs/zh/design/modules/event/event.md 4.2"),
+    Check("event_limit", "events per device are limited by the product (07)", event_limit,
+          doc=f"{_API}07_event_management.md (aclrtCreateEvent* constraints)"),
     Check("zero_timeout", "a 0 ms *WithTimeout synchronize is 107000; polls are queries (06, 07; api_error.cc)",
-          zero_timeout),
-    Check("stream_limit", "default streams count against the streams per device (06; context.cc)", stream_limit),
-    Check("continue_on_failure", "by default a stream runs the tasks after a failed one (06)", continue_on_failure),
+          zero_timeout, doc=f"{_API}06_stream_management.md (aclrtSynchronizeStreamWithTimeout), "
+                            "07_event_management.md (aclrtSynchronizeEventWithTimeout): -1 or > 0",
+          source=f"{_API_ERROR}: ApiErrorDecorator::StreamSynchronize, ApiErrorDecorator::EventSynchronize "
+                 "(0 is RT_ERROR_INVALID_VALUE)"),
+    Check("stream_limit", "default streams count against the streams per device (06; context.cc)", stream_limit,
+          doc=f"{_API}06_stream_management.md (aclrtCreateStream constraints: N = maximum - existing streams, "
+              "the default stream included)",
+          source="src/runtime/core/src/context/context.cc: Context::Setup (a default stream per context)"),
+    Check("continue_on_failure", "by default a stream runs the tasks after a failed one (06)", continue_on_failure,
+          doc=f"{_API}06_stream_management.md (aclrtSetStreamFailureMode)"),
     Check("stop_on_failure", "ACL_STOP_ON_FAILURE drops queued work and refuses new work (06)", stop_on_failure,
-          ("stop_on_failure",)),
+          ("stop_on_failure",), doc=f"{_API}06_stream_management.md (aclrtSetStreamFailureMode)"),
     Check("stream_abort", "aclrtStreamAbort releases a stream blocked on a stopped one (06)", stream_abort,
-          ("stop_on_failure", "stream_abort")),
+          ("stop_on_failure", "stream_abort"), doc=f"{_API}06_stream_management.md (aclrtStreamAbort)"),
     Check("host_threads", "one callback thread per context: host functions of a device never overlap (12; "
-          "api_impl.cc)", host_threads, ("host_callbacks",)),
+          "api_impl.cc)", host_threads, ("host_callbacks",),
+          doc=f"{_API}12_execution_control.md (aclrtLaunchHostFunc: the thread registered for the stream)",
+          source="src/runtime/api/impl/api_impl.cc: ApiImpl::LaunchHostFunc (Context::CreateContextCallBackThread)"),
     Check("host_function_calls", "no allocation, free, synchronize or launch from inside a host function (12)",
-          host_function_calls, ("host_callbacks",)),
-    Check("d2d_alignment", "device-to-device copies need 64-byte aligned addresses (acl_rt.h)", d2d_alignment),
-    Check("async_host_copy", "asynchronous host-to-host copies are not supported (11-03)", async_host_copy),
+          host_function_calls, ("host_callbacks",),
+          doc=f"{_API}12_execution_control.md (aclrtLaunchHostFunc, aclrtLaunchCallback constraints)"),
+    Check("d2d_alignment", "device-to-device copies need 64-byte aligned addresses (acl_rt.h)", d2d_alignment,
+          doc="include/external/acl/acl_rt.h (aclrtMemcpyAsync restriction)"),
+    Check("async_host_copy", "asynchronous host-to-host copies are not supported (11-03)", async_host_copy,
+          doc=f"{_API}11-03_memory_copy_and_set.md (aclrtMemcpyAsync constraints)"),
     Check("use_after_free_code", "a use after free is not reported as 507053, a memory UCE (25-01)",
-          use_after_free_code),
+          use_after_free_code, doc=f"{_API}25-01_aclError.md"),
     Check("executor_destroy", "destroying an executor whose launch may run is caught (acl_meta.h)",
-          executor_destroy),
+          executor_destroy, doc="aclnn acl_meta.h (aclDestroyAclOpExecutor)"),
     Check("sanitizer_padding", "kernels may touch 32 bytes past an output: an unpadded neighbour is caught (11-01)",
-          sanitizer_padding, ("sanitizer",)),
+          sanitizer_padding, ("sanitizer",), doc=f"{_API}11-01_device_memory_malloc_and_free.md (aclrtMalloc)"),
     Check("capture_model", "aclmdlRI capture: origin, joins, replay on one stream (15)",
-          capture_model, ("graph_capture",)),
+          capture_model, ("graph_capture",), doc=f"{_API}15_model_running_instance__management.md"),
     Check("capture_sync", "synchronizing a capturing stream is 107027 and leaves the capture intact (15; "
-          "api_error.cc)", capture_sync, ("graph_capture",)),
+          "api_error.cc)", capture_sync, ("graph_capture",),
+          doc=f"{_API}15_model_running_instance__management.md (aclmdlRICaptureBegin)",
+          source=f"{_API_ERROR}: ApiErrorDecorator::StreamSynchronize, ApiErrorDecorator::StreamQuery "
+                 "(RT_ERROR_STREAM_CAPTURED before anything is done)"),
 )
 
 #: Every check the kit runs: the backend contract, then the documented runtime rules.

@@ -16,6 +16,7 @@ from aclpipe.backends.sim.callbacks import CallbackThread
 from aclpipe.errors import error_from_code
 from aclpipe.runtime import Device
 from aclpipe.testing import CHECKS, ConformanceReport, check_backend, latch
+from aclpipe.testing.rules import RULES
 
 ALL = [check.name for check in CHECKS]
 SANITIZER_CHECKS = ["sanitizer_race", "sanitizer_use_after_free", "sanitizer_host_read", "sanitizer_padding"]
@@ -85,6 +86,14 @@ def test_a_device_that_cannot_open_fails_every_check():
     report = check_backend(broken, checks=CHECKS[:3])
     assert not report.ok and len(report.failed) == 3
     assert "could not open a device: OSError: no driver" in report.failed[0].detail
+
+
+def test_every_documented_rule_cites_its_page_and_the_vague_ones_the_runtime_source():
+    for check in RULES:
+        assert check.doc.endswith(")") or ".md" in check.doc or ".h" in check.doc, check.name
+    settled_by_source = {check.name for check in RULES if check.source}
+    assert settled_by_source == {"zero_timeout", "stream_limit", "host_threads", "capture_sync"}
+    assert all(check.source.startswith("src/") and ": " in check.source for check in RULES if check.source)
 
 
 # -- backends that break one rule each: the kit must notice ---------------------------------------
@@ -309,6 +318,9 @@ def test_a_backend_breaking_a_rule_fails_that_check(backend_class, failing, opti
     report = check_backend(opener(backend_class, **options))
     assert {row.name for row in report.failed} == failing, str(report)
     assert not report.ok
+    rules = {check.name: check for check in RULES}
+    for row in report.failed:  # a failed documented rule says where it comes from
+        assert row.name not in rules or rules[row.name].doc in row.detail
 
 
 # -- the latch --------------------------------------------------------------------------------------
