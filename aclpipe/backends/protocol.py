@@ -162,6 +162,9 @@ class Capabilities:
     #: (``Context::Setup``, ``src/runtime/core/src/context/context.cc``): they count against
     #: ``device_streams`` ("N = the maximum - the streams that exist, the default stream included").
     default_streams: int = 0
+    #: Seconds a kernel may run before it fails with 507014 (``aclrtSetOpExecuteTimeOut``,
+    #: 12_execution_control.md; process-wide on the device); 0: unknown.
+    op_execute_timeout: float = 0.0
     sanitizer: bool = False
     fault_injection: bool = False  # the backend is a FaultInjection
     timing_model: bool = False

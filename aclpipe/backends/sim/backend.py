@@ -13,8 +13,10 @@ and the sanitizer (on by default) checks every access for happens-before at enqu
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,7 @@ from .stream import (
     CONTROL,
     COPY,
     HOST_FUNC,
+    KERNEL,
     LATCH,
     MEMSET,
     RECORD,
@@ -92,6 +95,26 @@ class BoundKernel:
 #: context.cc``) that counts against the product's limit (06_stream_management.md,
 #: ``aclrtCreateStream``: "N = the maximum - the streams that exist, the default stream included").
 DEFAULT_STREAMS = 2
+
+
+#: The longest op timeout is ``interval * 254`` (12_execution_control.md, aclrtGetOpTimeOutInterval).
+OP_TIMEOUT_STEPS = 254
+
+
+def effective_op_timeout(spec: DeviceSpec, requested: float | None) -> float:
+    """The op execute timeout in force, in seconds, as ``aclrtSetOpExecuteTimeOut`` sets it
+    (12_execution_control.md): ``None`` keeps the product's default, 0 asks for the maximum,
+    anything else is rounded up to a multiple of the hardware's interval (the maximum / 254),
+    at most the maximum."""
+    if requested is None:
+        return spec.op_execute_timeout
+    if requested < 0:
+        raise ValueError(f"op_execute_timeout must be >= 0 seconds (0: the maximum), got {requested}")
+    maximum = spec.op_execute_timeout_max
+    if requested == 0:
+        return maximum
+    interval = maximum / OP_TIMEOUT_STEPS
+    return min(math.ceil(requested / interval - 1e-9) * interval, maximum)
 
 
 def refuse_in_host_function(what: str) -> None:
@@ -150,6 +173,12 @@ class SimBackend:
     sanitizer:
         Check every access for happens-before (default from ``ACLPIPE_SANITIZER``, else **on**;
         benchmarks switch it off).
+    op_execute_timeout:
+        Seconds of device time a kernel may run before it fails with 507014
+        (``ACL_ERROR_RT_AICORE_TIMEOUT``), as ``aclrtSetOpExecuteTimeOut`` sets it: ``None``
+        keeps the product's default (1091 s on A2, 547 on inference cards), 0 is the maximum,
+        other values are rounded up to the hardware's interval (the maximum / 254).  A kernel
+        held by a planted hang fails after it (in wall seconds times ``time_scale``).
     max_streams:
         Streams this device lets you create (default, and at most: the spec's documented limit
         less the :data:`DEFAULT_STREAMS` default streams, which count against it).
@@ -159,7 +188,7 @@ class SimBackend:
 
     def __init__(self, index: int = 0, *, spec: DeviceSpec | str = ATLAS_A2, capacity: int | None = None,
                  timing: bool | None = None, time_scale: float = 1.0, sanitizer: bool | None = None,
-                 max_streams: int | None = None):
+                 max_streams: int | None = None, op_execute_timeout: float | None = None):
         count = self.device_count()
         if not 0 <= index < count:
             raise error_from_code(107001, f"sim device {index} does not exist: there are {count} "
@@ -177,6 +206,8 @@ class SimBackend:
         self.engines = Engines(spec, timing, time_scale)
         self.sanitizer: Sanitizer | None = Sanitizer() if sanitize else None
         self.faults = FaultInjector()
+        #: Seconds of device time a kernel may run before it fails with 507014.
+        self.op_execute_timeout = effective_op_timeout(spec, op_execute_timeout)
         explicit = spec.max_streams - DEFAULT_STREAMS
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=min(max_streams or explicit, explicit),
@@ -184,7 +215,7 @@ class SimBackend:
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=spec.graph_capture,
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
             stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_context=True,
-            peer_access=True)
+            peer_access=True, op_execute_timeout=self.op_execute_timeout)
         self.peers = PeerLinks(self)
         #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
         self.stop_on_failure = False
@@ -409,8 +440,17 @@ class SimBackend:
         if rule is None:
             return False
         if rule.hang:
+            # A hung kernel fails once it ran past the op execute timeout, as on the device
+            # (aclrtSetOpExecuteTimeOut, 12_execution_control.md); copies hang until released.
+            limit = self.op_execute_timeout * self.engines.time_scale if task.kind == KERNEL else math.inf
+            deadline = time.monotonic() + limit
             while not rule.released.wait(0.02):  # polled: an abort stops a hung task
                 if stream.interrupted():
+                    return True
+                if time.monotonic() >= deadline:
+                    stream._fail(task, error_from_code(507014, f"kernel {task.name} ran past the op execute timeout "
+                                                               f"of {self.op_execute_timeout:g} s "
+                                                               "(aclrtSetOpExecuteTimeOut, 12_execution_control.md)"))
                     return True
             return False
         detail = f"injected fault in {task.kind} {task.name}"
