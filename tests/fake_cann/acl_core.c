@@ -15,15 +15,15 @@
 #include "acl_internal.h"
 
 pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
-fake_product rt_product = {"atlas-a2", "Ascend910B3", 65536, 1984, true, true};
+fake_product rt_product = {"atlas-a2", "Ascend910B3", 65536, 1984, true, true, 1091.0};
 
 /* FAKE_CANN_PRODUCT picks the product rules (acl_internal.h cites the pages). */
 static void choose_product(void)
 {
     static const fake_product products[] = {
-        {"atlas-a2", "Ascend910B3", 65536, 1984, true, true},
-        {"atlas-310p", "Ascend310P3", 1023, 1024, false, true},
-        {"atlas-200i-a2", "Ascend310B4", 65536, 512, false, false},
+        {"atlas-a2", "Ascend910B3", 65536, 1984, true, true, 1091.0},
+        {"atlas-310p", "Ascend310P3", 1023, 1024, false, true, 547.0},
+        {"atlas-200i-a2", "Ascend310B4", 65536, 512, false, false, 1091.0},
     };
     const char *wanted = getenv("FAKE_CANN_PRODUCT");
     rt_product = products[0];
@@ -225,6 +225,42 @@ int rt_need_context(void)
 /* ---- devices ------------------------------------------------------------------------------- */
 /* The SoC name the product rules are read from (NULL before aclInit). */
 const char *aclrtGetSocName(void) { return rt_initialized ? rt_product.soc : NULL; }
+
+/* ---- op execute timeout (12_execution_control.md, aclrtSetOpExecuteTimeOut[V2]) ----------------
+ * Process-wide, the last call wins; 0 asks for the maximum (interval * 254); anything else is
+ * rounded up to a multiple of the interval, at most the maximum.  The fake runs no kernel long
+ * enough to time out: it keeps the figure in force for aclrtGetOpExecuteTimeout-style checks. */
+static uint64_t op_timeout_us; /* 0: the product's default */
+
+static uint64_t effective_op_timeout_us(uint64_t requested_us)
+{
+    uint64_t maximum = (uint64_t)(rt_product.op_timeout_max_s * 1e6), interval = maximum / 254;
+    if (requested_us == 0 || requested_us >= maximum)
+        return maximum;
+    return ((requested_us + interval - 1) / interval) * interval;
+}
+
+aclError aclrtSetOpExecuteTimeOutV2(uint64_t timeout, uint64_t *actualTimeout)
+{
+    pthread_mutex_lock(&rt_lock);
+    int rc = rt_initialized ? ACL_SUCCESS : fakecann_fail(ACL_ERROR_UNINITIALIZE, "aclrtSetOpExecuteTimeOutV2: call "
+                                                                                      "aclInit first");
+    if (rc == ACL_SUCCESS && !actualTimeout)
+        rc = fakecann_fail(ACL_ERROR_INVALID_PARAM, "aclrtSetOpExecuteTimeOutV2: actualTimeout is NULL");
+    if (rc == ACL_SUCCESS) {
+        op_timeout_us = effective_op_timeout_us(timeout);
+        *actualTimeout = op_timeout_us;
+        rt_trace("aclrtSetOpExecuteTimeOutV2 %llu", (unsigned long long)op_timeout_us);
+    }
+    pthread_mutex_unlock(&rt_lock);
+    return rc;
+}
+
+aclError aclrtSetOpExecuteTimeOut(uint32_t timeout)
+{
+    uint64_t actual = 0;
+    return aclrtSetOpExecuteTimeOutV2((uint64_t)timeout * 1000000u, &actual);
+}
 
 aclError aclrtGetDeviceCount(uint32_t *count)
 {

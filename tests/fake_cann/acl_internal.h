@@ -42,6 +42,9 @@ typedef struct fake_product {
     int max_streams;
     bool stream_abort;
     bool capture;
+    /* 12_execution_control.md (aclrtSetOpExecuteTimeOut constraints): the longest AI Core op
+     * timeout, interval * 254, in seconds; also the default on these products. */
+    double op_timeout_max_s;
 } fake_product;
 
 extern fake_product rt_product;

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -81,6 +82,12 @@ class AscendBackend:
         Streams this device may create and hold at once (at most the product's documented limit,
         1984 on Atlas A2/A3 and 1024 on inference cards, read from ``aclrtGetSocName``, less the
         :data:`DEFAULT_STREAMS` default streams of the two contexts it holds).
+    op_execute_timeout:
+        Seconds a kernel may run before it fails with 507014 (``aclrtSetOpExecuteTimeOutV2``,
+        else ``aclrtSetOpExecuteTimeOut``; 12_execution_control.md).  ``None`` leaves the
+        runtime's setting (the product's default: 1091 s on A2/A3, 547 s on inference cards, 68 s
+        on training products); 0 asks for the maximum.  The setting is **process-wide**: the
+        last device opened with it decides for every device of the process.
 
     Raises
     ------
@@ -90,7 +97,8 @@ class AscendBackend:
 
     name = "ascend"
 
-    def __init__(self, index: int = 0, *, host_func_mode: str | None = None, max_streams: int = 1024):
+    def __init__(self, index: int = 0, *, host_func_mode: str | None = None, max_streams: int = 1024,
+                 op_execute_timeout: float | None = None):
         library = load_library()
         self.library = library
         self.index = index
@@ -110,6 +118,11 @@ class AscendBackend:
             library.release()
             raise
         self.product = self._product(library)
+        try:
+            timeout = self._set_op_execute_timeout(op_execute_timeout)
+        except BaseException:
+            self._undo_open(index)
+            raise
         explicit = self.product.max_streams - DEFAULT_STREAMS
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=min(max_streams, explicit),
@@ -123,7 +136,7 @@ class AscendBackend:
             # (ApiImpl::LaunchHostFunc makes the context's callback thread) and the fallback's
             # report thread alike.
             host_thread_per_context=True, launch_tables=True,
-            peer_access=library.has_peer_access)
+            peer_access=library.has_peer_access, op_execute_timeout=timeout)
         #: Advanced by every stream, event and executor destruction: launch tables made at an
         #: older epoch check their handles again before they run.
         self._epoch = 0
@@ -134,6 +147,37 @@ class AscendBackend:
         self.operators = Operators(library, self._enter)
         self.captures = Captures(library, self._check_stream)
         self.closed = False
+
+    def _undo_open(self, index: int) -> None:
+        """Give back what ``_open_device`` and ``library.acquire`` took (a later step failed)."""
+        self.library.runtime.aclrtDestroyContext(self._context)
+        self.library.runtime.aclrtResetDevice(index)
+        _THREAD.token = None
+        self.library.release()
+
+    def _set_op_execute_timeout(self, requested: float | None) -> float:
+        """Set the op execute timeout when asked; the seconds in force (inf: never)."""
+        if requested is None:
+            return self.product.op_execute_timeout
+        if requested < 0:
+            raise ValueError(f"op_execute_timeout must be >= 0 seconds (0: the maximum), got {requested}")
+        runtime = self.library.runtime
+        if self.library.has_op_execute_timeout_v2:
+            actual = ffi.new("uint64_t *")
+            self.library.check(runtime.aclrtSetOpExecuteTimeOutV2(math.ceil(requested * 1e6), actual),
+                               f"aclrtSetOpExecuteTimeOutV2({requested} s)")
+            # UINT64_MAX: never (0 asked on a part whose interval is under 100 ms).
+            return math.inf if actual[0] == 2**64 - 1 else int(actual[0]) / 1e6
+        if not self.library.has_op_execute_timeout:
+            raise error_from_code(207000, f"{self.library.directory}/libascendcl.so has no aclrtSetOpExecuteTimeOut: "
+                                          "open the device without op_execute_timeout")
+        seconds = math.ceil(requested)
+        self.library.check(runtime.aclrtSetOpExecuteTimeOut(seconds), f"aclrtSetOpExecuteTimeOut({seconds} s)")
+        # The seconds form does not say what it rounded to: the product's rule does
+        # (interval * N, N <= 254, interval = the maximum / 254).
+        maximum = self.product.op_execute_timeout_max
+        interval = maximum / 254
+        return maximum if seconds == 0 else min(math.ceil(seconds / interval - 1e-9) * interval, maximum)
 
     @staticmethod
     def _product(library: CannLibrary) -> ProductRules:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from cffi import FFI
 
-__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_PEER",
-           "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
+__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_OP_TIMEOUT",
+           "RUNTIME_PEER", "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
 
 RUNTIME_CDEF = """
 typedef int aclError;
@@ -80,6 +80,8 @@ aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream);
 aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
 aclError aclrtStreamAbort(aclrtStream stream);
 const char *aclrtGetSocName(void);
+aclError aclrtSetOpExecuteTimeOut(uint32_t timeout);
+aclError aclrtSetOpExecuteTimeOutV2(uint64_t timeout, uint64_t *actualTimeout);
 
 typedef void *aclmdlRI;
 typedef void *aclrtTaskGrp;
@@ -191,6 +193,9 @@ RUNTIME_OPTIONAL = ("aclrtLaunchHostFunc", "aclrtSynchronizeEventWithTimeout", "
 #: failure modes, stream abort, the product's name; without them the capability is off.
 RUNTIME_RULES = ("aclrtCreateEventExWithFlag", "aclrtResetEvent", "aclrtSetStreamFailureMode", "aclrtStreamAbort",
                  "aclrtGetSocName")
+#: The op execute timeout (12_execution_control.md): seconds, and the microsecond form that says
+#: what it rounded to (A2/A3/950 recommend it); optional, the option needs one of them.
+RUNTIME_OP_TIMEOUT = ("aclrtSetOpExecuteTimeOut", "aclrtSetOpExecuteTimeOutV2")
 #: Model runtime instances captured from streams (15_model_running_instance__management.md).
 RUNTIME_CAPTURE = ("aclmdlRICaptureBegin", "aclmdlRICaptureGetInfo", "aclmdlRICaptureEnd", "aclmdlRIExecuteAsync",
                    "aclmdlRIDestroy", "aclmdlRICaptureTaskGrpBegin", "aclmdlRICaptureTaskGrpEnd",

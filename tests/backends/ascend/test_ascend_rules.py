@@ -426,3 +426,25 @@ def test_without_capture_a_run_walks_each_slots_launch_table(product: Device):
     expected = np.exp(doubled - doubled.max(-1, keepdims=True))
     for result in anyio.run(run):
         np.testing.assert_allclose(result, expected / expected.sum(-1, keepdims=True), rtol=1e-5)
+
+
+# -- op execute timeout (12_execution_control.md, aclrtSetOpExecuteTimeOut[V2]) ----------------------
+@pytest.mark.parametrize("product, requested, effective", [
+    ("a2", None, 1091.0), ("310p", None, 547.0), ("a2", 0, 1091.0), ("a2", 1, 4.295275), ("a2", 5, 8.59055),
+], indirect=["product"])
+def test_the_op_execute_timeout_is_the_products_default_or_what_the_runtime_rounded_to(
+        product: Device, requested, effective, hooks):
+    product.close()
+    hooks.clear_trace()
+    with aclpipe.open_device("ascend:0", op_execute_timeout=requested) as device:
+        assert device.capabilities.op_execute_timeout == pytest.approx(effective)
+    set_calls = [line for line in hooks.trace() if line.startswith("aclrtSetOpExecuteTimeOutV2")]
+    assert len(set_calls) == (requested is not None)
+
+
+def test_a_negative_op_execute_timeout_is_refused_and_leaves_nothing_open(fake_lib: Path, hooks):
+    hooks.clear_trace()
+    with pytest.raises(ValueError, match="op_execute_timeout must be >= 0"):
+        aclpipe.open_device("ascend:0", op_execute_timeout=-1)
+    trace = hooks.trace()
+    assert trace[-1] == "aclFinalize" and "aclrtResetDevice 0" in trace
