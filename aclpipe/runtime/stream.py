@@ -132,8 +132,12 @@ class Stream:
 
     def host_func(self, fn: Callable[[], None], *, name: str = "") -> None:
         """Run ``fn`` on the host when the stream gets here; the stream waits until it returns.
-        ``fn`` must not synchronize, allocate or launch (it would deadlock, as on the device).
-        If it raises, the stream fails with that error."""
+
+        ``fn`` runs on the device's one host-function thread (the runtime makes one per context),
+        so host functions of different streams run one at a time, never together: one that
+        blocks holds back the others.  It must not allocate, free, synchronize or launch
+        (12_execution_control.md: it may deadlock the device): the backends refuse such calls
+        with :class:`~aclpipe.errors.HazardError`.  If it raises, the stream fails with that error."""
         self._check()
         if not callable(fn):
             raise TypeError(f"host_func needs a callable, got {type(fn).__name__}")
