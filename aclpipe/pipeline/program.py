@@ -534,7 +534,7 @@ class Program:
             # The completion host function ran after it, so this never waits.  Straight to the
             # backend, which refuses a destroyed event as Event.sync would: the result path runs
             # cold after each wait, where every frame counts.
-            self.device.backend.event_sync(done.handle, 0)
+            self.device.backend.event_sync(done.handle, -1)  # never 0: the runtime refuses it (107000)
         except BackendError as error:
             return error
         return None

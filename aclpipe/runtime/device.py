@@ -24,7 +24,7 @@ from ..dtypes import as_dtype
 from ..errors import AclpipeError, BackendError, ClosedResourceError, error_from_code
 from . import lanes
 from .buffer import DeviceBuffer, HostBuffer
-from .event import Event, _ms
+from .event import Event, timeout_ms
 from .stream import Stream
 
 __all__ = ["Device", "MemInfo", "device_count", "open_device"]
@@ -230,9 +230,13 @@ class Device:
 
     # -- whole-device --------------------------------------------------------------------------
     def sync(self, timeout: float | None = None) -> None:
-        """Wait for every stream; raises the first sticky error found."""
+        """Wait for every stream; raises the first sticky error found.
+
+        ``timeout`` is in seconds (None: no limit), rounded up to whole milliseconds, at least
+        1: the runtime refuses a 0 ms device synchronize (``api_error.cc``,
+        ``ApiErrorDecorator::DeviceSynchronize``)."""
         self._check()
-        self.backend.device_sync(_ms(timeout))
+        self.backend.device_sync(timeout_ms(timeout))
 
     def mem_info(self) -> MemInfo:
         self._check()
