@@ -20,9 +20,12 @@ synchronizations guarantee.  Rules (ARCHITECTURE.md 3.1):
 - an executor is a region of its own: its launches read it, ``aclDestroyAclOpExecutor``
   writes it from the host, so destroying one whose launch may still run is caught.
 
-Accesses are tracked per allocation and byte range.  A range keeps its last write and, per
-actor, its last read: a later read by the same actor is ordered after an earlier one, so
-the older record can go, which keeps the tables as small as the number of live ranges.
+Accesses are tracked per allocation and byte: bytes with the same history share one segment
+of a sorted map (:mod:`.intervals`), which keeps their last write and, per actor, their last
+read since: a later read by the same actor is ordered after an earlier one, so the older
+record can go.  A checked write is ordered after everything its bytes saw, so it replaces
+their history.  An access costs a bisection plus the segments it overlaps, not a scan of the
+allocation's every range, so checking a run grows linearly with the graph.
 
 Several devices.  The host is one: every device's sanitizer shares one host clock (and one
 lock), and stream names are unique in the process, so a clock may carry ticks of streams of
@@ -41,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import HazardError
+from .intervals import Segment, SegmentMap
 from .memory import Allocation
 
 __all__ = ["HOST", "Clock", "Sanitizer"]
@@ -64,14 +68,6 @@ class Access:
         kind = "padding write" if self.padding else "write" if self.write else "read"
         where = "on the host" if self.actor == HOST else f"on stream {self.actor}"
         return f"{kind} of bytes [{self.start:#x}, {self.end:#x}) by {self.what} {where} (tick {self.tick})"
-
-
-class _RangeState:
-    __slots__ = ("last_write", "reads")
-
-    def __init__(self) -> None:
-        self.last_write: Access | None = None
-        self.reads: dict[str, Access] = {}
 
 
 #: Shared by every device's sanitizer: the host's clock, the lock guarding all clocks, and the
@@ -160,34 +156,35 @@ class Sanitizer:
         with self._lock:
             for allocation, access in accesses:
                 self.checked += 1
-                table: dict[tuple[int, int], _RangeState] = allocation.sanitizer_state or {}
-                for (lo, hi), state in table.items():
-                    if lo < access.end and access.start < hi:
-                        self._check(state, access, clock, allocation)
-                        if not access.write:
-                            self._check_padding(table, (lo, hi), state, access, allocation)
+                segments: SegmentMap[Access] | None = allocation.sanitizer_state
+                if segments is None:
+                    continue
+                for _, _, segment in segments.overlapping(access.start, access.end):
+                    self._check(segment, access, clock, allocation)
+                    if not access.write:
+                        self._check_padding(segment, access, allocation)
             for allocation, access in accesses:
-                self._remember(allocation, access, clock)
+                self._remember(allocation, access)
 
-    def _remember(self, allocation: Allocation, access: Access, clock: Clock) -> None:
-        table: dict[tuple[int, int], _RangeState] | None = allocation.sanitizer_state
-        if table is None:
-            table = allocation.sanitizer_state = {}
-        key = (access.start, access.end)
-        state = table.get(key)
-        if state is None:
-            state = table[key] = _RangeState()
+    @staticmethod
+    def _remember(allocation: Allocation, access: Access) -> None:
+        segments: SegmentMap[Access] | None = allocation.sanitizer_state
+        if segments is None:
+            segments = allocation.sanitizer_state = SegmentMap()
         if access.write:
-            state.last_write = access
-            state.reads.clear()
-            self._forget_covered(table, access, clock)
+            # Every earlier access to these bytes is ordered before this write (it was just
+            # checked), and whatever is ordered after the write is after them too: the write's
+            # history replaces theirs.  Only a retired stream's accesses may be unordered, and
+            # those never race (see _check).
+            segments.write(access.start, access.end, access)
         else:
-            state.reads[access.actor] = access
+            segments.read(access.start, access.end, access.actor, access)
 
-    def _check(self, state: _RangeState, access: Access, clock: Clock, allocation: Allocation) -> None:
-        earlier = [state.last_write] if state.last_write else []
+    @staticmethod
+    def _check(segment: Segment[Access], access: Access, clock: Clock, allocation: Allocation) -> None:
+        earlier = [segment.last_write] if segment.last_write else []
         if access.write:
-            earlier.extend(state.reads.values())
+            earlier.extend(segment.reads.values())
         for previous in earlier:
             if previous.actor == access.actor or clock.get(previous.actor, 0) >= previous.tick:
                 continue
@@ -199,32 +196,17 @@ class Sanitizer:
                 first=previous.describe(), second=access.describe())
 
     @staticmethod
-    def _check_padding(table: dict[tuple[int, int], _RangeState], key: tuple[int, int], state: _RangeState,
-                       access: Access, allocation: Allocation) -> None:
+    def _check_padding(segment: Segment[Access], access: Access, allocation: Allocation) -> None:
         """A read of bytes another task last touched as padding reads garbage."""
-        padding = state.last_write
+        padding = segment.last_write
         if padding is None or not padding.padding:
             return
-        lo, hi = max(key[0], access.start), min(key[1], access.end)
-        for (start, end), other in table.items():
-            later = other.last_write
-            if later is not None and not later.padding and later.seq > padding.seq and start <= lo and hi <= end:
-                return  # rewritten since: the read sees real data
+        lo, hi = max(padding.start, access.start), min(padding.end, access.end)
         raise HazardError(
             f"{access.describe()} reads bytes [{lo:#x}, {hi:#x}) of {allocation.describe()} that {padding.what} "
             f"on {padding.actor} may have overwritten: kernels touch up to ALIGN_UP(len, 32) + 32 bytes of each "
             "output (CANN 11-01, aclrtMalloc), so pieces carved from one allocation need that padding",
             first=padding.describe(), second=access.describe())
-
-    @staticmethod
-    def _forget_covered(table: dict[tuple[int, int], _RangeState], write: Access, clock: Clock) -> None:
-        # Ranges inside this write whose accesses are all ordered before it can never race with
-        # anything the write does not already race with: drop them.
-        for key in [k for k in table if write.start <= k[0] and k[1] <= write.end and k != (write.start, write.end)]:
-            state = table[key]
-            accesses = list(state.reads.values()) + ([state.last_write] if state.last_write else [])
-            if all(clock.get(a.actor, 0) >= a.tick or a.actor == write.actor for a in accesses):
-                del table[key]
 
     def host_access(self, allocation: Allocation, start: int, nbytes: int, *, write: bool, what: str) -> None:
         self.access(allocation, start, nbytes, write=write, actor=HOST, clock=self.host_tick(), what=what)

@@ -1,0 +1,133 @@
+"""What the sanitizer remembers of one allocation: disjoint byte segments, each with its accesses.
+
+An allocation's accessed bytes are cut into disjoint segments ``[start, end)``, kept sorted
+by start, so that the segments an access overlaps are found by bisection and then walked:
+an access costs O(log n + k) for n segments, k of them overlapped, instead of a scan of
+every range ever recorded (issue 25).  Every byte of one segment has the same history: the
+last write to it, and per actor the last read since that write (a later read by the same
+actor is ordered after an earlier one, so only the latest is kept, as before).
+
+A write gives its bytes one new history, so it replaces the segments it covers by a single
+one (merging); a read keeps the boundaries it finds and adds itself to every segment it
+overlaps, splitting the two at its ends and filling the gaps nobody accessed yet.  A segment
+boundary therefore exists only where some access began or ended and no later write covered
+it: the map stays as small as the set of live ranges, and in a pipeline replaying the same
+offsets run after run it stops changing after the first run.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["Segment", "SegmentMap"]
+
+A = TypeVar("A")
+
+
+class Segment(Generic[A]):
+    """The history shared by every byte of one segment."""
+
+    __slots__ = ("last_write", "reads")
+
+    def __init__(self, last_write: A | None = None, reads: dict[str, A] | None = None) -> None:
+        self.last_write = last_write
+        self.reads: dict[str, A] = reads if reads is not None else {}
+
+    def copy(self) -> Segment[A]:
+        # The dict is copied with its order: the sanitizer reports the first unordered read
+        # it meets, so both halves of a split must list their readers alike.
+        return Segment(self.last_write, dict(self.reads))
+
+
+class SegmentMap(Generic[A]):
+    """Sorted disjoint segments of one allocation (see the module docstring).
+
+    ``A`` is what an access is recorded as (the sanitizer's ``Access``); the map only stores it.
+    """
+
+    __slots__ = ("_ends", "_segments", "_starts")
+
+    def __init__(self) -> None:
+        # Three parallel lists rather than a list of tuples: bisection runs on the starts alone.
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._segments: list[Segment[A]] = []
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def _first(self, start: int) -> int:
+        """Index of the first segment ending after ``start``."""
+        index = bisect_right(self._starts, start) - 1
+        if index < 0 or self._ends[index] <= start:
+            index += 1
+        return index
+
+    def overlapping(self, start: int, end: int) -> Iterator[tuple[int, int, Segment[A]]]:
+        """``(lo, hi, segment)`` for every segment meeting ``[start, end)``, in address order."""
+        starts, ends, segments = self._starts, self._ends, self._segments
+        index = self._first(start)
+        while index < len(starts) and starts[index] < end:
+            yield starts[index], ends[index], segments[index]
+            index += 1
+
+    def _cut(self, at: int) -> None:
+        """Make ``at`` a boundary if a segment straddles it (both halves keep its history)."""
+        index = bisect_right(self._starts, at) - 1
+        if index < 0 or not self._starts[index] < at < self._ends[index]:
+            return
+        self._starts.insert(index + 1, at)
+        self._ends.insert(index + 1, self._ends[index])
+        self._segments.insert(index + 1, self._segments[index].copy())
+        self._ends[index] = at
+
+    def _span(self, start: int, end: int) -> tuple[int, int]:
+        """Cut at ``start`` and ``end``; the index range of the segments inside ``[start, end)``."""
+        self._cut(start)
+        self._cut(end)
+        first = self._first(start)
+        last = first
+        while last < len(self._starts) and self._starts[last] < end:
+            last += 1
+        return first, last
+
+    def write(self, start: int, end: int, access: A) -> None:
+        """``access`` wrote ``[start, end)``: those bytes now share one history, this write alone."""
+        first, last = self._span(start, end)
+        # A slice assignment of equal length moves nothing: rewriting a segment in place, the
+        # common case of a replayed plan, costs no shift of the lists behind it.
+        self._starts[first:last] = [start]
+        self._ends[first:last] = [end]
+        self._segments[first:last] = [Segment(access)]
+
+    def read(self, start: int, end: int, actor: str, access: A) -> None:
+        """``access`` by ``actor`` read ``[start, end)``: it becomes that actor's last read of
+        every byte, and bytes nobody accessed before get a segment of their own."""
+        first, last = self._span(start, end)
+        starts, ends, segments = [], [], []
+        cursor = start
+        for index in range(first, last):
+            if cursor < self._starts[index]:  # a gap: bytes never accessed
+                starts.append(cursor)
+                ends.append(self._starts[index])
+                segments.append(Segment(reads={actor: access}))
+            segment = self._segments[index]
+            segment.reads[actor] = access
+            starts.append(self._starts[index])
+            ends.append(self._ends[index])
+            segments.append(segment)
+            cursor = self._ends[index]
+        if cursor < end:
+            starts.append(cursor)
+            ends.append(end)
+            segments.append(Segment(reads={actor: access}))
+        if len(starts) != last - first:  # only gaps change the lists' shape
+            self._starts[first:last] = starts
+            self._ends[first:last] = ends
+            self._segments[first:last] = segments
+
+    def segments(self) -> Iterator[tuple[int, int, Segment[A]]]:
+        """Every segment in address order (for tests and debugging)."""
+        return zip(self._starts, self._ends, self._segments)
