@@ -65,13 +65,24 @@ class SegmentMap(Generic[A]):
             index += 1
         return index
 
-    def overlapping(self, start: int, end: int) -> Iterator[tuple[int, int, Segment[A]]]:
-        """``(lo, hi, segment)`` for every segment meeting ``[start, end)``, in address order."""
-        starts, ends, segments = self._starts, self._ends, self._segments
-        index = self._first(start)
-        while index < len(starts) and starts[index] < end:
-            yield starts[index], ends[index], segments[index]
-            index += 1
+    def overlapping(self, start: int, end: int) -> list[Segment[A]]:
+        """The segments meeting ``[start, end)``, in address order."""
+        starts = self._starts
+        first = bisect_right(starts, start) - 1
+        if first < 0 or self._ends[first] <= start:
+            first += 1
+        last = first
+        while last < len(starts) and starts[last] < end:
+            last += 1
+        return self._segments[first:last]
+
+    def _exact(self, start: int, end: int) -> Segment[A] | None:
+        """The segment that is exactly ``[start, end)``, if there is one: the common case of a
+        plan whose tensors keep their offsets, which needs no cut and no shift."""
+        index = bisect_right(self._starts, start) - 1
+        if index >= 0 and self._starts[index] == start and self._ends[index] == end:
+            return self._segments[index]
+        return None
 
     def _cut(self, at: int) -> None:
         """Make ``at`` a boundary if a segment straddles it (both halves keep its history)."""
@@ -95,9 +106,14 @@ class SegmentMap(Generic[A]):
 
     def write(self, start: int, end: int, access: A) -> None:
         """``access`` wrote ``[start, end)``: those bytes now share one history, this write alone."""
+        segment = self._exact(start, end)
+        if segment is not None:
+            segment.last_write = access
+            segment.reads = {}
+            return
         first, last = self._span(start, end)
-        # A slice assignment of equal length moves nothing: rewriting a segment in place, the
-        # common case of a replayed plan, costs no shift of the lists behind it.
+        # A slice assignment of equal length moves nothing: only a write merging several
+        # segments, or filling a gap, shifts the lists behind it.
         self._starts[first:last] = [start]
         self._ends[first:last] = [end]
         self._segments[first:last] = [Segment(access)]
@@ -105,6 +121,10 @@ class SegmentMap(Generic[A]):
     def read(self, start: int, end: int, actor: str, access: A) -> None:
         """``access`` by ``actor`` read ``[start, end)``: it becomes that actor's last read of
         every byte, and bytes nobody accessed before get a segment of their own."""
+        segment = self._exact(start, end)
+        if segment is not None:
+            segment.reads[actor] = access
+            return
         first, last = self._span(start, end)
         starts, ends, segments = [], [], []
         cursor = start

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ...errors import HazardError
@@ -53,16 +52,21 @@ HOST = "host"
 Clock = dict[str, int]
 
 
-@dataclass(frozen=True)
 class Access:
-    start: int
-    end: int
-    write: bool
-    actor: str
-    tick: int
-    what: str
-    seq: int = 0  # checking order: for ordered accesses, a later one has a larger seq
-    padding: bool = False  # bytes past a kernel's output it may touch (the 32-byte rule)
+    """One recorded access.  A plain class with slots, not a dataclass: one is made per access
+    checked, and a frozen dataclass's ``__init__`` costs several times as much."""
+
+    __slots__ = ("actor", "end", "padding", "start", "tick", "what", "write")
+
+    def __init__(self, start: int, end: int, write: bool, actor: str, tick: int, what: str,
+                 padding: bool = False) -> None:
+        self.start = start
+        self.end = end
+        self.write = write
+        self.actor = actor
+        self.tick = tick
+        self.what = what
+        self.padding = padding  # bytes past a kernel's output it may touch (the 32-byte rule)
 
     def describe(self) -> str:
         kind = "padding write" if self.padding else "write" if self.write else "read"
@@ -83,6 +87,23 @@ def _merge(into: Clock, other: Clock) -> None:
             into[actor] = tick
 
 
+def _race(allocation: Allocation, access: Access, previous: Access) -> HazardError:
+    return HazardError(
+        f"data race on {allocation.describe()}: {access.describe()} is not ordered after "
+        f"{previous.describe()}; add an event wait between the streams or synchronize first",
+        first=previous.describe(), second=access.describe())
+
+
+def _garbage(allocation: Allocation, access: Access, padding: Access) -> HazardError:
+    """A read of bytes another task last touched as padding reads garbage."""
+    lo, hi = max(padding.start, access.start), min(padding.end, access.end)
+    return HazardError(
+        f"{access.describe()} reads bytes [{lo:#x}, {hi:#x}) of {allocation.describe()} that {padding.what} "
+        f"on {padding.actor} may have overwritten: kernels touch up to ALIGN_UP(len, 32) + 32 bytes of each "
+        "output (CANN 11-01, aclrtMalloc), so pieces carved from one allocation need that padding",
+        first=padding.describe(), second=access.describe())
+
+
 class Sanitizer:
     """Vector-clock race detector for one device."""
 
@@ -90,7 +111,6 @@ class Sanitizer:
         self._lock = _LOCK
         self._clocks: dict[str, Clock] = {HOST: _HOST_CLOCK}
         self.checked = 0
-        self._seq = 0
 
     # -- clocks ------------------------------------------------------------------------------
     def add_stream(self, stream: str) -> None:
@@ -146,23 +166,17 @@ class Sanitizer:
 
         Nothing is remembered when any check fails, so a refused launch leaves no trace."""
         tick = clock.get(actor, 0)
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-        accesses = [(allocation, Access(start, start + nbytes, write, actor, tick, what, seq))
+        accesses = [(allocation, Access(start, start + nbytes, write, actor, tick, what))
                     for allocation, start, nbytes, write in regions if nbytes > 0]
-        accesses += [(allocation, Access(start, start + nbytes, True, actor, tick, what, seq, padding=True))
+        accesses += [(allocation, Access(start, start + nbytes, True, actor, tick, what, padding=True))
                      for allocation, start, nbytes in padding if nbytes > 0]
         with self._lock:
+            self.checked += len(accesses)
             for allocation, access in accesses:
-                self.checked += 1
                 segments: SegmentMap[Access] | None = allocation.sanitizer_state
-                if segments is None:
-                    continue
-                for _, _, segment in segments.overlapping(access.start, access.end):
-                    self._check(segment, access, clock, allocation)
-                    if not access.write:
-                        self._check_padding(segment, access, allocation)
+                if segments is not None:
+                    for segment in segments.overlapping(access.start, access.end):
+                        self._check(segment, access, clock, allocation)
             for allocation, access in accesses:
                 self._remember(allocation, access)
 
@@ -182,31 +196,20 @@ class Sanitizer:
 
     @staticmethod
     def _check(segment: Segment[Access], access: Access, clock: Clock, allocation: Allocation) -> None:
-        earlier = [segment.last_write] if segment.last_write else []
+        """Raise if ``access`` is not ordered after an earlier access of ``segment``'s bytes it
+        conflicts with (its last write; for a write, also its reads), or reads bytes that
+        another task last touched as padding.  The common case, an ordered access, returns
+        after a few comparisons: this runs for every access the simulator makes."""
+        last = segment.last_write
+        if last is not None and last.actor != access.actor and clock.get(last.actor, 0) < last.tick \
+                and last.actor not in _RETIRED:
+            raise _race(allocation, access, last)
         if access.write:
-            earlier.extend(segment.reads.values())
-        for previous in earlier:
-            if previous.actor == access.actor or clock.get(previous.actor, 0) >= previous.tick:
-                continue
-            if previous.actor in _RETIRED:
-                continue
-            raise HazardError(
-                f"data race on {allocation.describe()}: {access.describe()} is not ordered after "
-                f"{previous.describe()}; add an event wait between the streams or synchronize first",
-                first=previous.describe(), second=access.describe())
-
-    @staticmethod
-    def _check_padding(segment: Segment[Access], access: Access, allocation: Allocation) -> None:
-        """A read of bytes another task last touched as padding reads garbage."""
-        padding = segment.last_write
-        if padding is None or not padding.padding:
-            return
-        lo, hi = max(padding.start, access.start), min(padding.end, access.end)
-        raise HazardError(
-            f"{access.describe()} reads bytes [{lo:#x}, {hi:#x}) of {allocation.describe()} that {padding.what} "
-            f"on {padding.actor} may have overwritten: kernels touch up to ALIGN_UP(len, 32) + 32 bytes of each "
-            "output (CANN 11-01, aclrtMalloc), so pieces carved from one allocation need that padding",
-            first=padding.describe(), second=access.describe())
+            for read in segment.reads.values():
+                if read.actor != access.actor and clock.get(read.actor, 0) < read.tick and read.actor not in _RETIRED:
+                    raise _race(allocation, access, read)
+        elif last is not None and last.padding:
+            raise _garbage(allocation, access, last)
 
     def host_access(self, allocation: Allocation, start: int, nbytes: int, *, write: bool, what: str) -> None:
         self.access(allocation, start, nbytes, write=write, actor=HOST, clock=self.host_tick(), what=what)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from hypothesis import given, settings
@@ -57,9 +58,9 @@ def test_overlapping_yields_exactly_the_segments_meeting_the_range(history: list
         (segments.write(first, min(first + count, SIZE), number) if write
          else segments.read(first, min(first + count, SIZE), actor, number))
     every = list(segments.segments())
-    assert all(a[1] <= b[0] for a, b in zip(every, every[1:])), "segments are sorted and disjoint"
-    expected = [(lo, hi) for lo, hi, _ in every if lo < start + length and start < hi]
-    assert [(lo, hi) for lo, hi, _ in segments.overlapping(start, start + length)] == expected
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(every)), "segments are sorted and disjoint"
+    expected = [segment for lo, hi, segment in every if lo < start + length and start < hi]
+    assert segments.overlapping(start, start + length) == expected
 
 
 def test_a_write_merges_the_segments_it_covers() -> None:

@@ -10,7 +10,8 @@ same two accesses.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -32,14 +33,12 @@ class Reference:
     def __init__(self, allocations: Sequence[Allocation]) -> None:
         self.history = {id(a): [(None, {}) for _ in range(SIZE)] for a in allocations}
         self.retired: set[str] = set()
-        self.seq = 0
 
     def access_all(self, regions: Sequence[tuple[Allocation, int, int, bool]], actor: str, clock: Clock, what: str,
                    padding: Sequence[tuple[Allocation, int, int]] = ()) -> None:
-        self.seq += 1
         tick = clock.get(actor, 0)
-        accesses = [(a, Access(s, s + n, w, actor, tick, what, self.seq)) for a, s, n, w in regions if n > 0]
-        accesses += [(a, Access(s, s + n, True, actor, tick, what, self.seq, padding=True))
+        accesses = [(a, Access(s, s + n, w, actor, tick, what)) for a, s, n, w in regions if n > 0]
+        accesses += [(a, Access(s, s + n, True, actor, tick, what, padding=True))
                      for a, s, n in padding if n > 0]
         for allocation, access in accesses:
             for byte in range(access.start - allocation.start, access.end - allocation.start):
@@ -71,7 +70,7 @@ class Reference:
                 "allocation need that padding", first=last_write.describe(), second=access.describe())
 
 
-def _verdict(call: Any) -> tuple[str, str, str] | None:
+def _verdict(call: Callable[[], None]) -> tuple[str, str, str] | None:
     try:
         call()
     except HazardError as error:
@@ -117,16 +116,16 @@ def test_refuses_what_the_byte_by_byte_rule_refuses(program: list[tuple[Any, ...
             regions = [(*_clip(allocations, spec), write) for spec, write in step[2]]
             padding = [_clip(allocations, spec) for spec in step[3]]
             clock = sanitizer.enqueue(stream)
-            seen = _verdict(lambda: sanitizer.access_all(regions, actor=stream, clock=clock, what="task",
-                                                         padding=padding))
-            assert seen == _verdict(lambda: reference.access_all(regions, stream, clock, "task", padding))
+            seen = _verdict(partial(sanitizer.access_all, regions, actor=stream, clock=clock, what="task",
+                                    padding=padding))
+            assert seen == _verdict(partial(reference.access_all, regions, stream, clock, "task", padding))
         elif kind == "host":
             allocation, start, nbytes = _clip(allocations, step[1])
             clock = sanitizer.host_tick()
-            seen = _verdict(lambda: sanitizer.access(allocation, start, nbytes, write=step[2], actor=HOST,
-                                                     clock=clock, what="host"))
-            assert seen == _verdict(lambda: reference.access_all([(allocation, start, nbytes, step[2])], HOST, clock,
-                                                                 "host"))
+            seen = _verdict(partial(sanitizer.access, allocation, start, nbytes, write=step[2], actor=HOST,
+                                    clock=clock, what="host"))
+            assert seen == _verdict(partial(reference.access_all, [(allocation, start, nbytes, step[2])], HOST, clock,
+                                            "host"))
         elif kind == "wait" and names[step[1]] in live and names[step[2]] in live:
             sanitizer.wait(names[step[2]], sanitizer.snapshot(names[step[1]]))
         elif kind == "sync" and names[step[1]] in live:
@@ -150,5 +149,5 @@ def test_refuses_what_the_rule_refuses_under_arbitrary_clocks(program: list[tupl
     for actor, clock, region_specs, padding_specs in program:
         regions = [(*_clip(allocations, spec), write) for spec, write in region_specs]
         padding = [_clip(allocations, spec) for spec in padding_specs]
-        seen = _verdict(lambda: sanitizer.access_all(regions, actor=actor, clock=clock, what="task", padding=padding))
-        assert seen == _verdict(lambda: reference.access_all(regions, actor, clock, "task", padding))
+        seen = _verdict(partial(sanitizer.access_all, regions, actor=actor, clock=clock, what="task", padding=padding))
+        assert seen == _verdict(partial(reference.access_all, regions, actor, clock, "task", padding))
