@@ -47,13 +47,17 @@ class SegmentMap(Generic[A]):
     ``A`` is what an access is recorded as (the sanitizer's ``Access``); the map only stores it.
     """
 
-    __slots__ = ("_ends", "_segments", "_starts")
+    __slots__ = ("_ends", "_exact", "_segments", "_starts")
 
     def __init__(self) -> None:
         # Three parallel lists rather than a list of tuples: bisection runs on the starts alone.
         self._starts: list[int] = []
         self._ends: list[int] = []
         self._segments: list[Segment[A]] = []
+        # Every segment by its exact range.  An access whose range is one segment, the common
+        # case of a plan whose tensors keep their offsets run after run, is then one dict
+        # lookup: disjoint segments mean no other segment can meet it.
+        self._exact: dict[tuple[int, int], Segment[A]] = {}
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -67,6 +71,9 @@ class SegmentMap(Generic[A]):
 
     def overlapping(self, start: int, end: int) -> list[Segment[A]]:
         """The segments meeting ``[start, end)``, in address order."""
+        segment = self._exact.get((start, end))
+        if segment is not None:
+            return [segment]
         starts = self._starts
         first = bisect_right(starts, start) - 1
         if first < 0 or self._ends[first] <= start:
@@ -76,23 +83,20 @@ class SegmentMap(Generic[A]):
             last += 1
         return self._segments[first:last]
 
-    def _exact(self, start: int, end: int) -> Segment[A] | None:
-        """The segment that is exactly ``[start, end)``, if there is one: the common case of a
-        plan whose tensors keep their offsets, which needs no cut and no shift."""
-        index = bisect_right(self._starts, start) - 1
-        if index >= 0 and self._starts[index] == start and self._ends[index] == end:
-            return self._segments[index]
-        return None
-
     def _cut(self, at: int) -> None:
         """Make ``at`` a boundary if a segment straddles it (both halves keep its history)."""
         index = bisect_right(self._starts, at) - 1
         if index < 0 or not self._starts[index] < at < self._ends[index]:
             return
+        start, end, left = self._starts[index], self._ends[index], self._segments[index]
+        right = left.copy()
         self._starts.insert(index + 1, at)
-        self._ends.insert(index + 1, self._ends[index])
-        self._segments.insert(index + 1, self._segments[index].copy())
+        self._ends.insert(index + 1, end)
+        self._segments.insert(index + 1, right)
         self._ends[index] = at
+        del self._exact[start, end]
+        self._exact[start, at] = left
+        self._exact[at, end] = right
 
     def _span(self, start: int, end: int) -> tuple[int, int]:
         """Cut at ``start`` and ``end``; the index range of the segments inside ``[start, end)``."""
@@ -106,22 +110,25 @@ class SegmentMap(Generic[A]):
 
     def write(self, start: int, end: int, access: A) -> None:
         """``access`` wrote ``[start, end)``: those bytes now share one history, this write alone."""
-        segment = self._exact(start, end)
+        segment = self._exact.get((start, end))
         if segment is not None:
             segment.last_write = access
             segment.reads = {}
             return
         first, last = self._span(start, end)
+        for index in range(first, last):
+            del self._exact[self._starts[index], self._ends[index]]
+        segment = self._exact[start, end] = Segment(access)
         # A slice assignment of equal length moves nothing: only a write merging several
         # segments, or filling a gap, shifts the lists behind it.
         self._starts[first:last] = [start]
         self._ends[first:last] = [end]
-        self._segments[first:last] = [Segment(access)]
+        self._segments[first:last] = [segment]
 
     def read(self, start: int, end: int, actor: str, access: A) -> None:
         """``access`` by ``actor`` read ``[start, end)``: it becomes that actor's last read of
         every byte, and bytes nobody accessed before get a segment of their own."""
-        segment = self._exact(start, end)
+        segment = self._exact.get((start, end))
         if segment is not None:
             segment.reads[actor] = access
             return
@@ -132,7 +139,7 @@ class SegmentMap(Generic[A]):
             if cursor < self._starts[index]:  # a gap: bytes never accessed
                 starts.append(cursor)
                 ends.append(self._starts[index])
-                segments.append(Segment(reads={actor: access}))
+                segments.append(self._gap(cursor, self._starts[index], actor, access))
             segment = self._segments[index]
             segment.reads[actor] = access
             starts.append(self._starts[index])
@@ -142,11 +149,16 @@ class SegmentMap(Generic[A]):
         if cursor < end:
             starts.append(cursor)
             ends.append(end)
-            segments.append(Segment(reads={actor: access}))
+            segments.append(self._gap(cursor, end, actor, access))
         if len(starts) != last - first:  # only gaps change the lists' shape
             self._starts[first:last] = starts
             self._ends[first:last] = ends
             self._segments[first:last] = segments
+
+    def _gap(self, start: int, end: int, actor: str, access: A) -> Segment[A]:
+        """A new segment for bytes never accessed before, read by ``access``."""
+        segment = self._exact[start, end] = Segment(reads={actor: access})
+        return segment
 
     def segments(self) -> Iterator[tuple[int, int, Segment[A]]]:
         """Every segment in address order (for tests and debugging)."""

@@ -87,6 +87,23 @@ def _merge(into: Clock, other: Clock) -> None:
             into[actor] = tick
 
 
+def _check(segment: Segment[Access], access: Access, clock: Clock, allocation: Allocation) -> None:
+    """Raise if ``access`` is not ordered after an earlier access of ``segment``'s bytes it
+    conflicts with (its last write; for a write, also its reads), or reads bytes that another
+    task last touched as padding.  The common case, an ordered access, returns after a few
+    comparisons: this runs for every access the simulator makes."""
+    last = segment.last_write
+    if last is not None and last.actor != access.actor and clock.get(last.actor, 0) < last.tick \
+            and last.actor not in _RETIRED:
+        raise _race(allocation, access, last)
+    if access.write:
+        for read in segment.reads.values():
+            if read.actor != access.actor and clock.get(read.actor, 0) < read.tick and read.actor not in _RETIRED:
+                raise _race(allocation, access, read)
+    elif last is not None and last.padding:
+        raise _garbage(allocation, access, last)
+
+
 def _race(allocation: Allocation, access: Access, previous: Access) -> HazardError:
     return HazardError(
         f"data race on {allocation.describe()}: {access.describe()} is not ordered after "
@@ -168,48 +185,28 @@ class Sanitizer:
         tick = clock.get(actor, 0)
         accesses = [(allocation, Access(start, start + nbytes, write, actor, tick, what))
                     for allocation, start, nbytes, write in regions if nbytes > 0]
-        accesses += [(allocation, Access(start, start + nbytes, True, actor, tick, what, padding=True))
-                     for allocation, start, nbytes in padding if nbytes > 0]
+        if padding:
+            accesses += [(allocation, Access(start, start + nbytes, True, actor, tick, what, padding=True))
+                         for allocation, start, nbytes in padding if nbytes > 0]
         with self._lock:
             self.checked += len(accesses)
             for allocation, access in accesses:
                 segments: SegmentMap[Access] | None = allocation.sanitizer_state
                 if segments is not None:
                     for segment in segments.overlapping(access.start, access.end):
-                        self._check(segment, access, clock, allocation)
+                        _check(segment, access, clock, allocation)
             for allocation, access in accesses:
-                self._remember(allocation, access)
-
-    @staticmethod
-    def _remember(allocation: Allocation, access: Access) -> None:
-        segments: SegmentMap[Access] | None = allocation.sanitizer_state
-        if segments is None:
-            segments = allocation.sanitizer_state = SegmentMap()
-        if access.write:
-            # Every earlier access to these bytes is ordered before this write (it was just
-            # checked), and whatever is ordered after the write is after them too: the write's
-            # history replaces theirs.  Only a retired stream's accesses may be unordered, and
-            # those never race (see _check).
-            segments.write(access.start, access.end, access)
-        else:
-            segments.read(access.start, access.end, access.actor, access)
-
-    @staticmethod
-    def _check(segment: Segment[Access], access: Access, clock: Clock, allocation: Allocation) -> None:
-        """Raise if ``access`` is not ordered after an earlier access of ``segment``'s bytes it
-        conflicts with (its last write; for a write, also its reads), or reads bytes that
-        another task last touched as padding.  The common case, an ordered access, returns
-        after a few comparisons: this runs for every access the simulator makes."""
-        last = segment.last_write
-        if last is not None and last.actor != access.actor and clock.get(last.actor, 0) < last.tick \
-                and last.actor not in _RETIRED:
-            raise _race(allocation, access, last)
-        if access.write:
-            for read in segment.reads.values():
-                if read.actor != access.actor and clock.get(read.actor, 0) < read.tick and read.actor not in _RETIRED:
-                    raise _race(allocation, access, read)
-        elif last is not None and last.padding:
-            raise _garbage(allocation, access, last)
+                segments = allocation.sanitizer_state
+                if segments is None:
+                    segments = allocation.sanitizer_state = SegmentMap()
+                # Every earlier access to these bytes is ordered before a write that passed its
+                # check, and whatever is ordered after the write is after them too: the write's
+                # history replaces theirs.  Only a retired stream's accesses may be unordered,
+                # and those never race (see _check).
+                if access.write:
+                    segments.write(access.start, access.end, access)
+                else:
+                    segments.read(access.start, access.end, actor, access)
 
     def host_access(self, allocation: Allocation, start: int, nbytes: int, *, write: bool, what: str) -> None:
         self.access(allocation, start, nbytes, write=write, actor=HOST, clock=self.host_tick(), what=what)

@@ -71,3 +71,14 @@ def test_a_write_merges_the_segments_it_covers() -> None:
     segments.write(4, 36, "write")
     assert [(lo, hi, s.last_write) for lo, hi, s in segments.segments()] == [
         (0, 4, None), (4, 36, "write"), (36, 40, None)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(operations)
+def test_a_range_that_is_one_segment_overlaps_only_that_segment(history: list[tuple[bool, int, int, str]]) -> None:
+    segments: SegmentMap[int] = SegmentMap()
+    for number, (write, start, length, actor) in enumerate(history):
+        (segments.write(start, min(start + length, SIZE), number) if write
+         else segments.read(start, min(start + length, SIZE), actor, number))
+    for lo, hi, segment in list(segments.segments()):
+        assert segments.overlapping(lo, hi) == [segment]
