@@ -3,7 +3,8 @@
 An allocation's accessed bytes are cut into disjoint segments ``[start, end)``, kept sorted
 by start, so that the segments an access overlaps are found by bisection and then walked:
 an access costs O(log n + k) for n segments, k of them overlapped, instead of a scan of
-every range ever recorded (issue 25).  Every byte of one segment has the same history: the
+every range ever recorded (issue 25); only an access that changes the segments' shape also
+shifts the lists behind it, one memmove of n pointers.  Every byte of one segment has the same history: the
 last write to it, and per actor the last read since that write (a later read by the same
 actor is ordered after an earlier one, so only the latest is kept, as before).
 
@@ -11,8 +12,9 @@ A write gives its bytes one new history, so it replaces the segments it covers b
 one (merging); a read keeps the boundaries it finds and adds itself to every segment it
 overlaps, splitting the two at its ends and filling the gaps nobody accessed yet.  A segment
 boundary therefore exists only where some access began or ended and no later write covered
-it: the map stays as small as the set of live ranges, and in a pipeline replaying the same
-offsets run after run it stops changing after the first run.
+it: the map stays as small as the set of live ranges.  Segments are also indexed by their
+exact range, so an access that is exactly one segment (most of them, in a pipeline replaying
+the same offsets run after run) costs one dict lookup to check and one to remember.
 """
 
 from __future__ import annotations
