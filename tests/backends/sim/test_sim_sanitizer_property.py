@@ -31,7 +31,9 @@ class Reference:
     """The sanitizer's rule, byte by byte: each byte's last write and per actor its last read since."""
 
     def __init__(self, allocations: Sequence[Allocation]) -> None:
-        self.history = {id(a): [(None, {}) for _ in range(SIZE)] for a in allocations}
+        #: per allocation, per byte: its last write and, per actor, its last read since
+        self.history: dict[int, list[tuple[Access | None, dict[str, Access]]]] = {
+            id(a): [(None, {}) for _ in range(SIZE)] for a in allocations}
         self.retired: set[str] = set()
 
     def access_all(self, regions: Sequence[tuple[Allocation, int, int, bool]], actor: str, clock: Clock, what: str,
