@@ -26,6 +26,7 @@ import tempfile
 import time
 
 GOAL = 3.0
+QUICK_ARGS = ["--rounds", "5"]  # what `aclpipe bench --quick` passes
 
 
 def _time_import(module: str, env: dict[str, str]) -> float:

@@ -2,15 +2,21 @@
 records; arena offsets and the peak against the live-set lower bound), the workspace each
 node's phase one asks for, and write the plan as Graphviz DOT.
 
+``--input`` takes files as ``aclpipe run`` does: their arrays fix the input shapes, and an
+imported model's host values (inputs whose contents decide the graph, such as a Reshape's
+shape) are planned for the contents given.
+
 .. code-block:: text
 
     aclpipe plan graphs/transformer.yaml --batch 8 --streams 4 --dot transformer.dot
     dot -Tsvg transformer.dot -o transformer.svg
+    aclpipe plan model.onnx --input inputs.npz
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -21,14 +27,16 @@ from ..plan import Plan, make_plan
 from ..plan.plan import COPY_OPS
 from ..plan.render import format_bytes
 from ..trace import plan_dot
+from .arrays import input_assignment, load_inputs
 from .common import (
     EXIT_OK,
     MAX_STREAMS,
     add_graph_arguments,
+    bind_inputs,
     check_writable,
     describe_shapes,
     int_at_most,
-    load_graph_arguments,
+    load_any_graph,
     output_console,
     reporting_errors,
     say,
@@ -46,6 +54,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int_at_most(MAX_STREAMS), default=4,
                         help=f"compute streams at most, 1 to {MAX_STREAMS} (default 4)")
     parser.add_argument("--dot", metavar="OUT.dot", help="write the plan as Graphviz DOT (render: dot -Tsvg)")
+    parser.add_argument("--input", type=input_assignment, action="append", default=[], metavar="NAME=FILE.npy",
+                        help="input NAME from a .npy file, or every input from a .npz (FILE.npz), as for run: "
+                             "fixes its shape, and a host value's contents; repeatable")
 
 
 
@@ -84,7 +95,11 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe plan``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
     console = output_console(console)
     dot_path = check_writable(args.dot, "--dot") if args.dot else None  # before any work
-    _, shapes, bound = load_graph_arguments(args)
+    graph = load_any_graph(args.graph)
+    given, notes = load_inputs(graph, args.input)
+    shapes, _, bound = bind_inputs(graph, args.batch, dict(args.dim), given)
+    for note in notes:
+        print(f"aclpipe: note: {note}", file=sys.stderr)
     plan = make_plan(bound, streams=args.streams)
     say(console, f"inputs {describe_shapes(shapes)}")
     say(console, plan.summary())
