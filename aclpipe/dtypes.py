@@ -92,10 +92,12 @@ def _bfloat16() -> np.dtype[Any]:
     """``ml_dtypes.bfloat16`` as a numpy dtype, importing ml_dtypes the first time it is asked for."""
     import ml_dtypes
 
-    dtype = np.dtype(ml_dtypes.bfloat16)
+    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
     _TO_NUMPY[DType.bfloat16] = dtype
     _FROM_NUMPY[dtype] = DType.bfloat16
     return dtype
+
+
 _ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16",
             "float": "float32", "bool_": "bool", "int": "int64", "long": "int64"}
 
