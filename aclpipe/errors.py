@@ -25,6 +25,9 @@ __all__ = [
     "ExecutionError",
     "GraphError",
     "HazardError",
+    "InputCastError",
+    "InputError",
+    "InputFormatError",
     "InvalidArgumentError",
     "PlanError",
     "UnsupportedOpError",
@@ -114,6 +117,40 @@ class DeviceFault(BackendError):
 
 class GraphError(AclpipeError, ValueError):
     """A graph or graph file is malformed: cycle, unknown op, dangling value, shape mismatch."""
+
+
+class InputError(AclpipeError, ValueError):
+    """An input refused before anything runs.
+
+    Attributes
+    ----------
+    input:
+        The input's name, or None when the problem is a file or request as a whole.
+    """
+
+    def __init__(self, message: str, *, input: str | None = None):
+        self.input = input
+        super().__init__(message)
+
+    def __reduce__(self) -> Any:  # keeps ``input`` across processes (Ray sends errors pickled)
+        return (_rebuild_input_error, (type(self), str(self), self.input))
+
+
+def _rebuild_input_error(cls: type[InputError], message: str, input: str | None) -> InputError:
+    return cls(message, input=input)
+
+
+class InputCastError(InputError, TypeError):
+    """An input whose values the graph's dtype for it cannot hold as given: a cast numpy does not
+    call same-kind (float to int, int to bool), an integer outside the dtype's range, a float
+    that would overflow to infinity, or values that are not numbers (JSON ``null``, text).
+    Also a :class:`TypeError`, as a dtype mismatch always was."""
+
+
+class InputFormatError(InputError):
+    """An input file or request body that cannot be read safely: not a ``.npy``/``.npz`` file, a
+    truncated or malformed archive, a member that is not a ``.npy`` array or whose name repeats,
+    data over :class:`~aclpipe.graph.limits.LoadLimits`, or JSON nested too deep."""
 
 
 class UnsupportedOpError(AclpipeError):

@@ -1,7 +1,8 @@
 """Lifecycle benchmarks on the simulated NPU, sanitizer off, each printed side by side with its baseline.
 
 ``cache``     400 requests of 1 to 400 rows through one pipeline: what it holds afterwards
-              (programs, executors, device bytes, pinned buffers) and the wall time, with the
+              (programs, executors, device bytes, pinned buffers, streams against the device's
+              limit: captured programs hold model streams) and the wall time, with the
               program cache unbounded (``max_programs`` above 400: one program per batch size,
               as before the bound existed), bounded (``max_programs=16``), and bounded with
               shape buckets (powers of two: 9 programs serve every size).
@@ -46,7 +47,9 @@ def _held(device: aclpipe.Device, pipe: Pipeline) -> dict[str, Any]:
     stats = pipe.stats()
     memory = device.backend.memory
     return {"programs": stats.signatures, "prepared": stats.prepared, "executors": stats.executors,
-            "device MiB": device.mem_info().used / 2**20, "pinned buffers": len(memory.live_host_buffers())}
+            "device MiB": device.mem_info().used / 2**20, "pinned buffers": len(memory.live_host_buffers()),
+            "streams": stats.streams, "stream limit": stats.device_streams["limit"], "captured": stats.captured,
+            "evicted": stats.evicted, "starved": stats.starved}
 
 
 async def _serve_every_size(sizes: list[int], **options: Any) -> tuple[dict[str, Any], float]:
@@ -76,11 +79,16 @@ def bench_cache(args: argparse.Namespace) -> None:
     rows = [(name, *anyio.run(lambda options=options: _serve_every_size(sizes, **options))) for name, options in cases]
     base_held, base_wall = rows[0][1], rows[0][2]
     print(f"  {'':44} {'programs':>8} {'prepared':>8} {'executors':>9} {'device MiB':>10} {'pinned':>6} "
-          f"{'wall s':>7} {'memory / unbounded':>18}")
+          f"{'streams':>9} {'captured':>8} {'evicted':>7} {'starved':>7} {'wall s':>7} {'memory / unbounded':>18}")
     for name, held, wall in rows:
+        streams = f"{held['streams']}/{held['stream limit']}"
         print(f"  {name:44} {held['programs']:8d} {held['prepared']:8d} {held['executors']:9d} "
-              f"{held['device MiB']:10.2f} {held['pinned buffers']:6d} {wall:7.2f} "
+              f"{held['device MiB']:10.2f} {held['pinned buffers']:6d} {streams:>9} {held['captured']:8d} "
+              f"{held['evicted']:7d} {held['starved']:7d} {wall:7.2f} "
               f"{held['device MiB'] / base_held['device MiB']:18.3f}")
+    print("  streams: held by the pipeline (its own and its captured programs' models) / the device's limit; "
+          "evicted: idle programs freed (beyond max_programs, or for the streams a new capture needed); "
+          "starved: programs prepared uncaptured for lack of streams")
     print(f"  wall time bounded / unbounded: {rows[1][2] / base_wall:.2f}; with buckets: {rows[2][2] / base_wall:.2f}")
 
 

@@ -34,12 +34,20 @@ def test_quickstart():
 
 
 def test_streaming_reports_overlap_from_the_trace():
-    out = run_example("streaming.py", "--batches", "4", "--time-scale", "300")
+    """Depth 3 keeps the engines busy together: near the engine bound, well ahead of depth 1
+    (which adds every engine's time up: about 2.2x the bound on this graph)."""
+    out = run_example("streaming.py", "--batches", "6", "--time-scale", "2000")
+    bound = {}
     for depth in (1, 3):
         line = next(line for line in out.splitlines() if line.startswith(f"depth {depth}:"))
-        assert re.search(r"overlap \d+% of the time; copies hidden under compute \d+%", line), line
-        assert "samples/s" in line and "busy h2d" in line
-    assert "depth 3 vs depth 1:" in out
+        found = re.search(r"overlap (\d+)% of the time; copies hidden under compute \d+%; ([\d.]+)x the engine bound",
+                          line)
+        assert found and "samples/s" in line and "busy h2d" in line, line
+        bound[depth] = float(found.group(2))
+        assert (int(found.group(1)) > 20) == (depth == 3), line
+    assert bound[3] <= 1.10 < 1.5 <= bound[1], bound
+    speedup = float(re.search(r"depth 3 vs depth 1: ([\d.]+)x", out).group(1))
+    assert speedup >= 1.4, out
 
 
 def test_server_selftest_answers_concurrent_requests():

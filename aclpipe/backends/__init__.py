@@ -1,6 +1,9 @@
 """Backends, found by name: ``"sim"`` (default), ``"ascend"``.
 
-``parse_device("sim:1")`` gives ``("sim", 1)``; :func:`get_backend_class` imports
+``parse_device("sim:1")`` gives ``("sim", 1)``; ``parse_device_list("ascend:0-7")`` the eight
+devices of a list, each index checked against the backend's device count before the list is
+expanded (a typo such as ``"sim:0-99999999999"`` is refused at once, not expanded to 10^11
+entries); :func:`get_backend_class` imports
 ``aclpipe.backends.<name>``, reads its ``backend_class`` and caches it, the way anyio finds
 its async backends.  A missing backend raises :class:`LookupError` saying what to install
 or set.
@@ -13,6 +16,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import AclpipeError, error_from_code
+
 __all__ = ["DEFAULT_DEVICE", "KNOWN_BACKENDS", "get_backend_class", "is_device_list", "parse_device",
            "parse_device_list"]
 
@@ -21,6 +26,9 @@ KNOWN_BACKENDS = {
     "sim": "built in; always available",
     "ascend": "needs a CANN installation: set ASCEND_HOME_PATH (source set_env.sh) or ACLPIPE_ASCEND_LIB",
 }
+#: The most devices a list may name when its backend cannot say how many it has (it cannot be
+#: loaded here): a bound on what a range expands to, far above any machine's NPUs.
+MAX_LISTED_DEVICES = 1024
 _CACHE: dict[str, Any] = {}
 
 
@@ -52,13 +60,28 @@ def is_device_list(spec: object) -> bool:
 
 def parse_device_list(spec: str | Sequence[str]) -> list[tuple[str, int]]:
     """``"sim:0,1"``, ``"ascend:0-7"``, ``"sim:0,2-3"`` or ``["sim:0", "sim:1"]`` ->
-    ``[("sim", 0), ("sim", 1), ...]``; every device once, one backend for all."""
+    ``[("sim", 0), ("sim", 1), ...]``; every device once, one backend for all.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An index the backend does not have (checked before a range is expanded).
+    ValueError
+        A malformed, empty or repeated entry, or backends mixed.
+    """
     if isinstance(spec, str):
         name, _, indices = spec.strip().partition(":")
+        backend = parse_device(f"{name}:0")[0]
         parts = [part.strip() for part in (indices or "0").split(",")]
-        devices = [(parse_device(f"{name}:{index}")) for part in parts for index in _index_range(spec, part)]
+        ranges = [_index_range(spec, part) for part in parts]
+        _check_indices(spec, backend, max(index_range[-1] for index_range in ranges),
+                       sum(len(index_range) for index_range in ranges))
+        devices = [(parse_device(f"{name}:{index}")) for index_range in ranges for index in index_range]
     elif isinstance(spec, (list, tuple)):
         devices = [parse_device(item) for item in spec]
+        for backend in {name for name, _ in devices}:
+            listed = [index for name, index in devices if name == backend]
+            _check_indices(spec, backend, max(listed), len(listed))
     else:
         raise TypeError(f"devices must be a list of names or a string such as 'sim:0,1', got {type(spec).__name__}")
     if not devices:
@@ -82,6 +105,28 @@ def _index_range(spec: str, part: str) -> range:
     if low < 0 or high < low:
         raise ValueError(f"devices {spec!r}: the range {part!r} must count up from a non-negative index")
     return range(low, high + 1)
+
+
+def _check_indices(spec: object, backend: str, highest: int, listed: int) -> None:
+    """Refuse a list whose ``highest`` index ``backend`` does not have, or that names more
+    devices (``listed``) than it could have."""
+    count = _device_count(backend)
+    if count is not None:
+        if highest >= count:
+            raise error_from_code(107001, f"devices {spec!r}: {backend}:{highest} does not exist: {backend} has "
+                                          f"{count} device(s), {backend}:0 to {backend}:{count - 1}")
+    elif listed > MAX_LISTED_DEVICES:
+        raise ValueError(f"devices {spec!r} name {listed} devices; at most {MAX_LISTED_DEVICES} may be listed "
+                         f"while {backend!r} cannot say how many it has")
+
+
+def _device_count(backend: str) -> int | None:
+    """How many devices ``backend`` has; None when it cannot be loaded or asked here (opening
+    the devices then says why)."""
+    try:
+        return int(get_backend_class(backend).device_count())
+    except (LookupError, AclpipeError):
+        return None
 
 
 def get_backend_class(name: str) -> Any:

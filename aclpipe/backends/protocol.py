@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -399,7 +400,7 @@ class FaultInjection(Backend, Protocol):
     (``capabilities.fault_injection``)."""
 
     def inject_fault(self, kind: str, match: str | None = None, *, code: int | None = None, skip: int = 0,
-                     times: int | None = 1, hang: bool = False) -> Any: ...
+                     times: int | None = 1, hang: bool = False, run: int | None = None) -> Any: ...
     def release_hangs(self) -> None: ...
 
 
@@ -458,11 +459,16 @@ def latching(backend: Backend) -> Latching | None:
 
 def sync_streams(stream_sync: Callable[[Any, int], None], streams: Iterable[Any], timeout_ms: int = -1) -> None:
     """``device_sync`` written once for every backend: ``stream_sync`` each of ``streams``, then
-    raise the first error seen (a failed stream does not keep the others from being waited for)."""
+    raise the first error seen (a failed stream does not keep the others from being waited for).
+    ``timeout_ms`` bounds the whole wait, as ``aclrtSynchronizeDeviceWithTimeout``'s does: streams
+    held behind one hung stream time out together, not one timeout after another."""
     first: BackendError | None = None
+    deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
     for stream in streams:
+        # At least 1 ms: the runtime refuses a 0 ms synchronize (api_error.cc).
+        left = -1 if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
         try:
-            stream_sync(stream, timeout_ms)
+            stream_sync(stream, left)
         except BackendError as error:
             first = first or error
     if first is not None:

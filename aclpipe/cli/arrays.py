@@ -1,31 +1,49 @@
-"""Real inputs and outputs for ``aclpipe run``: ``.npy``/``.npz`` in, a summary and ``.npz`` out.
+"""Real inputs and outputs for ``aclpipe run``: ``.npy``/``.npz`` in, a summary and ``.npy``/``.npz`` out.
 
 ``--input x=batch.npy`` feeds one input from a ``.npy`` file; ``--input batch.npz`` feeds every
 array of an ``.npz`` file to the input of its name (``np.savez("batch.npz", x=..., mask=...)``).
-Files are read with ``allow_pickle=False`` (an object array is refused, never unpickled).  An
-array whose dtype differs from the graph's is converted when numpy calls that a same-kind cast
-(float64 to float32, int64 to int32), with a note; otherwise it is an error.  ``--output out.npz``
-writes the last run's outputs.  Output paths are checked before anything runs.
+Input files are untrusted: each ``.npy`` header, and each ``.npz`` member's name and size in
+the zip directory, is checked against the file and :class:`~aclpipe.graph.limits.LoadLimits`
+before any data is read (:mod:`aclpipe.graph.npy`); a member that feeds no input, a repeated
+member, a pickle, a damaged archive: one :class:`~aclpipe.InputFormatError` line, exit 2.
+Values are never changed silently: another dtype of numbers is converted only when every value
+survives (:func:`aclpipe.pipeline.batches.as_input`), with a note; else
+:class:`~aclpipe.InputCastError`.  Inputs that ``--input`` leaves out (an empty ``.npz``, say)
+are refused unless ``--random`` asks for seeded random values.
+
+``--output out.npz`` writes the last run's outputs as an archive; ``--output out.npy`` writes
+the one output of a graph that has one (a graph with several refuses it before running).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+import os
+import stat
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 from rich.table import Table
 
-from ..dtypes import as_dtype
+from ..dtypes import DType, as_dtype
+from ..errors import InputCastError, InputFormatError
 from ..graph import Graph
+from ..graph.limits import DEFAULT_LIMITS, LoadLimits
+from ..graph.npy import NpzArchive, read_array
+from ..pipeline.batches import as_input
 from .common import CommandError
 
-__all__ = ["input_assignment", "load_inputs", "outputs_table", "save_outputs"]
+__all__ = ["OUTPUT_SUFFIXES", "check_output_format", "input_assignment", "load_inputs", "outputs_table",
+           "save_outputs"]
 
 #: How many values of each output ``aclpipe run`` prints.
 SHOWN_VALUES = 6
+
+#: What ``--output`` writes, by the file name's suffix.
+OUTPUT_SUFFIXES = (".npz", ".npy")
 
 
 def input_assignment(text: str) -> tuple[str | None, str]:
@@ -38,65 +56,87 @@ def input_assignment(text: str) -> tuple[str | None, str]:
     raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy or FILE.npz, got {text!r}")
 
 
-def _read(path_text: str) -> dict[str, np.ndarray] | np.ndarray:
-    path = Path(path_text)
-    if not path.is_file():
-        raise CommandError(f"--input {path_text}: no such file")
+@contextmanager
+def _opened(path_text: str) -> Iterator[tuple[IO[bytes], int]]:
+    """The file, open for reading, and its size; a FIFO or device is refused, not waited on."""
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
-        # numpy reads anything that is not .npy/.npz as a pickle, and then suggests unpickling it.
-        reason = ("it is not a .npy/.npz file, or holds object (pickled) data, which is never loaded"
-                  if "pickle" in str(error) else " ".join(str(error).split()))
-        raise CommandError(f"--input {path_text}: cannot read plain arrays from it: {reason}") from error
-    if isinstance(loaded, np.lib.npyio.NpzFile):
-        with loaded:
-            try:
-                return {key: loaded[key] for key in loaded.files}
-            except ValueError as error:
-                raise CommandError(f"--input {path_text}: {error}") from error
-    return np.asarray(loaded)
+        descriptor = os.open(path_text, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise CommandError(f"--input {path_text}: no such file") from None
+    except OSError as error:
+        raise CommandError(f"--input {path_text}: cannot open it: {error.strerror}") from None
+    info = os.fstat(descriptor)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(descriptor)
+        raise CommandError(f"--input {path_text}: not a regular file")
+    with os.fdopen(descriptor, "rb") as file:
+        yield file, info.st_size
+
+
+def _read(graph: Graph, name: str | None, path_text: str, limits: LoadLimits) -> dict[str, np.ndarray]:
+    """The arrays one ``--input`` gives, by input name; names are checked before data is read."""
+    origin = f"--input {name}={path_text}" if name else f"--input {path_text}"
+    with _opened(path_text) as (file, size):
+        head = file.read(4)
+        file.seek(0)
+        if not head.startswith(b"PK"):  # not a zip: a .npy array, or refused as one
+            if name is None:
+                raise CommandError(f"{origin}: a .npz file of named arrays was expected")
+            return {name: read_array(file, size, origin, limits.max_constant_bytes, InputFormatError)}
+        with NpzArchive(file, origin, InputFormatError, limits) as archive:
+            if name is not None:
+                if len(archive.names) != 1:
+                    raise CommandError(f"{origin}: the .npz holds {len(archive.names)} arrays "
+                                       f"({', '.join(archive.names)}); pass it alone (--input {path_text}) or use "
+                                       "a .npy")
+                return {name: archive.read(archive.names[0])}
+            unknown = [member for member in archive.names if member not in graph.inputs]
+            if unknown:
+                raise CommandError(f"{origin}: graph {graph.name!r} has no input {unknown[0]!r}; its inputs are "
+                                   f"{', '.join(graph.inputs)} (arrays that feed no input are not read)")
+            return {member: archive.read(member) for member in archive.names}
 
 
 def _as_input(graph: Graph, name: str, array: np.ndarray, origin: str, notes: list[str]) -> np.ndarray:
-    if name not in graph.inputs:
-        raise CommandError(f"--input {origin}: graph {graph.name!r} has no input {name!r}; its inputs are "
-                           f"{', '.join(graph.inputs)}")
-    want = as_dtype(graph.inputs[name].dtype).numpy
-    if array.dtype == want:
-        return array
-    if array.dtype.kind in "biuf" and np.can_cast(array.dtype, want, "same_kind"):
-        notes.append(f"input {name}: converted {array.dtype} to {want} (as the graph declares)")
-        return array.astype(want)
-    raise CommandError(f"--input {origin}: input {name!r} is {array.dtype}, the graph takes {want}; save it "
-                       f"as {want} (array.astype('{want}'))")
+    want = as_dtype(graph.inputs[name].dtype)
+    if want == DType.bfloat16 and array.dtype.kind == "V" and array.dtype.itemsize == 2:
+        array = array.view(want.numpy)  # np.save stores ml_dtypes' bfloat16 as raw 2-byte records
+    try:
+        converted = as_input(name, array, want)
+    except InputCastError as error:
+        raise InputCastError(f"{origin}: {error}", input=name) from None
+    if converted.dtype != array.dtype:
+        notes.append(f"input {name}: converted {array.dtype} to {want.name} (as the graph declares; every value "
+                     "fits)")
+    return converted
 
 
-def load_inputs(graph: Graph, specs: Sequence[tuple[str | None, str]]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The arrays ``--input`` names, checked against the graph; and notes about conversions."""
+def load_inputs(graph: Graph, specs: Sequence[tuple[str | None, str]], *, random_rest: bool = False,
+                limits: LoadLimits = DEFAULT_LIMITS) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The arrays ``--input`` names, checked against the graph; and notes about conversions.
+
+    When ``specs`` leave inputs out, they are refused unless ``random_rest`` (``--random``)
+    says seeded random values may stand in for them.
+    """
     arrays: dict[str, np.ndarray] = {}
     notes: list[str] = []
     for name, path_text in specs:
         if name is not None and name not in graph.inputs:
             raise CommandError(f"--input {name}={path_text}: graph {graph.name!r} has no input {name!r}; its "
                                f"inputs are {', '.join(graph.inputs)}")
-        loaded = _read(path_text)
-        if name is None:
-            if not isinstance(loaded, dict):
-                raise CommandError(f"--input {path_text}: a .npz file of named arrays was expected")
-            found = loaded
-        elif isinstance(loaded, dict):
-            if len(loaded) != 1:
-                raise CommandError(f"--input {name}={path_text}: the .npz holds {len(loaded)} arrays "
-                                   f"({', '.join(loaded)}); pass it alone (--input {path_text}) or use a .npy")
-            found = {name: next(iter(loaded.values()))}
-        else:
-            found = {name: loaded}
+        origin = f"{name}={path_text}" if name else path_text
+        found = _read(graph, name, path_text, limits)
+        if not found and not random_rest:
+            raise CommandError(f"--input {path_text}: the .npz holds no arrays; give the inputs it should hold, or "
+                               "pass --random to run on seeded random values")
         for input_name, array in found.items():
             if input_name in arrays:
                 raise CommandError(f"--input: input {input_name!r} is given twice")
-            arrays[input_name] = _as_input(graph, input_name, array, f"{name}={path_text}" if name else path_text,
-                                           notes)
+            arrays[input_name] = _as_input(graph, input_name, array, f"--input {origin}", notes)
+    missing = [name for name in graph.inputs if name not in arrays]
+    if specs and missing and not random_rest:
+        raise CommandError(f"--input gives no value for input(s) {', '.join(missing)}; give them with --input, or "
+                           "pass --random to feed them seeded random values")
     return arrays, notes
 
 
@@ -116,7 +156,24 @@ def outputs_table(outputs: Mapping[str, np.ndarray], title: str) -> Table:
     return table
 
 
+def check_output_format(path: Path, output_names: Sequence[str]) -> None:
+    """Refuse, before anything runs, an ``--output`` whose suffix does not say what is written:
+    ``.npz`` (every output), or ``.npy`` for a graph with one output."""
+    suffix = path.suffix.lower()
+    if suffix not in OUTPUT_SUFFIXES:
+        raise CommandError(f"--output {path}: unknown suffix {suffix or '(none)'!r}; give OUT.npz (every output) "
+                           "or OUT.npy (a graph with one output)")
+    if suffix == ".npy" and len(output_names) != 1:
+        raise CommandError(f"--output {path}: a .npy file holds one array, the graph has {len(output_names)} outputs "
+                           f"({', '.join(output_names)}); give OUT.npz")
+
+
 def save_outputs(path: Path, outputs: Mapping[str, Any]) -> None:
-    """Write ``outputs`` as one ``.npz`` (``np.load(path)[name]`` reads one back)."""
+    """Write ``outputs``: one ``.npz`` (``np.load(path)[name]`` reads one back), or, for a path
+    ending in ``.npy``, the one output as a ``.npy`` (:func:`check_output_format` made sure)."""
     with path.open("wb") as file:
-        np.savez(file, **dict(outputs))
+        if path.suffix.lower() == ".npy":
+            (array,) = outputs.values()
+            np.save(file, np.asarray(array), allow_pickle=False)
+        else:
+            np.savez(file, **dict(outputs))

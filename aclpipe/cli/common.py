@@ -12,6 +12,7 @@ import argparse
 import functools
 import math
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -102,15 +103,26 @@ def int_at_most(limit: int) -> Callable[[str], int]:
 
 def check_writable(path_text: str, option: str) -> Path:
     """``path_text`` as a path that can be written, or a CommandError naming ``option`` now, before
-    anything runs (a missing folder, a folder in the way, no permission)."""
+    anything runs: it must be a regular file, or a new file in an existing folder, once
+    symlinks are followed (a FIFO would block the write after the run, a folder or a symlink
+    into a missing folder would fail it), and writable."""
     path = Path(path_text)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise CommandError(f"{option} {path_text}: is a folder; give a file name")
-    if not folder.is_dir():
-        raise CommandError(f"{option} {path_text}: the folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise CommandError(f"{option} {path_text}: not writable")
+    target = Path(os.path.realpath(path))  # where writing goes: a symlink's target, dangling or not
+    shown = f"{option} {path_text}" + (f" (a symlink to {target})" if path.is_symlink() else "")
+    try:
+        mode: int | None = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise CommandError(f"{shown}: cannot check it: {error.strerror}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise CommandError(f"{shown}: is a folder; give a file name")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise CommandError(f"{shown}: is not a regular file (a FIFO, socket or device); give a file name")
+    if mode is None and not target.parent.is_dir():
+        raise CommandError(f"{shown}: the folder {str(target.parent)!r} does not exist")
+    if not os.access(target.parent, os.W_OK) or (mode is not None and not os.access(target, os.W_OK)):
+        raise CommandError(f"{shown}: not writable")
     return path
 
 

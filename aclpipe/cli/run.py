@@ -2,9 +2,11 @@
 throughput, engine use and overlap (from a device trace), memory and sync counts.
 
 Inputs come from ``--input NAME=FILE.npy`` / ``--input FILE.npz`` (every run feeds the same
-arrays), else they are seeded random batches of ``--batch`` rows.  Each output's name, shape,
-dtype and first values are printed; ``--output out.npz`` saves them.  Every argument, output
-path and the memory one run needs are checked before the device is opened or anything runs.
+arrays; inputs they leave out are refused unless ``--random``), else they are seeded random
+batches of ``--batch`` rows.  Each output's name, shape, dtype and first values are printed;
+``--output out.npz`` saves them (``out.npy``: the one output of a graph with one).  Every
+argument, output path and the memory one run needs are checked before the device is opened
+or anything runs.
 
 .. code-block:: text
 
@@ -42,7 +44,7 @@ from ..plan.render import format_bytes
 from ..runtime import Device
 from ..runtime.workspaces import STRATEGIES
 from ..trace import format_seconds
-from .arrays import input_assignment, load_inputs, outputs_table, save_outputs
+from .arrays import check_output_format, input_assignment, load_inputs, outputs_table, save_outputs
 from .common import (
     EXIT_OK,
     MAX_DEPTH,
@@ -86,8 +88,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     parser.add_argument("--input", type=input_assignment, action="append", default=[], metavar="NAME=FILE.npy",
                         help="feed input NAME from a .npy file, or every input from a .npz (FILE.npz); "
-                             "repeatable; inputs not given are seeded random")
-    parser.add_argument("--output", metavar="OUT.npz", help="save the outputs of the last run as one .npz")
+                             "repeatable; inputs not given are refused unless --random")
+    parser.add_argument("--random", action="store_true",
+                        help="feed seeded random values to the inputs --input does not give (without --input, "
+                             "every input is seeded random)")
+    parser.add_argument("--output", metavar="OUT.npz", help="save the outputs of the last run: OUT.npz holds "
+                                                             "every output, OUT.npy the one output of a graph "
+                                                             "with one")
     add_sim_arguments(parser)
     parser.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (open in ui.perfetto.dev)")
     parser.add_argument("--gantt", metavar="OUT.png", help="draw a Gantt chart (needs matplotlib)")
@@ -120,6 +127,8 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     console = output_console(console)
     graph, shapes, arguments, given = _graph_and_inputs(args)  # shape errors now, before a device is opened
     outputs_path = _check_output_paths(args)
+    if outputs_path is not None:
+        check_output_format(outputs_path, list(graph.outputs))
     name, options = device_options(args)
     device = open_device_for(name, **options)
     try:
@@ -148,7 +157,7 @@ def _graph_and_inputs(args: argparse.Namespace
     what ``graph.bind`` and ``Pipeline.prepare`` take (the given inputs as their arrays, so that
     a host value is its contents), and the arrays ``--input`` named."""
     graph = load_any_graph(args.graph)
-    given, notes = load_inputs(graph, args.input)
+    given, notes = load_inputs(graph, args.input, random_rest=args.random)
     shapes, arguments, _ = bind_inputs(graph, args.batch, dict(args.dim), given)
     for note in notes:
         print(f"aclpipe: note: {note}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Caps on what loading a graph file may cost: the file, its nesting, aliases, constants and nodes.
+"""Caps on what loading a graph file may cost: the file, its nesting, aliases, constants and nodes;
+the same caps bound input arrays read from files and requests (:mod:`aclpipe.graph.npy`).
 
 A graph file is often someone else's file (a server loads what clients upload), and a few
 bytes of YAML can describe gigabytes: ``init: zeros`` with a huge shape, aliases that expand
@@ -32,9 +33,11 @@ class LoadLimits:
     max_nodes:
         Nodes of the graph.
     max_constant_bytes:
-        Bytes of one constant, from ``init`` and a shape or from a ``.npy`` file.
+        Bytes of one constant, from ``init`` and a shape or from a ``.npy`` file; also of one
+        input array read from a file or request (``aclpipe run --input``, Serve's ``.npy``
+        and ``.npz`` bodies), as its header declares it, checked before it is read.
     max_total_constant_bytes:
-        Bytes of all constants together.
+        Bytes of all constants together; also of all the arrays of one ``.npz`` input.
     """
 
     max_file_bytes: int = 64 * _MiB

@@ -8,6 +8,11 @@ notice.  While a pipeline is *in use* (a task is inside ``run``, ``stream``, ``a
 that thread and event loop; a call from any other thread or event loop meanwhile raises
 :class:`EventLoopError` before it touches anything.  Once idle, any thread or loop may use it
 (asyncio, then trio, then a worker thread): the check costs one uncontended lock per call.
+
+The blocking API is not refused this way between its own callers: ``run_sync`` and ``close``
+hand every call to the pipeline's one event loop thread (:mod:`.sync`), so any number of
+threads may call them at once; they are refused only while another event loop has the
+pipeline in use (and from inside a running event loop, where they would block it).
 """
 
 from __future__ import annotations
@@ -73,7 +78,8 @@ class LoopAffinity:
             if owner is not None and owner != me:
                 raise EventLoopError(
                     f"{call}: {self.what} is in use by {_describe(owner)}; a pipeline serves one thread and "
-                    "event loop at a time. Give each thread its own Pipeline (they may share a Device), or "
+                    "event loop at a time. From threads without an event loop call pipe.run_sync (any number "
+                    "of threads may), give each event loop its own Pipeline (they may share a Device), or "
                     "hand the work to the owning loop (anyio.from_thread.run)")
             self._owner = me
             self._depth += 1

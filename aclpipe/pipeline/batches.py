@@ -10,7 +10,15 @@ name).  This is only right for graphs whose rows are independent (each output ro
 its own input row alone, as in per-sample inference) and whose outputs all lead with the
 batch dim; the latter is checked, the former is the caller's promise.
 
-Inputs.  :func:`check_inputs` checks one run's inputs against the graph (names, dtypes).
+Inputs.  :func:`check_inputs` checks one run's inputs against the graph (names, dtypes), and
+:func:`as_input` is the one rule every entry point applies to an input's values: an input is
+never changed silently.  ``Pipeline.run`` takes the declared dtype only; the CLI's files and
+the Ray host's and Serve's requests (JSON has no dtypes) may also arrive in another dtype of
+numbers, converted when numpy calls the cast same-kind (or it is integers into integers) *and*
+every value survives it: an integer within the target's range, a float that does not overflow
+to infinity.  Anything
+else (floats into an int input, ``uint8`` 200 into ``int8``, 1e300 into ``float32``, JSON
+``null``, text) is an :class:`~aclpipe.InputCastError` naming the input.
 
 Empty batches.  A batch with a zero-size dim whose outputs are all empty too (the usual case:
 an empty batch) runs nothing: the result is empty arrays of the bound shapes and dtypes, and
@@ -27,14 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..dtypes import as_dtype
-from ..errors import GraphError
+from ..dtypes import DType, as_dtype
+from ..errors import DeviceOutOfMemory, GraphError, InputCastError
 
 if TYPE_CHECKING:
     from ..graph import Graph
     from ..plan import Plan
 
-__all__ = ["ShapeBuckets", "check_inputs", "empty_result", "has_empty_input"]
+__all__ = ["ShapeBuckets", "as_input", "check_inputs", "empty_result", "has_empty_input"]
 
 
 class ShapeBuckets:
@@ -70,15 +78,25 @@ class ShapeBuckets:
         index = bisect.bisect_left(self.sizes, rows)
         return self.sizes[index] if index < len(self.sizes) else None
 
-    def pad(self, arrays: Mapping[str, np.ndarray], skip: Collection[str] = ()
+    def pad(self, arrays: Mapping[str, np.ndarray], skip: Collection[str] = (), *, memory: int | None = None
             ) -> tuple[dict[str, np.ndarray], int | None]:
         """The arrays padded to their bucket, and the real row count to slice back to (None
         when nothing was padded).  Inputs in ``skip`` (host values: their contents are part
-        of the program) are never padded."""
+        of the program) are never padded.
+
+        Raises
+        ------
+        DeviceOutOfMemory
+            The padded inputs alone take more than ``memory`` bytes (the device's): checked
+            before anything is padded, so a large bucket never allocates its copies on the host
+            for a run that cannot fit on the device.
+        """
         target = self._target(arrays, skip)
         if target is None:
             return dict(arrays), None
         names, count, size = target
+        if memory is not None:
+            _check_padded_size(arrays, names, count, size, memory)
         padded = dict(arrays)
         for name in names:
             array = arrays[name]
@@ -141,23 +159,110 @@ class ShapeBuckets:
         return f"<ShapeBuckets {list(self.sizes)} over {list(self.inputs)}>"
 
 
-def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """The inputs of one run as arrays; a ValueError or TypeError naming what the graph takes
-    when one is missing, unknown or of another dtype."""
+def _check_padded_size(arrays: Mapping[str, np.ndarray], names: Iterable[str], count: int, size: int,
+                       memory: int) -> None:
+    """Refuse padding ``count`` rows of ``names`` up to ``size`` when the result would not fit
+    in ``memory`` bytes of device memory."""
+    needed = {name: size * (arrays[name].nbytes // count) for name in names}
+    total = sum(needed.values())
+    if total > memory:
+        raise DeviceOutOfMemory(detail=(
+            f"bucket {size}: a batch of {count} rows padded to the bucket of {size} rows needs {total} bytes for "
+            f"its inputs alone ({needed}), more than the device's {memory} bytes; add a smaller bucket between "
+            f"{count} and {size}, or send smaller batches"), requested=total, limit=memory)
+
+
+def check_inputs(graph: Graph, inputs: Mapping[str, Any], *, convert: bool = False) -> dict[str, np.ndarray]:
+    """The inputs of one run as arrays; a ValueError naming what the graph takes when one is
+    missing or unknown, and :func:`as_input`'s :class:`~aclpipe.InputCastError` (also a
+    TypeError) when one's values do not fit."""
     expected = graph.inputs
     missing = [name for name in expected if name not in inputs]
     unknown = [name for name in inputs if name not in expected]
     if missing or unknown:
         raise ValueError(f"graph {graph.name!r} takes inputs {list(expected)}; missing {missing}, unknown {unknown}")
-    arrays: dict[str, np.ndarray] = {}
-    for name, spec in expected.items():
-        array = np.asarray(inputs[name])
-        want = as_dtype(spec.dtype)
-        if array.dtype != want.numpy:
-            raise TypeError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
-                            f"{array.dtype}; convert with array.astype('{want.name}')")
-        arrays[name] = array
-    return arrays
+    return {name: as_input(name, inputs[name], spec.dtype, convert=convert) for name, spec in expected.items()}
+
+
+def as_input(name: str, value: Any, dtype: Any, *, convert: bool = True) -> np.ndarray:
+    """``value`` as an array of ``dtype`` (what the graph declares for input ``name``), with no
+    value changed (module docstring).
+
+    Parameters
+    ----------
+    name:
+        The input's name, for the error.
+    value:
+        An array, or anything ``numpy.asarray`` takes (nested lists from JSON).
+    dtype:
+        The graph's dtype for the input.
+    convert:
+        Whether another dtype of numbers is converted when every value survives; False takes
+        ``dtype`` only (``Pipeline.run``: the caller converts, explicitly).
+
+    Raises
+    ------
+    InputCastError
+        Not numbers, or a cast that would change a value or that numpy does not call same-kind.
+    """
+    want = as_dtype(dtype)
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError, RecursionError) as error:  # ragged lists, nested too deep
+        raise InputCastError(f"input {name!r}: not an array of numbers: {' '.join(str(error).split())}",
+                             input=name) from None
+    if array.dtype == want.numpy:
+        return array
+    if not convert:
+        raise InputCastError(f"input {name!r}: expected dtype {want.name} (as the graph declares), got "
+                             f"{array.dtype}; convert with array.astype('{want.name}')", input=name)
+    return _cast(name, array, want)
+
+
+def _cast(name: str, array: np.ndarray, want: DType) -> np.ndarray:
+    """``array`` cast to ``want``, refused unless numpy calls it same-kind (or it is integers into
+    integers) and no value changes beyond a float's rounding: integers must lie in range,
+    finite floats stay finite."""
+    seen, target = array.dtype, want.numpy
+    if seen.kind not in "biuf" and not (seen.kind == "V" and seen == as_dtype("bfloat16").numpy):
+        raise InputCastError(f"input {name!r}: expected numbers ({want.name}), got {_not_numbers(array)}",
+                             input=name)
+    # Integers into an unsigned dtype too (numpy calls int64 to uint8 unsafe, but JSON's integers
+    # arrive as int64): the range check below keeps every value.
+    integers = seen.kind in "biu" and want.is_integer
+    if not integers and not np.can_cast(seen, target, "same_kind"):
+        raise InputCastError(f"input {name!r}: {seen} values cannot become {want.name} without changing them "
+                             f"(numpy calls the cast unsafe: {seen} to {want.name} is not same-kind); send "
+                             f"{want.name} values", input=name)
+    if want.is_integer and array.size:
+        info = np.iinfo(target)
+        low, high = int(array.min()), int(array.max())
+        if low < info.min or high > info.max:
+            raise InputCastError(f"input {name!r}: {seen} values from {low} to {high} do not fit {want.name} "
+                                 f"({info.min} to {info.max}); they would wrap around, so they are refused",
+                                 input=name)
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = array.astype(target)
+    if want.is_floating and array.size:
+        overflow = np.isinf(converted) & ~np.isinf(array)
+        if overflow.any():
+            first = array[overflow].flat[0].item()
+            raise InputCastError(f"input {name!r}: {seen} value {first!r} overflows {want.name} to infinity (its "
+                                 f"largest value is {float(np.finfo(target).max):g}); scale the values, or "
+                                 "declare a wider dtype in the graph", input=name)
+    return converted
+
+
+def _not_numbers(array: np.ndarray) -> str:
+    if array.dtype.kind == "O":
+        values = array.reshape(-1).tolist()
+        if any(value is None for value in values):
+            return "null (None), which is not a number"
+        if any(isinstance(value, int) for value in values):
+            return "integers too large for any numpy dtype (over 64 bits)"
+        return f"Python objects ({', '.join(sorted({type(value).__name__ for value in values}))})"
+    kinds = {"c": "complex numbers", "U": "text", "S": "bytes", "M": "dates", "m": "time spans"}
+    return f"{array.dtype} ({kinds.get(array.dtype.kind, 'not plain numbers')})"
 
 
 def has_empty_input(graph: Graph, arrays: Mapping[str, np.ndarray]) -> bool:

@@ -15,7 +15,8 @@ they finish.
 from __future__ import annotations
 
 import collections
-from collections.abc import Hashable, Iterator, Sequence
+import itertools
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -24,6 +25,7 @@ from .slots import SlotQueue
 __all__ = ["CacheEntry", "LruDict", "ProgramCache", "check_capacity"]
 
 K = TypeVar("K", bound=Hashable)
+_USES = itertools.count()  # see CacheEntry.used
 V = TypeVar("V")
 
 
@@ -80,6 +82,9 @@ class CacheEntry(Generic[P, S]):
     queue: SlotQueue[S]
     pins: int = 0  # runs between taking this program and finishing (or abandoning) it
     checked: set[int] = field(default_factory=set)  # bucket sizes whose outputs were checked
+    #: When it was last used, on a clock shared by every cache of the process, so programs of
+    #: different pipelines can be compared (the device's stream budget frees the oldest).
+    used: int = field(default_factory=lambda: next(_USES))
 
     @property
     def idle(self) -> bool:
@@ -108,6 +113,7 @@ class ProgramCache(Generic[P, S]):
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
+            entry.used = next(_USES)
         return entry
 
     def add(self, key: Hashable, program: P) -> CacheEntry[P, S]:
@@ -143,11 +149,19 @@ class ProgramCache(Generic[P, S]):
         self.evicted += len(evicted)
         return evicted
 
-    def evict_one(self) -> P | None:
-        """Take the least recently used idle program out, whatever the capacity (the device's
-        event limit asks for room); None when every program is busy."""
+    def oldest_idle(self, worth: Callable[[P], bool] | None = None) -> CacheEntry[P, S] | None:
+        """The least recently used idle entry among those ``worth`` freeing (default: any)."""
         for entry in self._entries.values():
-            if entry.idle:
+            if entry.idle and (worth is None or worth(entry.program)):
+                return entry
+        return None
+
+    def evict_one(self, worth: Callable[[P], bool] | None = None) -> P | None:
+        """Take the least recently used idle program out, whatever the capacity (the device's
+        event limit asks for room), among those ``worth`` freeing (default: any); None when
+        every such program is busy."""
+        for entry in self._entries.values():
+            if entry.idle and (worth is None or worth(entry.program)):
                 del self._entries[entry.key]
                 del self._by_program[id(entry.program)]
                 self.evicted += 1

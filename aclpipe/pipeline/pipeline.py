@@ -24,24 +24,28 @@ Lifecycle.  What the device touches lives in :class:`~aclpipe.pipeline.resources
 freed by ``aclose()`` once the device passed every run, or, when the pipeline is dropped
 without ``aclose()`` or its ``aclose()`` is cancelled, freed by whichever thread sees the
 device pass it (never blocking the event loop, never sooner).  Closing the device fails
-every waiter at once with :class:`ClosedResourceError`.  One thread and event loop at a time
-(:mod:`~aclpipe.pipeline.affinity`); programs per input signature are bounded
-(:mod:`~aclpipe.pipeline.cache`); batches may be padded to buckets (:mod:`~aclpipe.pipeline.batches`).
+every waiter at once with :class:`ClosedResourceError`.  The async API serves one event loop
+at a time (:mod:`~aclpipe.pipeline.affinity`), the blocking API any number of threads
+(:mod:`~aclpipe.pipeline.sync`); programs per input signature are bounded
+(:mod:`~aclpipe.pipeline.cache`), and so are the streams they hold (:mod:`~aclpipe.pipeline.budget`);
+batches may be padded to buckets (:mod:`~aclpipe.pipeline.batches`).
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import time
+import warnings
 import weakref
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Self, cast
 
 import anyio
 import numpy as np
 
 from ..backends import is_device_list
-from ..errors import AclpipeError, BackendError, ClosedResourceError, GraphError
+from ..errors import AclpipeError, BackendError, ClosedResourceError, EventLoopError, GraphError
 from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device, Stream, open_device
@@ -49,6 +53,7 @@ from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
+from .budget import StreamBudget, StreamBudgetWarning
 from .cache import CacheEntry, ProgramCache, check_capacity
 from .faults import FaultLog, Touched
 from .prepare import Preparer
@@ -56,12 +61,16 @@ from .program import Program, Slot
 from .resources import Resources
 from .slots import FifoLock, Ticket
 from .stats import CompletionLog, PipelineStats
+from .sync import blocking_loop
 
 __all__ = ["SPLITS", "Pipeline", "PipelineStats"]
 
 #: How a pipeline given several devices uses them: ``"replicas"`` (default: the whole graph on
 #: each, runs go to the least loaded) or ``"stages"`` (the graph cut into one stage per device).
 SPLITS = ("replicas", "stages")
+
+#: ACL_ERROR_RT_NO_STREAM_RESOURCE: the device has no stream left.
+_NO_STREAM_RESOURCE = 207008
 
 #: Host functions that return pool blocks: one per this many releases per stream (and one at
 #: the end of each run), so streams do not stall after every node.
@@ -108,9 +117,10 @@ class Pipeline:
 
     Notes
     -----
-    Not thread-safe: a pipeline serves one thread and event loop at a time, and refuses calls
-    from another one meanwhile with :class:`EventLoopError` (see
-    :mod:`aclpipe.pipeline.affinity`).
+    Threads.  The blocking API (:meth:`run_sync`, :meth:`close`) is safe from any number of
+    threads: one event loop thread serves them all (:mod:`aclpipe.pipeline.sync`).  The async
+    API serves one event loop at a time and refuses calls from another one meanwhile with
+    :class:`EventLoopError` (see :mod:`aclpipe.pipeline.affinity`).
     """
 
     def __new__(cls, graph: Graph, device: object = None, *args: Any, **options: Any) -> Self:
@@ -153,6 +163,10 @@ class Pipeline:
             raise
         # Dropped without aclose(): what the device may still touch is freed once it passed it.
         self._finalizer = weakref.finalize(self, Resources.park, self._res)
+        # Other pipelines on the device may ask for an idle program of this one to be freed
+        # when they need streams for a capture (pipeline.budget).
+        self._res.preparer.budget.register(self)
+        self._starved = 0  # programs prepared uncaptured for lack of streams
         self._affinity = LoopAffinity(f"pipeline {graph.name!r}")
         self._enqueue_lock = FifoLock()
         self._faults = FaultLog()
@@ -170,7 +184,8 @@ class Pipeline:
         self._last_signature: tuple[tuple[tuple[str, tuple[int, ...]], ...], frozenset[str], Signature] | None = None
 
     def _make_resources(self, owns_device: bool, pool_bytes: int, cache: ProgramCache[Program, Slot]) -> Resources:
-        streams: list[Stream] = [self.device.create_stream() for _ in range(self.max_streams + 2)]
+        streams = self._make_streams()
+        replays = len(streams) - self.max_streams - 2
         timeline = Timeline(len(streams))
         for lane, stream in enumerate(streams):
             timeline.assign(stream, lane)
@@ -178,10 +193,54 @@ class Pipeline:
         # its releases in batches: a host function per node would stall the streams.
         options: dict[str, Any] = ({"limit": pool_bytes or None, "batch": _POOL_BATCH}
                                    if self.workspace == "pool" else {})
-        workspaces: WorkspaceStrategy = make_workspace_strategy(self.device, self.workspace, timeline=timeline,
-                                                                **options)
-        preparer = Preparer(self.graph, self.device, streams, depth=self.depth, max_streams=self.max_streams)
+        try:
+            workspaces: WorkspaceStrategy = make_workspace_strategy(self.device, self.workspace, timeline=timeline,
+                                                                    **options)
+        except BaseException:
+            self._close_streams(streams)
+            raise
+        preparer = Preparer(self.graph, self.device, streams, depth=self.depth, max_streams=self.max_streams,
+                            replay_lanes=range(self.max_streams, self.max_streams + replays))
         return Resources(self.device, owns_device, streams, timeline, workspaces, preparer, cache)
+
+    def _make_streams(self) -> list[Stream]:
+        """Compute streams, then one replay stream per slot where the device captures and its
+        budget has room (a captured run replays on its slot's own, so consecutive runs overlap:
+        see pipeline.program; without them programs run uncaptured), then H2D and D2H.  Every
+        one is booked in the device's stream budget until Resources.release closes it; room is
+        made first, freeing idle captured programs of other pipelines on the device."""
+        budget = StreamBudget.of(self.device)
+        needed = self.max_streams + 2
+        reserved = budget.reserve(needed)  # else the device says how many it allows, below
+        made: list[Stream] = []
+        replays: list[Stream] = []
+        try:
+            for _ in range(needed):
+                made.append(self.device.create_stream())
+                if not reserved:
+                    budget.book(1)
+            if self.device.capabilities.graph_capture and budget.reserve(self.depth):
+                try:
+                    for _ in range(self.depth):
+                        replays.append(self.device.create_stream())
+                except BackendError as error:
+                    if error.code != _NO_STREAM_RESOURCE:
+                        raise
+                    self._close_streams(replays)  # streams made outside any pipeline: run uncaptured
+                    replays = []
+                budget.release(self.depth - len(replays))
+        except BaseException:
+            if reserved:
+                budget.release(needed - len(made))
+            self._close_streams(made + replays)
+            raise
+        return made[:-2] + replays + made[-2:]
+
+    def _close_streams(self, streams: list[Stream]) -> None:
+        budget = StreamBudget.of(self.device)
+        for stream in streams:
+            stream.close()
+        budget.release(len(streams))
 
     # -- planning and preparing ----------------------------------------------------------------
     def plan_for(self, **inputs: Any) -> Plan:
@@ -207,17 +266,55 @@ class Pipeline:
             self._prepare_hits += 1
             return entry
         self._touched.touch_all(self._runs + 1)  # preparing uploads and captures on the streams
-        return cache.add(key, self._res.preparer.prepare(key, self._res.workspaces, self._evict_idle_program))
+        program = self._res.preparer.prepare(key, self._res.workspaces, self._evict_idle_program)
+        if program.starved:
+            self._starved += 1
+            if self._starved == 1:
+                budget = self._res.preparer.budget
+                shapes = ", ".join(f"{name}={shape}" for name, shape in key.shapes)
+                warnings.warn(StreamBudgetWarning(
+                    f"pipeline {self.graph.name!r}: {self.device.name} has no streams left to capture a program for "
+                    f"{shapes} ({budget.in_use} of {budget.limit} in use, no idle program left to free): it runs "
+                    "uncaptured, from launch tables (as right, a little more host time per run); lower max_programs, "
+                    "depth or streams, or close other pipelines, to capture again.  stats().starved counts them"),
+                    stacklevel=4)
+        return cache.add(key, program)
 
     def _evict_idle_program(self) -> bool:
         """Close the least recently used program with nothing in flight, freeing its events and
         device memory (the preparer asks when the device's event limit is near or preparing ran
         out of memory); False when every program is busy."""
-        program = self._res.cache.evict_one()
+        return self._evict(None)
+
+    def _evict(self, worth: Callable[[Program], bool] | None) -> bool:
+        program = self._res.cache.evict_one(worth)
         if program is None:
             return False
         program.close()
         return True
+
+    # -- the device's stream budget (pipeline.budget) ------------------------------------------
+    def oldest_idle_capture(self) -> int | None:
+        """When this pipeline's least recently used idle captured program was last used."""
+        if self._closed or self._res.released or self._res.parked:
+            return None
+        entry = self._res.cache.oldest_idle(_holds_streams)
+        return None if entry is None else entry.used
+
+    def evict_oldest_capture(self) -> bool:
+        """Free that program for a capture on the device that needs its streams (this
+        pipeline's or another's); refused (False) while this pipeline is in use by another
+        thread or event loop, whose programs only it may touch."""
+        if self._closed or self._res.released or self._res.parked:
+            return False
+        try:
+            self._affinity.enter("free an idle program for another pipeline")
+        except EventLoopError:
+            return False
+        try:
+            return self._evict(_holds_streams)
+        finally:
+            self._affinity.leave()
 
     def _trim(self) -> None:
         """Free the least recently used idle programs beyond ``max_programs``."""
@@ -242,17 +339,22 @@ class Pipeline:
         """Run the graph once and wait, from code with no event loop (as ``InferenceSession.run``).
 
         Inputs by name (``pipe.run_sync(x=batch)``) or as one mapping (``pipe.run_sync({"x":
-        batch})``, for names that are not Python identifiers).  Each call runs an event loop of
-        its own; inside a running event loop use ``await pipe.run(...)`` instead.
+        batch})``, for names that are not Python identifiers).  Safe from any number of threads
+        at once: every blocking call is served by the pipeline's one event loop thread
+        (:mod:`~aclpipe.pipeline.sync`), so concurrent callers share the ``depth`` slots and
+        each gets its own result.  Inside a running event loop use ``await pipe.run(...)``.
 
         Raises
         ------
         EventLoopError
-            When called from a thread that runs an event loop.
+            When called from a thread that runs an event loop, or while another event loop
+            has runs in flight on the pipeline (``await pipe.run`` there).
         """
         refuse_inside_event_loop("Pipeline.run_sync")
+        if self._closed:  # said here, without starting a loop thread again only to say it
+            raise ClosedResourceError("the pipeline is closed")
         merged = {**(inputs or {}), **named}
-        return anyio.run(lambda: self.run(**merged))
+        return blocking_loop(self, f"pipeline {self.graph.name!r}").call(lambda: self.run(**merged))
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
@@ -310,7 +412,7 @@ class Pipeline:
         pinned (never evicted) until the run finishes or is abandoned."""
         rows = None
         if self.buckets is not None:
-            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs)
+            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs, memory=self._device_memory)
         key = self._signature(arrays)
         entry = self._entry_for(key)
         self._res.cache.pin(entry)
@@ -325,6 +427,12 @@ class Pipeline:
             return entry, arrays, rows
         host = key.host
         return entry, {name: array for name, array in arrays.items() if name not in host}, rows
+
+    @functools.cached_property
+    def _device_memory(self) -> int:
+        """The device's memory in bytes, asked once (it never changes): a batch padded to a
+        bucket must fit in it."""
+        return self.device.mem_info().total
 
     def _signature(self, arrays: dict[str, np.ndarray]) -> Signature:
         """The signature of a run's arrays (dtypes already checked).  Most runs repeat the last
@@ -527,7 +635,12 @@ class Pipeline:
             constant_bytes=constant_bytes, workspace=workspace,
             device_peak_bytes=self.device.backend.mem_peak(), in_flight=len(self._faults.live),
             lost_slots=self._lost_slots, prepared=res.cache.prepared, evicted=res.cache.evicted,
-            closed=self._closed, completion=self._completion.summary())
+            closed=self._closed, completion=self._completion.summary(),
+            streams=0 if res.released else len(res.streams) + sum(p.streams_held for p in programs),
+            events=sum(p.event_count for p in programs), captured=sum(1 for p in programs if p.streams_held),
+            starved=self._starved,
+            device_streams={"held": res.preparer.budget.held, "in_use": res.preparer.budget.in_use,
+                            "limit": res.preparer.budget.limit})
 
     def _check_open(self) -> None:
         if self._closed:
@@ -594,9 +707,14 @@ class Pipeline:
                 pass  # its run already reported it, or nobody is left to tell
 
     def close(self) -> None:
-        """:meth:`aclose` from code with no event loop (pairs with :meth:`run_sync`)."""
+        """:meth:`aclose` from code with no event loop (pairs with :meth:`run_sync`): served by
+        the same event loop thread as blocking runs, which it then stops."""
         refuse_inside_event_loop("Pipeline.close")
-        anyio.run(self.aclose)
+        loop = blocking_loop(self, f"pipeline {self.graph.name!r}")
+        try:
+            loop.call(self.aclose)
+        finally:
+            loop.stop()
 
     def __enter__(self) -> Self:
         return self
@@ -624,6 +742,10 @@ def _several_devices_class(split: object) -> type[Pipeline]:
     from .replicas import ReplicaPipeline
 
     return ReplicaPipeline
+
+
+def _holds_streams(program: Program) -> bool:
+    return program.streams_held > 0
 
 
 def _same_host_values(key: Signature, arrays: Mapping[str, np.ndarray]) -> bool:

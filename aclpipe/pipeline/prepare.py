@@ -17,11 +17,14 @@ error naming the limit; one that does not fit beside the programs already prepar
 pipeline to evict idle ones (least recently used first) and is refused when none is left.
 Device memory is handled the same way: a program whose arenas, staging or workspaces do not
 fit evicts idle programs one at a time and tries again before :class:`DeviceOutOfMemory`.
+Streams too (:mod:`~aclpipe.pipeline.budget`): a capture's model streams are reserved in the
+device's budget first, evicting idle programs (this pipeline's, then any on the device) until
+they fit; when nothing idle is left the program is prepared uncaptured instead of failing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -30,6 +33,7 @@ from ..errors import DeviceOutOfMemory, error_from_code
 from ..gc_pause import paused_gc
 from ..graph.signature import Signature
 from ..plan import Plan, make_plan
+from .budget import StreamBudget
 from .cache import LruDict
 from .program import Program, events_per_slot
 
@@ -65,22 +69,30 @@ class Preparer:
     device:
         Where.
     streams:
-        The pipeline's streams: compute streams first, then H2D and D2H.
+        The pipeline's streams: compute streams first, then the replay streams, then H2D and D2H.
     depth:
         Slots per program.
     max_streams:
         At most this many compute streams in a plan.
     plans:
         Plans kept (per input signature; the least recently used go first).
+    replay_lanes:
+        The lanes of ``streams`` captured slots replay on, one per slot (see
+        :mod:`~aclpipe.pipeline.program`); none: programs are not captured.
+    budget:
+        The device's stream budget captures reserve their model streams in (default: the
+        device's own, :meth:`StreamBudget.of`).
     """
 
     def __init__(self, graph: Graph, device: Device, streams: list[Stream], *, depth: int, max_streams: int,
-                 plans: int = 64):
+                 plans: int = 64, replay_lanes: Sequence[int] = (), budget: StreamBudget | None = None):
         self.graph = graph
         self.device = device
         self.streams = streams
         self.depth = depth
         self.max_streams = max_streams
+        self.replay_lanes = tuple(replay_lanes)
+        self.budget = budget if budget is not None else StreamBudget.of(device)
         self.constants: dict[str, DeviceBuffer] = {}
         self._plans: LruDict[Signature, Plan] = LruDict(plans)
 
@@ -113,24 +125,43 @@ class Preparer:
         return with_room(lambda: self._build(plan, workspaces), make_room)
 
     def _build(self, plan: Plan, workspaces: WorkspaceStrategy) -> Program:
-        """Constants, then the program with its workspaces, captured; a half-built one is freed."""
+        """Constants, then the program with its workspaces, captured where its model streams fit
+        the device's budget; a half-built one is freed."""
         self.upload_constants(plan)
         with paused_gc():  # per node and slot: descriptors, executors, launch records, tasks; all kept
             program = Program(self.device, plan, self.constants, self.streams, self.depth)
             try:
                 if not program.pin_workspaces(workspaces):
                     workspaces.reserve(program.workspace_sizes)
-                program.capture(workspaces, len(self.streams) - 1)
+                self._capture(program, workspaces)
             except BaseException:
                 program.close()
                 raise
         return program
 
+    def _capture(self, program: Program, workspaces: WorkspaceStrategy) -> None:
+        """Capture ``program`` if its model streams fit the budget (freeing idle programs for
+        them); otherwise, or when the device runs out part way, it stays uncaptured (starved)."""
+        needed = program.model_streams(self.replay_lanes)
+        if not needed:
+            return
+        if not self.budget.reserve(needed):
+            program.starved = True
+            return
+        captured = False
+        try:
+            captured = program.capture(workspaces, self.replay_lanes)
+        finally:
+            if captured:
+                program.hold_streams(self.budget, needed)
+            else:
+                self.budget.release(needed)
+
     def reserve_events(self, plan: Plan, make_room: Callable[[], bool] | None = None) -> None:
         """Make sure the device has the events a program of ``plan`` needs, or refuse it."""
         device = self.device
         limit = device.capabilities.max_events
-        per_slot = events_per_slot(plan, len(self.streams))
+        per_slot = events_per_slot(plan, len(self.streams), done_joins=device.capabilities.event_errors)
         needed = per_slot * self.depth
         if needed > limit:
             raise error_from_code(

@@ -17,9 +17,16 @@ small to pin, an op that refuses repeatable executors) a run takes its workspace
 node.
 
 Capture follows the ``aclmdlRI`` model (``15_model_running_instance__management.md``): each
-slot's run is captured from the D2H stream (the origin), which first records a *fork* event
-that every other stream the run uses waits on (so they join the capture), and last waits on
-every stream's tail (so they rejoin it).  A run is then one ``model_execute`` on the D2H stream.
+slot's run is captured from a *replay stream* of its own (the origin), which first records a
+*fork* event that every stream the run uses waits on (so they join the capture), and last
+waits on every stream's tail (so they rejoin it).  A run is then one ``model_execute`` on
+that replay stream, joined by the D2H stream (which runs the completion) through the slot's
+``joined`` event.  Why a replay stream per slot: ``aclmdlRIExecuteAsync`` is ordered on its
+stream like any task (the stream's later work waits for the whole model), so replays on one
+shared stream would run one after another, and consecutive runs would never overlap their
+copies and compute.  On streams of their own, the replays of different slots run at once,
+each on its own model streams.  For the same reason a captured slot pins workspaces of its
+own: two slots' kernels of one pipeline stream may then run at the same time.
 """
 
 from __future__ import annotations
@@ -44,21 +51,34 @@ if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
     from ..runtime.timeline import Timeline
     from ..runtime.workspaces import WorkspaceStrategy
+    from .budget import StreamBudget
 
-__all__ = ["Program", "Slot", "Step", "events_per_slot"]
+__all__ = ["Program", "Slot", "Step", "events_per_slot", "model_streams_per_slot"]
 
 
 #: ACL_ERROR_RT_NO_STREAM_RESOURCE: capturing ran out of streams (see Program.capture).
 _NO_STREAM_RESOURCE = 207008
 
 
-def events_per_slot(plan: Plan, streams: int) -> int:
-    """Events one slot of ``plan`` holds on ``streams`` pipeline streams (compute, H2D, D2H), at
-    most: one per recording node, a tail per stream the run uses other than D2H, the run's
-    ``done`` and a capture's fork.  CANN limits events per device (07_event_management.md)."""
+def events_per_slot(plan: Plan, streams: int, *, done_joins: bool = False) -> int:
+    """Events one slot of ``plan`` holds on ``streams`` pipeline streams (compute, replay, H2D,
+    D2H), at most: one per recording node, a tail per stream the run uses other than D2H, the
+    run's ``done``, and a capture's fork, D2H tail and join (the join is the ``done`` event on
+    backends whose events carry errors: ``done_joins``).  CANN limits events per device
+    (07_event_management.md)."""
     copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
     lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
-    return sum(1 for node in plan.nodes if node.record) + len(lanes) + 2
+    return sum(1 for node in plan.nodes if node.record) + len(lanes) + (3 if done_joins else 4)
+
+
+def model_streams_per_slot(plan: Plan, streams: int) -> int:
+    """Streams one captured slot's model of ``plan`` holds on ``streams`` pipeline streams (see
+    :meth:`Program.model_streams`): the replay stream, each compute and copy stream its run
+    uses, D2H included (captured streams consume stream resources,
+    15_model_running_instance__management.md)."""
+    copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
+    lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
+    return 2 + len(lanes)
 
 
 _WAIT, _COPY, _KERNEL, _RECORD = LaunchKind.WAIT, LaunchKind.COPY, LaunchKind.KERNEL, LaunchKind.RECORD
@@ -107,6 +127,14 @@ class Slot:
     executors: list[Any] = field(default_factory=list)
     graph: Any | None = None  # the captured run (an aclmdlRI model), when the backend can capture
     fork: Event | None = None  # recorded first by a captured run; every stream it uses waits on it
+    #: The lane a captured run replays on (its capture's origin): one per slot, see the module doc.
+    replay_lane: int | None = None
+    #: Recorded on the replay lane after each replay, waited on by the D2H stream before the
+    #: completion: the slot's ``done`` where the backend has one (an error in the model is then
+    #: the run's), else an event of its own.
+    joined: Event | None = None
+    #: A captured slot's own pinned workspaces (stream -> workspace); None: the program's.
+    pinned: dict[Stream, Workspace] | None = None
     body: LaunchTable | None = None  # every step's launches, when workspaces are pinned
     tail: LaunchTable | None = None  # each used stream's tail, joined by the D2H stream
     #: (output, staging view, address, nbytes, what) per graph output: see Program.read_outputs
@@ -117,7 +145,8 @@ class Slot:
     @property
     def event_count(self) -> int:
         """Events this slot holds (CANN limits them per device)."""
-        return len(self.events) + len(self.tails) + (self.done is not None) + (self.fork is not None)
+        extras = {id(event) for event in (self.done, self.fork, self.joined) if event is not None}
+        return len(self.events) + len(self.tails) + len(extras)
 
 
 class Program:
@@ -141,6 +170,10 @@ class Program:
         #: stream -> the workspace this program's launches there use, once pinned
         self.pinned: dict[Stream, Workspace] | None = None
         self._pinned_by: WorkspaceStrategy | None = None
+        self._slots_pinned_by: WorkspaceStrategy | None = None  # who pinned each captured slot's own
+        self._streams_held: tuple[StreamBudget, int] | None = None  # see hold_streams
+        #: Not captured because the device ran out of streams (see pipeline.budget).
+        self.starved = False
         self._building: Slot | None = None  # a half-built slot, for close() after a failure
         self._locations: dict[str, tuple[TensorDesc, str | None, int]] = {}  # see _location
         self._contexts: dict[int, Mapping[str, Any]] = {}  # see _context
@@ -313,26 +346,80 @@ class Program:
         if slot.tail is not None:
             slot.tail.close()
         slot.tail = LaunchTable(backend, self._tail_records(slot))
-        if self.pinned is None:
+        pinned = slot.pinned if slot.pinned is not None else self.pinned
+        if pinned is None:
             return
         if slot.body is not None:
             slot.body.close()
         records: list[LaunchRecord] = []
         for step in slot.steps:
-            workspace = self.pinned[self.streams[step.lane]].address if step.workspace_size else 0
+            workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
             records.extend(self._records(step, step.executor, workspace))
         slot.body = LaunchTable(backend, records)
 
-    def capture(self, workspaces: WorkspaceStrategy, d2h_lane: int) -> bool:
-        """Capture every slot's run as a model when nothing in it varies between runs
-        (:meth:`pin_workspaces`); afterwards a run is one ``model_execute`` on the D2H stream.
-        Returns whether the program was captured."""
-        backend = graph_capture(self.device.backend)
-        if backend is None or not self.pin_workspaces(workspaces):
+    def _pin_per_slot(self, workspaces: WorkspaceStrategy) -> bool:
+        """Give every slot workspaces of its own (see the module doc: captured slots replay at
+        once), in place of the program's shared ones.  False, holding nothing more, when the
+        strategy cannot pin them all without waiting."""
+        if not self.workspace_sizes:
+            for slot in self.slots:
+                slot.pinned = {}
+            return True
+        if not workspaces.exclusive_pins:
             return False
-        origin = self.streams[d2h_lane].handle
+        held: list[Slot] = []
         for slot in self.slots:
+            pinned = workspaces.pin(self.workspace_sizes, (self, slot.index))
+            if pinned is None:
+                for done in held:  # nothing was launched with them yet
+                    workspaces.unpin((self, done.index), passed=True)
+                    done.pinned = None
+                return False
+            slot.pinned = pinned
+            held.append(slot)
+        self._slots_pinned_by = workspaces
+        if self._pinned_by is not None:  # the shared blocks served no launch yet
+            self._pinned_by.unpin(self, passed=True)
+            self._pinned_by = None
+        self.pinned = None
+        return True
+
+    def model_streams(self, replay_lanes: Sequence[int]) -> int:
+        """Streams the models of a capture of every slot would hold (0: it cannot be captured):
+        one per stream each slot's run uses, its replay stream and D2H included (captured
+        streams consume stream resources, 15_model_running_instance__management.md)."""
+        if graph_capture(self.device.backend) is None or not replay_lanes or self.fallback_nodes:
+            return 0
+        d2h_lane = len(self.streams) - 1
+        return sum(2 + sum(1 for lane, _ in slot.tails if lane != d2h_lane) for slot in self.slots)
+
+    def hold_streams(self, budget: StreamBudget, count: int) -> None:
+        """Book ``count`` streams in ``budget`` until :meth:`close` (the captured models')."""
+        self._streams_held = (budget, count)
+
+    @property
+    def streams_held(self) -> int:
+        """Streams this program's captured models hold (0 when it is not captured)."""
+        return self._streams_held[1] if self._streams_held is not None else 0
+
+    def capture(self, workspaces: WorkspaceStrategy, replay_lanes: Sequence[int]) -> bool:
+        """Capture every slot's run as a model when nothing in it varies between runs
+        (:meth:`pin_workspaces`, then workspaces of each slot's own); afterwards a run is one
+        ``model_execute`` on its slot's replay lane (``replay_lanes[slot.index]``, modulo their
+        number).  Returns whether the program was captured; without replay lanes, without room
+        for each slot's workspaces, or when the device runs out of streams part way
+        (``starved`` is then set), it is left to run from its launch tables."""
+        backend = graph_capture(self.device.backend)
+        if backend is None or not replay_lanes or not self.pin_workspaces(workspaces):
+            return False
+        if not self._pin_per_slot(workspaces):
+            return False
+        for slot in self.slots:
+            self._build_tables(slot)
+            slot.replay_lane = replay_lanes[slot.index % len(replay_lanes)]
+            origin = self.streams[slot.replay_lane].handle
             slot.fork = self.device.create_event()
+            slot.joined = slot.done if slot.done is not None else self.device.create_event()
             try:
                 backend.capture_begin(origin)
                 try:
@@ -344,26 +431,48 @@ class Program:
             except BackendError as error:
                 if error.code != _NO_STREAM_RESOURCE:
                     raise
-                raise error_from_code(
-                    error.code, f"{error.detail}; capturing slot {slot.index + 1} of {len(self.slots)}: each captured "
-                    "slot replays on model streams of its own, so the pipeline's depth multiplies them: lower depth "
-                    "(or streams)", dict(error.context)) from error
+                # Streams made outside any pipeline's budget: run from launch tables instead.
+                self.starved = True
+                for done in self.slots:
+                    self._uncapture(done)
+                return False
             for table in (slot.body, slot.tail):
                 if table is not None:
                     table.close()  # the model holds the launches now
             slot.body = slot.tail = None
         return True
 
+    def _uncapture(self, slot: Slot) -> None:
+        """Undo a slot's capture (or its start): its model and capture events go, and it runs
+        from launch tables (with the workspaces it pinned for itself)."""
+        capture = graph_capture(self.device.backend)
+        if slot.graph is not None and capture is not None:
+            capture.model_destroy(slot.graph)
+        slot.graph = None
+        for event in (slot.fork, None if slot.joined is slot.done else slot.joined):
+            if event is not None:
+                event.close()
+        slot.fork = slot.joined = slot.replay_lane = None
+        d2h_lane = len(self.streams) - 1
+        for _, event in [tail for tail in slot.tails if tail[0] == d2h_lane]:
+            event.close()
+        slot.tails = [tail for tail in slot.tails if tail[0] != d2h_lane]
+        self._build_tables(slot)
+
     def _capture_run(self, slot: Slot, origin: Any) -> None:
+        """Capture one run from ``origin`` (the slot's replay stream): every stream the run uses,
+        D2H included, joins the capture through the fork and rejoins the origin through its tail
+        (an unjoined stream would fail aclmdlRICaptureEnd)."""
         backend = self.device.backend
-        assert slot.fork is not None and slot.body is not None and slot.tail is not None
-        # The other streams join the capture through the fork, and rejoin the origin through
-        # their tails (an unjoined stream would fail aclmdlRICaptureEnd).
+        assert slot.fork is not None and slot.body is not None and slot.replay_lane is not None
+        d2h_lane = len(self.streams) - 1
+        if all(lane != d2h_lane for lane, _ in slot.tails):
+            slot.tails.append((d2h_lane, self.device.create_event()))
         backend.event_record(slot.fork.handle, origin)
         for lane, _ in slot.tails:
             backend.stream_wait_event(self.streams[lane].handle, slot.fork.handle)
         slot.body.enqueue(None)
-        slot.tail.enqueue(None)
+        enqueue_records(backend, self._tail_records(slot, joiner=slot.replay_lane), None)
 
     async def enqueue(self, slot: Slot, run: int, workspaces: WorkspaceStrategy) -> None:
         """Enqueue one run's work on ``slot``.
@@ -383,8 +492,8 @@ class Program:
                 "on failure")
         if slot.graph is not None:
             backend = graph_capture(self.device.backend)
-            assert backend is not None  # only a capturing backend made the model
-            backend.model_execute(slot.graph, self.streams[-1].handle, {"run": run})
+            assert backend is not None and slot.replay_lane is not None  # only a capturing backend made the model
+            backend.model_execute(slot.graph, self.streams[slot.replay_lane].handle, {"run": run})
         elif slot.body is not None:
             slot.body.enqueue(run)
         else:
@@ -393,8 +502,10 @@ class Program:
 
     def lanes(self, slot: Slot) -> Sequence[int]:
         """The streams (by lane) a run on ``slot`` puts work on: a captured slot replays its
-        model on the D2H stream alone; otherwise any of them."""
-        return (len(self.streams) - 1,) if slot.graph is not None else range(len(self.streams))
+        model on its replay lane and completes on the D2H stream; otherwise any of them."""
+        if slot.graph is not None and slot.replay_lane is not None:
+            return (slot.replay_lane, len(self.streams) - 1)
+        return range(len(self.streams))
 
     def enqueue_completion(self, slot: Slot, workspaces: WorkspaceStrategy, timeline: Timeline,
                            d2h_lane: int) -> int:
@@ -403,22 +514,28 @@ class Program:
         copies the outputs from the staging into the run's result arrays (made now; see
         :meth:`read_outputs`).  Returns the D2H lane value that marks the run complete."""
         backend, d2h = self.device.backend, self.streams[d2h_lane].handle
-        if slot.graph is None:  # a captured model holds its tails
+        if slot.graph is None:
             if slot.body is None:
                 workspaces.publish()
             assert slot.tail is not None
             slot.tail.enqueue(None)
-        if slot.done is not None:
+        else:  # the model holds its tails; the D2H stream joins its replay lane
+            assert slot.joined is not None and slot.replay_lane is not None
             # Outside any model: records inside one synchronize only the model.
+            backend.event_record(slot.joined.handle, self.streams[slot.replay_lane].handle)
+            backend.stream_wait_event(d2h, slot.joined.handle)
+        if slot.done is not None and slot.done is not slot.joined:
             backend.event_record(slot.done.handle, d2h)
         return timeline.enqueue_advance(backend, d2h, d2h_lane, self._result_copies(slot))
 
-    def _tail_records(self, slot: Slot) -> list[LaunchRecord]:
-        d2h = self.streams[-1].handle
+    def _tail_records(self, slot: Slot, joiner: int | None = None) -> list[LaunchRecord]:
+        """Each used stream's tail: a record there, waited on by the ``joiner`` lane (D2H unless
+        given)."""
+        target = self.streams[-1 if joiner is None else joiner].handle
         records = []
         for lane, event in slot.tails:
             records.append(LaunchRecord(LaunchKind.RECORD, self.streams[lane].handle, event.handle))
-            records.append(LaunchRecord(LaunchKind.WAIT, d2h, event.handle))
+            records.append(LaunchRecord(LaunchKind.WAIT, target, event.handle))
         return records
 
     def run_error(self, slot: Slot) -> BackendError | None:
@@ -587,11 +704,17 @@ class Program:
                 slot.arena.close()
             for event in [*slot.events.values(), *(event for _, event in slot.tails)]:
                 event.close()
-            for extra in (slot.done, slot.fork):
-                if extra is not None:
-                    extra.close()
+            for extra in {id(event): event for event in (slot.done, slot.fork, slot.joined) if event}.values():
+                extra.close()
+            if slot.pinned is not None and self._slots_pinned_by is not None:
+                self._slots_pinned_by.unpin((self, slot.index), passed=True)
+            slot.pinned = None
         self.slots.clear()
         self._building = None
+        if self._streams_held is not None:  # the models are destroyed: their streams are free
+            budget, count = self._streams_held
+            self._streams_held = None
+            budget.release(count)
         if self._pinned_by is not None:
             # The caller synchronized the streams, or every run of this program completed (its
             # completion host function ran after all of its launches): the blocks are free now.

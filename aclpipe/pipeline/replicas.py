@@ -13,6 +13,13 @@ constants, programs, slots and streams.  It keeps the Pipeline API; what it adds
   to the others.  When every device is out, runs raise :class:`DevicesUnavailableError`.
   ``pipe.restore("sim:1")`` puts a device back (its pipeline already consumed the fault, so
   its next runs run normally).
+- **Closed devices.**  A device closed under the pipeline leaves rotation for good
+  (``stats()`` says so); a run it had in flight, or that was sent to it, runs again on
+  another device, so callers see an error only when no device is left.
+- **Closing and threads.**  ``aclose()`` closes every device's pipeline at once and, as on
+  one device, is cancellable: what a hung device may still touch is then freed once it has
+  passed it.  The async API serves one event loop at a time (:mod:`.affinity`), the blocking
+  one any number of threads (:mod:`.sync`).
 - **Stats.**  :meth:`stats` sums the devices' figures and lists each device's
   (:class:`ReplicaStats`).
 """
@@ -32,6 +39,7 @@ from ..errors import ClosedResourceError, DeviceFault, DevicesUnavailableError, 
 from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device
+from .affinity import LoopAffinity
 from .batches import check_inputs, empty_result, has_empty_input
 from .cache import LruDict
 from .devices import open_devices, sum_counters
@@ -61,7 +69,8 @@ class DeviceStats:
     outstanding_runs, outstanding_work:
         Runs in flight on it, and their modelled cost (µs).
     fault:
-        What took it out of rotation, if anything.
+        What took it out of rotation, if anything (``"device sim:1 was closed"`` for a device
+        closed under the pipeline: out for good).
     pipeline:
         Its pipeline's own :class:`PipelineStats`.
     """
@@ -93,6 +102,15 @@ class _Replica:
     fault: BaseException | None = None
 
 
+#: A run a stream started: the device, its ticket (None: the device was closed before it
+#: started), its modelled work, and the batch (run again elsewhere if the device is closed).
+_Pending = tuple[_Replica, Ticket | None, float, Mapping[str, Any]]
+
+
+def _closed_error(replica: _Replica) -> ClosedResourceError:
+    return ClosedResourceError(f"device {replica.name} was closed; it is out of rotation for good")
+
+
 class ReplicaPipeline(Pipeline):
     """The whole graph on each of several devices; see the module docstring.
 
@@ -116,6 +134,9 @@ class ReplicaPipeline(Pipeline):
                 engine = Pipeline(graph, each, streams=streams, depth=depth, workspace=workspace,
                                   pool_bytes=pool_bytes, cancel_grace=cancel_grace, max_programs=max_programs,
                                   buckets=buckets)
+                # A device opened here goes with its pipeline's resources: closed after they are
+                # freed, also when they are parked (a cancelled aclose, a dropped pipeline).
+                engine._res.owns_device = any(each is made for made in self._opened)
                 self._replicas.append(_Replica(each.name, engine))
         except BaseException:
             for made in self._opened:
@@ -128,19 +149,32 @@ class ReplicaPipeline(Pipeline):
         self.cancel_grace = cancel_grace
         self.buckets = self._replicas[0].pipeline.buckets
         self._work: LruDict[Signature, float] = LruDict(1024)
+        self._affinity = LoopAffinity(f"pipeline {graph.name!r}")
         self._closed = False
         self._closing: anyio.Event | None = None
 
     # -- dispatch ----------------------------------------------------------------------------
+    def _retire_closed(self) -> None:
+        """Take devices closed under the pipeline out of rotation, for good."""
+        for replica in self._replicas:
+            if replica.fault is None and replica.pipeline.device.closed:
+                replica.fault = _closed_error(replica)
+
     def _pick(self) -> _Replica:
+        self._retire_closed()
         healthy = [replica for replica in self._replicas if replica.fault is None]
         if not healthy:
             faults = {replica.name: replica.fault for replica in self._replicas if replica.fault is not None}
             listing = "; ".join(f"{name}: {error}" for name, error in faults.items())
             raise DevicesUnavailableError(
-                f"every device of this pipeline is out of rotation after a fault ({listing}); fix the cause and "
-                "put devices back with pipe.restore(name)", faults=faults)
+                f"every device of this pipeline is out of rotation ({listing}); fix the cause and put devices "
+                "back with pipe.restore(name), or open a new pipeline where devices were closed", faults=faults)
         return min(healthy, key=lambda r: (r.outstanding_work, r.outstanding_runs, r.dispatched))
+
+    def _planner(self) -> _Replica:
+        """A replica to plan on (plans are the same on every device; planning runs nothing, so
+        one out of rotation after a fault still plans, one whose device was closed does not)."""
+        return next((r for r in self._replicas if not r.pipeline.device.closed), self._replicas[0])
 
     def _work_of(self, inputs: Mapping[str, Any]) -> float:
         """The modelled cost (µs) of one run with these inputs (1 when they are not valid: the
@@ -152,7 +186,7 @@ class ReplicaPipeline(Pipeline):
             key = self.graph.signature(**arrays)
             work = self._work.get(key)
             if work is None:
-                plan = self._pick().pipeline.plan_for(**arrays)
+                plan = self._planner().pipeline.plan_for(**arrays)
                 work = max(sum(node.cost for node in plan.nodes), 1.0)
                 self._work[key] = work
         except (ValueError, TypeError):
@@ -172,6 +206,14 @@ class ReplicaPipeline(Pipeline):
         replica.outstanding_runs -= 1
         replica.outstanding_work -= work
 
+    def _lost(self, replica: _Replica) -> bool:
+        """Whether a :class:`ClosedResourceError` from ``replica`` means its device was closed
+        under an open pipeline; it then leaves rotation for good and the run goes elsewhere."""
+        if self._closed or not replica.pipeline.device.closed:
+            return False
+        replica.fault = replica.fault if isinstance(replica.fault, ClosedResourceError) else _closed_error(replica)
+        return True
+
     def _failed(self, replica: _Replica, error: BaseException) -> ExecutionError:
         """Take ``replica`` out of rotation; the error its failing run raises."""
         replica.fault = replica.fault or error
@@ -184,14 +226,25 @@ class ReplicaPipeline(Pipeline):
     # -- running -----------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the graph once on the least loaded device; returns ``{output name: array}``."""
-        work = self._work_of(inputs)
-        replica = self._dispatch(work)
+        self._affinity.enter("run")
         try:
-            return await replica.pipeline.run(**inputs)
-        except DEVICE_FAULTS as error:
-            raise self._failed(replica, error) from error
+            return await self._run(inputs)
         finally:
-            self._done(replica, work)
+            self._affinity.leave()
+
+    async def _run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        while True:  # once more on another device for each device closed under the run
+            work = self._work_of(inputs)
+            replica = self._dispatch(work)
+            try:
+                return await replica.pipeline.run(**inputs)
+            except DEVICE_FAULTS as error:
+                raise self._failed(replica, error) from error
+            except ClosedResourceError:
+                if not self._lost(replica):
+                    raise
+            finally:
+                self._done(replica, work)
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
@@ -199,8 +252,9 @@ class ReplicaPipeline(Pipeline):
 
         As with :meth:`Pipeline.stream`, wrap it in ``contextlib.aclosing`` when leaving early.
         """
-        pending: collections.deque[tuple[_Replica, Ticket, float]] = collections.deque()
+        pending: collections.deque[_Pending] = collections.deque()
         limit = self.depth * len(self._replicas)
+        self._affinity.enter("stream")
         try:
             async for batch in _batches(batches):
                 try:
@@ -220,52 +274,77 @@ class ReplicaPipeline(Pipeline):
                 work = self._work_of(batch)
                 replica = self._dispatch(work)
                 engine = replica.pipeline
+                accepted = None  # stays None when its device was closed: in its turn it runs elsewhere
                 try:
                     accepted = engine._accept(arrays)
                 except BaseException as error:
-                    self._done(replica, work)
-                    if isinstance(error, Exception):  # in order, as above
-                        while pending:
-                            yield await self._finish_on(*pending.popleft())
-                    raise
-                try:
-                    try:
-                        # As Pipeline.stream: never wait for a slot while holding runs we could finish.
-                        while pending and not accepted[0].queue.ready:
-                            yield await self._finish_on(*pending.popleft())
-                    except BaseException:
-                        engine._unpin(accepted[0])
+                    if not (isinstance(error, ClosedResourceError) and self._lost(replica)):
+                        self._done(replica, work)
+                        if isinstance(error, Exception):  # in order, as above
+                            while pending:
+                                yield await self._finish_on(*pending.popleft())
                         raise
-                    ticket = await engine._start(*accepted)
-                except BaseException:
-                    self._done(replica, work)
-                    raise
-                pending.append((replica, ticket, work))
+                ticket: Ticket | None = None
+                if accepted is not None:
+                    try:
+                        try:
+                            # As Pipeline.stream: never wait for a slot while holding runs we could finish.
+                            while pending and not accepted[0].queue.ready:
+                                yield await self._finish_on(*pending.popleft())
+                        except BaseException:
+                            engine._unpin(accepted[0])
+                            raise
+                        try:
+                            ticket = await engine._start(*accepted)
+                        except ClosedResourceError:
+                            if not self._lost(replica):
+                                raise
+                    except BaseException:
+                        self._done(replica, work)
+                        raise
+                pending.append((replica, ticket, work, batch))
                 if len(pending) >= limit:
                     yield await self._finish_on(*pending.popleft())
             while pending:
                 yield await self._finish_on(*pending.popleft())
         finally:
-            with anyio.CancelScope(shield=True):
-                while pending:
-                    replica, ticket, work = pending.popleft()
-                    try:
-                        await replica.pipeline._abandon(ticket)
-                    finally:
-                        self._done(replica, work)
+            try:
+                with anyio.CancelScope(shield=True):
+                    while pending:
+                        replica, ticket, work, _ = pending.popleft()
+                        try:
+                            if ticket is not None:
+                                await replica.pipeline._abandon(ticket)
+                        finally:
+                            self._done(replica, work)
+            finally:
+                self._affinity.leave()
 
-    async def _finish_on(self, replica: _Replica, ticket: Ticket, work: float) -> dict[str, np.ndarray]:
+    async def _finish_on(self, replica: _Replica, ticket: Ticket | None, work: float, batch: Mapping[str, Any],
+                         ) -> dict[str, np.ndarray]:
+        """The result of a run the stream started (``ticket``; None: its device was closed
+        before it started), or, when its device was closed under it, of the batch run again on
+        another device."""
         try:
-            return await replica.pipeline._finish(ticket)
+            if ticket is not None:
+                return await replica.pipeline._finish(ticket)
         except DEVICE_FAULTS as error:
             raise self._failed(replica, error) from error
+        except ClosedResourceError:
+            if not self._lost(replica):
+                raise
         finally:
             self._done(replica, work)
+        return await self._run(batch)
 
     def restore(self, device: Device | str | int) -> None:
         """Put ``device`` (a :class:`Device`, its name such as ``"sim:1"``, or its position in
-        the device list) back into rotation."""
-        self._replica(device).fault = None
+        the device list) back into rotation.  A closed device cannot come back."""
+        replica = self._replica(device)
+        if replica.pipeline.device.closed:
+            raise ClosedResourceError(f"{replica.name} was closed, so it cannot take runs again; open a new "
+                                      "pipeline on an open device")
+        replica.fault = None
 
     def _replica(self, device: Device | str | int) -> _Replica:
         if isinstance(device, bool):
@@ -284,15 +363,22 @@ class ReplicaPipeline(Pipeline):
     def plan_for(self, **inputs: Any) -> Plan:
         """The plan for these inputs (as :meth:`Pipeline.plan_for` takes them; the same on every
         device)."""
-        return self._replicas[0].pipeline.plan_for(**inputs)
+        with self._affinity.use("plan_for"):
+            return self._planner().pipeline.plan_for(**inputs)
 
     def prepare(self, **inputs: Any) -> Plan:
-        """Prepare these inputs' program on every device now; returns the plan."""
-        plans = [replica.pipeline.prepare(**inputs) for replica in self._replicas]
-        return plans[0]
+        """Prepare these inputs' program on every device now (those out of rotation after a
+        fault too, ready for :meth:`restore`; not those closed); returns the plan."""
+        with self._affinity.use("prepare"):
+            usable = [replica for replica in self._replicas if not replica.pipeline.device.closed]
+            if not usable:
+                self._pick()  # raises, naming every device and why it is out
+            plans = [replica.pipeline.prepare(**inputs) for replica in usable]
+            return plans[0]
 
     # -- reporting and closing ---------------------------------------------------------------
     def stats(self) -> ReplicaStats:
+        self._retire_closed()
         per_device = [DeviceStats(r.name, r.fault is None, r.dispatched, r.outstanding_runs, r.outstanding_work,
                                   None if r.fault is None else str(r.fault), r.pipeline.stats())
                       for r in self._replicas]
@@ -300,23 +386,25 @@ class ReplicaPipeline(Pipeline):
         return ReplicaStats(**totals, devices=tuple(per_device))
 
     async def aclose(self) -> None:
-        """Close every device's pipeline (each waits for its runs), then the devices opened
-        here; idempotent."""
-        if self._closed:
-            if self._closing is not None:
-                with anyio.CancelScope(shield=True):
+        """Close every device's pipeline at once (each waits for its runs; the devices opened
+        here go with them); idempotent.  As :meth:`Pipeline.aclose`, cancelling it returns at
+        once: the pipeline stays closed and what each device may still touch is freed once that
+        device has passed it."""
+        with self._affinity.use("aclose"):
+            if self._closed:
+                if self._closing is not None:  # another task is closing: wait for it (cancellable)
                     await self._closing.wait()
-            return
-        self._closed = True
-        self._closing = anyio.Event()
-        try:
-            with anyio.CancelScope(shield=True):
-                for replica in self._replicas:
-                    await replica.pipeline.aclose()
-        finally:
-            for device in self._opened:
-                device.close()
-            self._closing.set()
+                return
+            self._closed = True
+            self._closing = closing = anyio.Event()
+            try:
+                # Together, not one after another: a cancel then reaches every device's aclose,
+                # each of which hands its resources over instead of waiting for its device.
+                async with anyio.create_task_group() as group:
+                    for replica in self._replicas:
+                        group.start_soon(replica.pipeline.aclose)
+            finally:
+                closing.set()
 
     def __repr__(self) -> str:
         names = ", ".join(r.name + ("" if r.fault is None else " (out)") for r in self._replicas)

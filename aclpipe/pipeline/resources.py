@@ -67,6 +67,7 @@ class Resources:
                 self.preparer.close()
                 for stream in self.streams:
                     stream.close()
+                self.preparer.budget.release(len(self.streams))  # booked by the pipeline that made them
             finally:
                 if not self.timeline.closed:
                     self.timeline.close()

@@ -18,15 +18,19 @@ every stage at once, enqueues the stages in order and completes once every stage
 completion overlap the next runs' compute) ``stream()`` keeps every stage busy: while
 stage 1 runs batch i, stage 0 runs batch i+1.
 
-Faults, cancellation and closing follow :class:`Pipeline`: a node that fails on any stage
-makes its run (and the runs in its fault window) raise :class:`ExecutionError` naming the
-node; the stages after it inherit the failure through the boundary events instead of
-computing on garbage; later runs run normally.
+Faults, cancellation, closing and threads follow :class:`Pipeline`: a node that fails on any
+stage makes its run (and the runs in its fault window) raise :class:`ExecutionError` naming
+the node; the stages after it inherit the failure through the boundary events instead of
+computing on garbage; later runs run normally.  ``aclose()`` is cancellable and a pipeline
+dropped without it frees its devices' memory once they passed it
+(:mod:`.stage_resources`); the async API serves one event loop at a time
+(:mod:`.affinity`), the blocking one any number of threads (:mod:`.sync`).
 """
 
 from __future__ import annotations
 
 import collections
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +45,7 @@ from ..plan.partition import Partition
 from ..runtime import Device, DeviceBuffer, Stream
 from ..runtime.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
+from .affinity import LoopAffinity
 from .batches import ShapeBuckets
 from .cache import CacheEntry, LruDict, ProgramCache, check_capacity
 from .devices import open_devices, sum_counters
@@ -49,6 +54,7 @@ from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _batches
 from .prepare import with_room
 from .slots import FifoLock
 from .stage_program import StageProgram, StageSlot
+from .stage_resources import StageResources
 
 __all__ = ["StagePipeline", "StageStats"]
 
@@ -105,6 +111,8 @@ class StagePipeline(Pipeline):
         self.graph, self.devices, self.device = graph, devices, devices[0]
         self.max_streams, self.depth, self.workspace = streams, depth or 2 * len(devices), workspace
         self.cancel_grace, self.memory_fraction = cancel_grace, memory_fraction
+        # A padded batch larger than every device can never run (inputs go to the stage reading them).
+        self._largest_memory = max(d.mem_info().total for d in devices)
         # Per device, as a single-device pipeline has: streams, a timeline over them, workspaces.
         self._stage_streams = [[d.create_stream() for _ in range(streams + 2)] for d in devices]
         self._timelines = [Timeline(streams + 2) for _ in devices]
@@ -115,11 +123,16 @@ class StagePipeline(Pipeline):
         self._stage_workspaces: list[WorkspaceStrategy] = [
             make_workspace_strategy(d, workspace, timeline=t, **options) for d, t in zip(devices, self._timelines)]
         self._constants: list[dict[str, DeviceBuffer]] = [{} for _ in devices]
+        self._stage_res = StageResources(devices, self._opened, self._stage_streams, self._timelines,
+                                         self._stage_workspaces, self._constants, self._cache)
+        # Dropped without aclose(): what the devices may still touch is freed once they passed it.
+        self._stage_finalizer = weakref.finalize(self, StageResources.park, self._stage_res)
+        self._affinity = LoopAffinity(f"pipeline {graph.name!r}")
         self._plans: LruDict[Signature, Plan] = LruDict(64)
         self._enqueue_lock = FifoLock()
         self._faults = FaultLog()
         self._runs = self._prepare_hits = self._lost_slots = self._finishing = 0
-        self._closed = self._freed = False
+        self._closed = False
         self._finished: anyio.Event | None = None
         self._closing: anyio.Event | None = None
         self._latest: StageProgram | None = None
@@ -128,6 +141,10 @@ class StagePipeline(Pipeline):
     def plan_for(self, **inputs: Any) -> Plan:
         """The plan of the whole graph for these input shapes (as :meth:`Pipeline.plan_for` takes
         them), as one device would run it (see :meth:`stages_for` for the cut)."""
+        with self._affinity.use("plan_for"):
+            return self._plan_for(inputs)
+
+    def _plan_for(self, inputs: Mapping[str, Any]) -> Plan:
         self._check_open()
         key = self.graph.signature(**inputs)
         plan = self._plans.get(key)
@@ -137,15 +154,17 @@ class StagePipeline(Pipeline):
 
     def stages_for(self, **inputs: Any) -> tuple[Partition, tuple[Plan, ...]]:
         """The cut for these input shapes and each stage's plan (prepares them)."""
-        program = self._stage_entry_for(self.graph.signature(**inputs)).program
-        return program.partition, program.plans
+        with self._affinity.use("stages_for"):
+            program = self._stage_entry_for(self.graph.signature(**inputs)).program
+            return program.partition, program.plans
 
     def prepare(self, **inputs: Any) -> Plan:
         """Cut, plan and prepare every stage for these input shapes now; returns :meth:`plan_for`'s
         plan."""
-        self._stage_entry_for(self.graph.signature(**inputs))
-        self._trim()
-        return self.plan_for(**inputs)
+        with self._affinity.use("prepare"):
+            self._stage_entry_for(self.graph.signature(**inputs))
+            self._trim()
+            return self._plan_for(inputs)
 
     def _stage_entry_for(self, key: Signature) -> _Entry:
         """The cached program for ``key``, else a new one (as :meth:`Pipeline._entry_for`: when
@@ -191,7 +210,11 @@ class StagePipeline(Pipeline):
     # -- running -----------------------------------------------------------------------------
     async def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the graph once through every stage; returns ``{output name: array}``."""
-        return await self._complete(await self._begin(*self._stage_accept(inputs)))
+        self._affinity.enter("run")
+        try:
+            return await self._complete(await self._begin(*self._stage_accept(inputs)))
+        finally:
+            self._affinity.leave()
 
     async def stream(self, batches: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
                      ) -> AsyncIterator[dict[str, np.ndarray]]:
@@ -200,6 +223,7 @@ class StagePipeline(Pipeline):
         As with :meth:`Pipeline.stream`, wrap it in ``contextlib.aclosing`` when leaving early.
         """
         pending: collections.deque[_Ticket] = collections.deque()
+        self._affinity.enter("stream")
         try:
             async for batch in _batches(batches):
                 try:
@@ -222,9 +246,12 @@ class StagePipeline(Pipeline):
             while pending:
                 yield await self._complete(pending.popleft())
         finally:
-            with anyio.CancelScope(shield=True):
-                while pending:
-                    await self._give_back(pending.popleft())
+            try:
+                with anyio.CancelScope(shield=True):
+                    while pending:
+                        await self._give_back(pending.popleft())
+            finally:
+                self._affinity.leave()
 
     def _stage_accept(self, inputs: Mapping[str, Any]) -> tuple[_Entry, dict[str, np.ndarray], int | None]:
         """Check the inputs, pad them to a bucket and find (or prepare) their stages; host values
@@ -233,7 +260,7 @@ class StagePipeline(Pipeline):
         arrays = self._check_inputs(inputs)
         rows = None
         if self.buckets is not None:
-            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs)
+            arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs, memory=self._largest_memory)
         key = self.graph.signature(**arrays)
         entry = self._stage_entry_for(key)
         self._cache.pin(entry)
@@ -264,7 +291,7 @@ class StagePipeline(Pipeline):
             self._cache.unpin(entry)
             raise
         try:
-            if self._closed:
+            if self._closed or self._stage_res.gone:  # closed while this run waited for the lock
                 queue.release(slot)
                 self._cache.unpin(entry)
                 raise ClosedResourceError("the pipeline is closed")
@@ -315,17 +342,17 @@ class StagePipeline(Pipeline):
                 with anyio.CancelScope(shield=True):
                     await self._give_back(ticket)
                 raise
-            if self._freed:
-                self._faults.retire(ticket.run, self._runs)
-                raise ClosedResourceError("the pipeline was closed before this run's result was read")
             try:
-                self._faults.collect(self._all_streams(), self._runs)
-                self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
-                outputs = ticket.program.read_outputs(ticket.slot)
-                return ShapeBuckets.slice(outputs, ticket.rows) if ticket.rows is not None else outputs
+                with self._stage_res.lock:
+                    if self._stage_res.gone:  # aclose gave everything up before this result was read
+                        raise ClosedResourceError("the pipeline was closed before this run's result was read")
+                    self._faults.collect(self._all_streams(), self._runs)
+                    self._faults.check(ticket.run, ticket.program.run_error(ticket.slot))
+                    outputs = ticket.program.read_outputs(ticket.slot)
             finally:
                 self._faults.retire(ticket.run, self._runs)
                 self._release(ticket)
+            return ShapeBuckets.slice(outputs, ticket.rows) if ticket.rows is not None else outputs
         finally:
             self._finishing -= 1
             if not self._finishing and self._finished is not None:
@@ -340,7 +367,7 @@ class StagePipeline(Pipeline):
             self._lost_slots += 1  # never reused: a device may still touch it
             self._cache.unpin(ticket.entry)  # its program then never counts as idle (a slot is missing)
             return
-        if not self._freed:
+        if not self._stage_res.gone:
             self._faults.collect(self._all_streams(), self._runs)
             self._release(ticket)
 
@@ -348,11 +375,11 @@ class StagePipeline(Pipeline):
         """The slot back to its program, the program unpinned (and trimmed if now idle)."""
         ticket.entry.queue.release(ticket.slot)
         self._cache.unpin(ticket.entry)
-        if not self._freed:
+        if not self._stage_res.gone:
             self._trim()
 
     def _all_streams(self) -> list[Stream]:
-        return [stream for per_device in self._stage_streams for stream in per_device]
+        return self._stage_res.all_streams()
 
     # -- reporting and closing ---------------------------------------------------------------
     def stats(self) -> StageStats:
@@ -376,47 +403,52 @@ class StagePipeline(Pipeline):
 
     async def aclose(self) -> None:
         """Refuse new runs, wait for runs in flight, then free everything on every device;
-        idempotent (as :meth:`Pipeline.aclose`)."""
-        if self._closed:
-            if not self._freed and self._closing is not None:
-                with anyio.CancelScope(shield=True):
+        idempotent.  As :meth:`Pipeline.aclose`, cancelling it returns at once: the pipeline
+        stays closed and what the devices may still touch is freed once they passed it."""
+        with self._affinity.use("aclose"):
+            if self._closed:
+                if self._closing is not None:  # another task is closing: wait for it (cancellable)
                     await self._closing.wait()
-            return
-        self._closed = True
-        self._closing = anyio.Event()
-        try:
-            await self._close_stages()
-        finally:
-            self._closing.set()
-
-    async def _close_stages(self) -> None:
-        with anyio.CancelScope(shield=True):
+                return
+            self._closed = True
+            self._closing = closing = anyio.Event()
             self._cache.close_queues("the pipeline is closed")
-            await self._enqueue_lock.acquire()
-            self._enqueue_lock.release()
-            for workspaces in self._stage_workspaces:
-                workspaces.publish()
-            for timeline in self._timelines:
+            try:
+                await self._settle()
+            except BaseException:
+                self._stage_finalizer()  # park: freed once every device has passed it, never waited for here
+                raise
+            else:
+                self._stage_finalizer.detach()
+                self._stage_res.release()
+            finally:
+                closing.set()
+
+    async def _settle(self) -> None:
+        """Wait (cancellably) until every device has passed every run and every caller has read."""
+        await self._enqueue_lock.acquire()  # a run being enqueued finishes enqueueing first
+        self._enqueue_lock.release()
+        for device, workspaces, timeline in zip(self.devices, self._stage_workspaces, self._timelines):
+            if device.closed:
+                continue  # nothing runs there any more: frees are no-ops on a closed device
+            workspaces.publish()
+            try:
                 await timeline.drain()
-            while self._finishing:
-                self._finished = anyio.Event()
-                await self._finished.wait()
-            await anyio.to_thread.run_sync(self._sync_all)
-        self._freed = True
-        for program in self._cache.clear():
-            program.close()
-        for workspaces in self._stage_workspaces:
-            workspaces.close()
-        for per_device in self._constants:
-            for buffer in per_device.values():
-                buffer.close()
-            per_device.clear()
-        for stream in self._all_streams():
-            stream.close()
-        for timeline in self._timelines:
-            timeline.close()
-        for device in self._opened:
-            device.close()
+            except ClosedResourceError:
+                if not device.closed:
+                    raise
+        while self._finishing:
+            self._finished = anyio.Event()
+            await self._finished.wait()
+        await anyio.to_thread.run_sync(self._sync_all, abandon_on_cancel=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedResourceError("the pipeline is closed")
+        for device in self.devices:
+            if device.closed:
+                raise ClosedResourceError(f"the pipeline's device {device.name} is closed; a stage pipeline needs "
+                                          "every one of its devices: open new devices and a new Pipeline")
 
     def _sync_all(self) -> None:
         for stream in self._all_streams():

@@ -47,6 +47,17 @@ class PipelineStats:
         make room (events, device memory) for a new one.
     closed:
         Whether :meth:`Pipeline.aclose` was called (everything held is then 0).
+    streams, events:
+        Streams this pipeline holds (its own: compute, one replay stream per slot where the
+        device captures, H2D and D2H; and its captured programs' model streams), and events
+        its programs hold.  Both are limited per device (see :mod:`aclpipe.pipeline.budget`).
+    captured, starved:
+        Programs held now that are captured, and programs prepared uncaptured so far because
+        the device had no streams left for their capture (they run from launch tables).
+    device_streams:
+        ``{"held": ..., "in_use": ..., "limit": ...}``: streams every pipeline on this device
+        holds, streams in use on it (the backend's count, where it has one, when larger: streams
+        made outside pipelines), and the device's limit.
     completion:
         How long results took to reach their callers over the last runs (at most 1,024): from
         the moment the device passed a run's completion host function (stamped by that host
@@ -72,6 +83,11 @@ class PipelineStats:
     evicted: int = 0
     closed: bool = False
     completion: Mapping[str, float] = field(default_factory=dict)
+    streams: int = 0
+    events: int = 0
+    captured: int = 0
+    starved: int = 0
+    device_streams: Mapping[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -2,11 +2,13 @@
 
 ``order`` (launch order, critical path), ``streams`` (chains onto compute streams),
 ``events`` (minimal waits), ``memory`` (arena offsets); :func:`make_plan` runs them all.
+:func:`batchable` says whether requests may share a run (``batch_axis``).
 """
 
 from __future__ import annotations
 
 from .arena import A2_RULE, ASCEND_950_RULE, ArenaRule
+from .batch_axis import BatchVerdict, batch_verdict, batchable
 from .events import EventPlacement, place_events
 from .memory import ALIGNMENT, Buffer, MemoryPlan, plan_memory
 from .order import Dag, critical_path, estimate_cost, topological_order
@@ -18,6 +20,7 @@ __all__ = [
     "ALIGNMENT",
     "ASCEND_950_RULE",
     "ArenaRule",
+    "BatchVerdict",
     "Buffer",
     "Dag",
     "EventPlacement",
@@ -26,6 +29,8 @@ __all__ = [
     "PlannedNode",
     "ValuePlacement",
     "assign_streams",
+    "batch_verdict",
+    "batchable",
     "chains",
     "critical_path",
     "estimate_cost",

@@ -2,9 +2,12 @@
 
 Each replica of the deployment is a Ray actor holding a :class:`PipelineHost` on the NPUs
 it asked for (``ray_actor_options={"resources": {"NPU": n}}``).  Requests (JSON, ``.npy`` or
-``.npz``: :mod:`.codec`) are checked one by one, then grouped by ``serve.batch`` (up to
-``batch_size`` requests, waiting at most ``batch_wait_timeout_s`` for more) and run through
-the pipeline together.  ``GET`` answers the replica's pipeline figures.
+``.npz``: :mod:`.codec`) are checked one by one (a bad one is answered 400 alone), then
+grouped by ``serve.batch`` (up to ``batch_size`` requests, waiting at most
+``batch_wait_timeout_s`` for more) and handed to :meth:`PipelineHost.run_batch`, which joins
+them into one run only when the planner proves the graph keeps rows apart, and otherwise runs
+them one by one.  A request whose run fails gets its own error; the others their answers.
+``GET`` answers the replica's pipeline figures.
 
 Fault tolerance is Ray Serve's, configured here, not reimplemented: the controller restarts
 a replica whose process died, and one whose ``check_health`` fails (every device of its
@@ -23,6 +26,7 @@ from starlette.responses import Response
 
 from ..errors import DevicesUnavailableError, ExecutionError
 from ..graph import Graph
+from .actor import check_cluster_npus
 from .bundle import GraphBundle
 from .codec import JSON, RequestError, decode_request, encode_response
 from .host import PipelineHost
@@ -48,6 +52,8 @@ class PipelineServer:
                                                list(self.inputs))
             arrays = self._checked(inputs)
             outputs = await self.infer(arrays)
+            if isinstance(outputs, Exception):  # this request's own failure; the batch went on
+                raise outputs
         except RequestError as error:
             return _error(error.status, str(error))
         except (ValueError, TypeError) as error:  # shapes or dtypes the graph does not take
@@ -63,17 +69,22 @@ class PipelineServer:
         """The request's arrays, refused here (alone) rather than failing a whole batch."""
         if set(inputs) != set(self.inputs):
             raise RequestError(f"the graph takes inputs {sorted(self.inputs)}, the request has {sorted(inputs)}")
-        arrays = self.host.arrays(inputs)
+        try:
+            arrays = self.host.arrays(inputs)
+        except (ValueError, TypeError, OverflowError) as error:
+            raise RequestError(f"the inputs cannot be read as the graph's dtypes: {error}") from None
         for name, spec in self.inputs.items():
             if arrays[name].ndim != len(spec.shape):
                 raise RequestError(f"input {name!r} must have {len(spec.shape)} dimensions, got shape "
                                    f"{arrays[name].shape}")
-        return arrays
+        return self.host.checked(arrays)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
-    async def infer(self, requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-        """A batch of checked requests, answered together (``batch_size`` at most)."""
-        return await self.host.run_batch(requests)
+    async def infer(self, requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray] | Exception]:
+        """A batch of checked requests, answered together (``batch_size`` at most): joined into
+        one run only where the planner proves the graph keeps rows apart, and each request's
+        failure, if any, in its own place."""
+        return await self.host.run_batch(requests, return_exceptions=True)
 
     def check_health(self) -> None:
         """Ray Serve calls this periodically; raising makes it replace the replica."""
@@ -98,6 +109,7 @@ def app(graph: Graph | GraphBundle | str | bytes, *, num_replicas: int = 1, batc
                          ("npus_per_replica", npus_per_replica)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
+    check_cluster_npus(npus_per_replica, "a Serve replica")
     deployment = serve.deployment(
         name=name, num_replicas=num_replicas,
         ray_actor_options={"num_cpus": 0, "resources": {"NPU": npus_per_replica}},

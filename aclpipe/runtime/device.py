@@ -50,13 +50,34 @@ _EXIT_SYNC_MS = 2000  # at interpreter exit, how long to wait for each device's 
 def _sync_at_exit() -> None:
     """At interpreter exit, before ``weakref.finalize`` frees what is still alive in creation
     order (a buffer before the pool that must first wait for it), wait for every open device's
-    streams: the frees that follow are then ordered after the device's work."""
+    streams: the frees that follow are then ordered after the device's work.  A device that
+    does not get there in time (a hung kernel) is left as it is, everything of it leaked."""
     for device in list(_OPEN):
-        if not device.closed:
-            try:
-                device.backend.device_sync(_EXIT_SYNC_MS)
-            except AclpipeError:
-                pass  # a sticky error nobody is left to read, or a device that did not finish in time
+        if not device.closed and not _drained(device.backend):
+            _leak_at_exit(device)
+
+
+def _drained(backend: Backend) -> bool:
+    """Whether the device passed everything enqueued within ``_EXIT_SYNC_MS``.  A sticky error
+    nobody is left to read fails the first sync but is consumed by it; a stream still running
+    fails the second, which barely waits, too."""
+    for timeout_ms in (_EXIT_SYNC_MS, 1):
+        try:
+            backend.device_sync(timeout_ms)
+            return True
+        except AclpipeError:
+            continue
+    return False
+
+
+def _leak_at_exit(device: Device) -> None:
+    """Keep everything of ``device`` for the rest of the process (README: a leak, by choice,
+    instead of a use-after-free).  Freeing memory its work still reads would race that work (the
+    sanitizer's HazardError, corruption on hardware), and closing it would wait on streams held
+    by the hung kernel; the process's end reclaims it all.  Marked closed, the backend makes
+    every finalizer that would free or destroy something of it skip, as after a close."""
+    device._finalizer.detach()
+    device.backend.closed = True
 
 
 def _close_backend(backend: Backend, name: str) -> None:

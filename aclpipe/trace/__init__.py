@@ -18,7 +18,7 @@
 from .dot import plan_dot
 from .gantt import COPY_COLOURS, save_gantt
 from .recording import TraceRecording, record_trace
-from .trace import ENGINES, Trace, TraceRecord, TraceStats, describe, format_seconds
+from .trace import ENGINES, Trace, TraceRecord, TraceStats, describe, engine_bound, format_seconds
 
 __all__ = ["COPY_COLOURS", "ENGINES", "Trace", "TraceRecord", "TraceRecording", "TraceStats", "describe",
-           "format_seconds", "plan_dot", "record_trace", "save_gantt"]
+           "engine_bound", "format_seconds", "plan_dot", "record_trace", "save_gantt"]

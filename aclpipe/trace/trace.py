@@ -20,7 +20,7 @@ from typing import Any
 
 from ..backends.protocol import TraceRecord
 
-__all__ = ["ENGINES", "Trace", "TraceRecord", "TraceStats", "describe", "format_seconds"]
+__all__ = ["ENGINES", "Trace", "TraceRecord", "TraceStats", "describe", "engine_bound", "format_seconds"]
 
 #: Engines in lane order.
 ENGINES = ("h2d", "compute", "d2h")
@@ -38,6 +38,12 @@ class TraceStats:
     compute, or the reverse); ``copy_hidden`` is the share of copy-engine busy time during
     which compute was busy too.  ``max_concurrent_kernels`` counts kernels running at once.
     ``run_spans`` maps a run number to its first start and last end (its device latency).
+    ``bound`` is the least span any schedule of the trace's runs could have on these engines:
+    the busiest engine's total time (its tasks' durations added up), plus one run's share of
+    every other engine (the fill before it and the drain after it); ``bound_ratio`` is
+    ``span / bound``, 1.0 for a perfect pipeline and about the number of engines when runs do
+    not overlap at all.  Kernels sharing the AI cores can run side by side, so it can dip
+    below 1.
     """
 
     span: float
@@ -49,10 +55,26 @@ class TraceStats:
     max_concurrent_kernels: int
     counts: Mapping[str, int]
     run_spans: Mapping[int, tuple[float, float]]
+    bound: float = 0.0
+    bound_ratio: float = 0.0
 
     def run_latencies(self) -> list[float]:
         """Device latency of each run (seconds), in run order."""
         return [end - start for _, (start, end) in sorted(self.run_spans.items())]
+
+
+def engine_bound(tasks: Iterable[TraceRecord], runs: int) -> float:
+    """The least makespan of ``runs`` runs whose engine ``tasks`` these are (see
+    :attr:`TraceStats.bound`); ``tasks`` may come from several devices' traces (a stage
+    pipeline's chain), as long as each task's engine names its device's engine uniquely."""
+    totals: dict[str, float] = {}
+    for record in tasks:
+        engine = record.engine or "compute"
+        totals[engine] = totals.get(engine, 0.0) + record.end - record.start
+    if not totals or runs < 1:
+        return 0.0
+    busiest = max(totals.values())
+    return busiest + (sum(totals.values()) - busiest) / runs
 
 
 def _union(intervals: Iterable[tuple[float, float]]) -> float:
@@ -176,11 +198,12 @@ class Trace:
         counts: dict[str, int] = {}
         for record in self.records:
             counts[record.kind] = counts.get(record.kind, 0) + 1
+        bound = engine_bound(tasks, len(runs))
         return TraceStats(
             span=span, busy=busy, share={e: (busy[e] / span if span else 0.0) for e in ENGINES},
             overlap=several, overlap_share=several / span if span else 0.0,
             copy_hidden=hidden / copy_busy if copy_busy else 0.0, max_concurrent_kernels=most,
-            counts=counts, run_spans=runs)
+            counts=counts, run_spans=runs, bound=bound, bound_ratio=span / bound if bound else 0.0)
 
     # -- exports ---------------------------------------------------------------------------------
     def to_chrome(self) -> dict[str, Any]:

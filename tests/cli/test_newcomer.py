@@ -59,7 +59,7 @@ def test_run_passes_a_host_value_from_a_npz_as_its_contents(capsys, tmp_path, re
 def test_run_takes_a_host_value_from_a_npy_and_the_rest_random(capsys, tmp_path, reshape_model):
     np.save(tmp_path / "shape.npy", np.array([2, -1]))
     status, _, err = run_main(capsys, "run", str(reshape_model), "--input", f"shape={tmp_path / 'shape.npy'}",
-                                "--batch", "4", "--runs", "1", "--output", str(tmp_path / "out.npz"))
+                                "--random", "--batch", "4", "--runs", "1", "--output", str(tmp_path / "out.npz"))
     assert status == 0, err
     assert np.load(tmp_path / "out.npz")["y"].shape == (2, 2)
 

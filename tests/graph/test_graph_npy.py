@@ -124,7 +124,7 @@ def test_an_npz_renamed_npy_is_refused(layout: tuple[Path, Path]) -> None:
 def test_pickles_are_refused(layout: tuple[Path, Path]) -> None:
     inside, _ = layout
     (inside / "pickled.npy").write_bytes(pickle.dumps({"a": 1}))
-    with pytest.raises(GraphError, match=r"it holds pickled Python data, which graph files never load"):
+    with pytest.raises(GraphError, match=r"it holds pickled Python data, which aclpipe never loads"):
         load_graph(graph_file(inside, "pickled.npy"))
     np.save(inside / "objects.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
     with pytest.raises(GraphError, match=r"file 'objects.npy' holds Python objects \(pickled data\)"):
@@ -162,3 +162,31 @@ def test_a_fifo_named_npy_does_not_hang(layout: tuple[Path, Path]) -> None:
     os.mkfifo(inside / "pipe.npy")
     with pytest.raises(GraphError, match=r"file 'pipe.npy' is not a regular file"):
         load_graph(graph_file(inside, "pipe.npy"))
+
+
+def test_the_shared_reader_reads_what_numpy_writes_and_refuses_odd_headers() -> None:
+    """read_array serves graph constants and every input file or request body alike."""
+    import io
+
+    from aclpipe.graph.npy import read_array
+
+    def roundtrip(array: np.ndarray, version: tuple[int, int] | None = None) -> np.ndarray:
+        buffer = io.BytesIO()
+        np.lib.format.write_array(buffer, array, version=version)
+        data = buffer.getvalue()
+        return read_array(io.BytesIO(data), len(data), "t", 1 << 20, GraphError)
+
+    arrays = [np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3)), np.arange(4, dtype=">f8"),
+              np.array(2.5), np.zeros((0, 3), np.float32), np.array([True, False])]
+    for array in arrays:
+        for version in (None, (2, 0), (3, 0)):
+            got = roundtrip(array, version)
+            assert got.dtype == array.dtype and got.shape == array.shape and np.array_equal(got, array)
+            assert got.flags.writeable
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "|V0", "fortran_order": False, "shape": (1 << 60,)})
+    with pytest.raises(GraphError, match="elements of zero bytes"):
+        read_array(io.BytesIO(buffer.getvalue()), len(buffer.getvalue()), "t", 1 << 20, GraphError)
+    wrong = b"\x93NUMPY\x09\x00" + buffer.getvalue()[8:]
+    with pytest.raises(GraphError, match="unknown .npy format version 9.0"):
+        read_array(io.BytesIO(wrong), len(wrong), "t", 1 << 20, GraphError)

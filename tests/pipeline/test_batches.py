@@ -105,3 +105,41 @@ async def test_an_empty_batch_whose_output_is_not_empty_runs_on_the_device(devic
         assert out["rows"].shape == (0, 8) and pipe.stats().runs == 1
         np.testing.assert_allclose((await pipe.run(x=batch(3, width=8)))["total"], batch(3, width=8).sum(0),
                                    rtol=1e-5)
+
+
+# -- the one input rule (issue 23, section 3) ------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "dtype", "message"), [
+    (np.array([2**33 + 5]), "int32", "do not fit int32"),
+    (np.array([200], np.uint8), "int8", "do not fit int8"),
+    (np.array([-1, 255]), "uint8", "values from -1 to 255 do not fit uint8"),
+    (np.array([1e300]), "float32", "overflows float32 to infinity"),
+    (np.array([70000]), "float16", "overflows float16 to infinity"),
+    (np.array([1e300]), "bfloat16", "overflows bfloat16 to infinity"),
+    ([1.9, -2.7], "int32", "float64 values cannot become int32"),
+    ([1, 0], "bool", "int64 values cannot become bool"),
+    ([1.0, None], "float32", r"null \(None\)"),
+    (np.ones(2, np.complex64), "float32", "complex numbers"),
+])
+def test_as_input_refuses_any_cast_that_would_change_a_value(value, dtype, message):
+    from aclpipe.errors import InputCastError
+    from aclpipe.pipeline.batches import as_input
+
+    with pytest.raises(InputCastError, match=message) as info:
+        as_input("x", value, dtype)
+    assert info.value.input == "x" and isinstance(info.value, TypeError)
+
+
+def test_as_input_converts_when_every_value_survives_and_pipeline_run_takes_the_declared_dtype_only():
+    from aclpipe.errors import InputCastError
+    from aclpipe.pipeline.batches import as_input
+
+    kept = as_input("x", np.array([-(2**31), 2**31 - 1]), "int32")
+    assert kept.dtype == np.int32 and kept.tolist() == [-(2**31), 2**31 - 1]
+    floats = as_input("x", np.array([1.5, np.nan, -np.inf]), "float32")  # NaN and inf in the data stay
+    assert floats.dtype == np.float32 and np.isnan(floats[1]) and floats[2] == -np.inf
+    assert as_input("x", [True, False], "int32").tolist() == [1, 0]
+    assert as_input("x", [[0, 255]], "uint8").dtype == np.uint8  # JSON's int64 into uint8: every value fits
+    same = np.ones(3, np.float32)
+    assert as_input("x", same, "float32", convert=False) is same
+    with pytest.raises(InputCastError, match="expected dtype float32 .* got float64"):
+        as_input("x", np.ones(3), "float32", convert=False)

@@ -188,7 +188,7 @@ async def test_a_fault_inside_a_stream_raises_at_that_batch_and_a_new_stream_wor
     graph = mixed40()
     batches = [{"x": batch(8, 16, seed)} for seed in range(8)]
     async with Pipeline(graph, device, streams=4, depth=3) as pipe:
-        device.inject_fault("kernel", match="n21", skip=3)  # batch 3's node n21
+        device.inject_fault("kernel", match="n21", run=4)  # batch 3's node n21 (runs overlap: not the 4th n21)
         good = 0
         with pytest.raises(ExecutionError) as info:
             async for out in pipe.stream(batches):
@@ -205,7 +205,7 @@ async def test_a_fault_is_kept_until_every_run_it_spoiled_has_finished(device):
     """Runs held by a suspended stream() finish long after later runs: the fault must wait for them."""
     graph = mixed40()
     async with Pipeline(graph, device, streams=2, depth=3) as pipe:
-        device.inject_fault("kernel", match="n12", skip=1)  # the second batch fails
+        device.inject_fault("kernel", match="n12", run=2)  # the second batch fails
         batches = [{"x": batch(8, 16, seed)} for seed in range(3)]
         results = pipe.stream(batches)
         assert_outputs(await results.__anext__(), reference(graph, batches[0]))  # type: ignore[attr-defined]
@@ -323,10 +323,11 @@ def _counting(has_error, asked: list[int]) -> bool:
     return bool(has_error())
 
 
-@pytest.mark.parametrize("workspace", ["static", "per-call"])
+@pytest.mark.parametrize("workspace", ["pool", "per-call"])
 async def test_only_streams_a_run_may_have_failed_on_are_asked_for_errors(device, workspace):
-    """A captured run replays its model on the D2H stream alone, so once the others were found
-    clean only that stream is asked; node-by-node runs touch every stream, so all are asked.
+    """A captured run replays its model on its slot's replay stream and completes on the D2H
+    stream, so once the others were found clean only those two are asked; node-by-node runs
+    touch every stream, so all are asked.
     A fault on a compute stream is still found and named either way."""
     graph = mixed40()
     async with Pipeline(graph, device, streams=4, depth=2, workspace=workspace) as pipe:
@@ -337,9 +338,9 @@ async def test_only_streams_a_run_may_have_failed_on_are_asked_for_errors(device
             asked.append(0)
             await pipe.run(x=batch(8, 16, seed))
         captured = next(iter(pipe._res.cache)).program.slots[0].graph is not None
-        assert captured == (workspace == "static")
+        assert captured == (workspace == "pool")
         every = len(pipe._res.streams)
-        assert asked[0] == every and asked[-1] == (1 if captured else every)
+        assert asked[0] == every and asked[-1] == (2 if captured else every)
         device.inject_fault("kernel", match=NODE_NAMES[5])
         with pytest.raises(ExecutionError) as info:
             await pipe.run(x=batch(8, 16, 9))

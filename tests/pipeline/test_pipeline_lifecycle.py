@@ -86,7 +86,7 @@ async def test_a_dropped_pipeline_frees_nothing_until_the_device_passed_its_hung
     device.release_hangs()
     await until(state.freed.is_set, "the parked pipeline to be freed")
     own = [stream for stream in destroyed if not stream.name.startswith("ri")]  # not the captured models' own
-    assert len(own) == 6  # 4 compute + H2D + D2H, once the device passed them
+    assert len(own) == 8  # 4 compute + 2 replay (one per slot) + H2D + D2H, once the device passed them
     assert device.mem_info().used == 0
     assert thread_errors == []
 

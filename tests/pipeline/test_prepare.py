@@ -19,11 +19,13 @@ from aclpipe.runtime.workspaces import make_workspace_strategy
 
 
 def _preparer(device, graph, *, depth=2, streams=2):
-    pipeline_streams = [device.create_stream() for _ in range(streams + 2)]
+    """A preparer on the streams a pipeline makes: compute, one replay stream per slot, H2D, D2H."""
+    pipeline_streams = [device.create_stream() for _ in range(streams + depth + 2)]
     timeline = Timeline(len(pipeline_streams))
     for lane, stream in enumerate(pipeline_streams):
         timeline.assign(stream, lane)
-    return Preparer(graph, device, pipeline_streams, depth=depth, max_streams=streams), timeline
+    return Preparer(graph, device, pipeline_streams, depth=depth, max_streams=streams,
+                    replay_lanes=range(streams, streams + depth)), timeline
 
 
 def test_a_signature_is_the_graphs_sorted_and_hashable(device):
@@ -61,7 +63,9 @@ def test_prepare_builds_slots_uploads_constants_once_and_reserves(device):
 
 def test_a_program_is_captured_when_its_workspaces_can_be_pinned(device):
     """static, cached and a pool sized by its programs pin one block per stream for the program;
-    a bounded pool and per-call take them run by run, so nothing is fixed to capture."""
+    a bounded pool and per-call take them run by run, so nothing is fixed to capture.  Captured
+    slots replay side by side, so each needs blocks of its own: static, whose pins are its
+    streams' one region, runs from launch tables instead."""
     preparer, timeline = _preparer(device, mlp())
     strategies = {name: make_workspace_strategy(device, name, timeline=timeline) for name in ("static", "cached")}
     strategies["pool"] = WorkspacePool(device, None, timeline=timeline)
@@ -69,11 +73,13 @@ def test_a_program_is_captured_when_its_workspaces_can_be_pinned(device):
     strategies["per-call"] = make_workspace_strategy(device, "per-call", timeline=timeline)
     programs = {name: preparer.prepare({"x": (4, 32)}, strategy) for name, strategy in strategies.items()}
     for name, program in programs.items():
-        pinned = name in ("static", "cached", "pool")
-        assert all((slot.graph is not None) == pinned for slot in program.slots), name
-        assert (program.pinned is not None) == pinned, name
-    used = {stream: workspace.address for stream, workspace in programs["pool"].pinned.items()}
-    assert set(used) == set(programs["pool"].workspace_sizes) and len(set(used.values())) == len(used)
+        captured = name in ("cached", "pool")
+        assert all((slot.graph is not None) == captured for slot in program.slots), name
+        assert all((slot.pinned is not None) == captured for slot in program.slots), name
+        assert (program.pinned is not None) == (name == "static"), name  # the shared pin, given back once captured
+    used = [workspace.address for slot in programs["pool"].slots for workspace in slot.pinned.values()]
+    assert all(set(slot.pinned) == set(programs["pool"].workspace_sizes) for slot in programs["pool"].slots)
+    assert len(set(used)) == len(used)  # no two slots (nor streams) share a block
     in_use = strategies["pool"].stats().in_use
     programs["pool"].close()  # unpins: the blocks come back once the streams passed them
     device.sync()
@@ -119,9 +125,9 @@ def test_a_program_that_can_never_fit_the_event_limit_is_refused_naming_it():
     """07_event_management.md: 1023 events per device on Atlas inference cards."""
     spec = dataclasses.replace(ATLAS_310P, max_events=10)
     with aclpipe.open_device("sim", spec=spec) as device:
-        preparer, timeline = _preparer(device, mlp(), depth=3)  # 6 events a slot
+        preparer, timeline = _preparer(device, mlp(), depth=3)  # 7 events a slot
         workspaces = WorkspacePool(device, None, timeline=timeline)
-        with pytest.raises(BackendError, match="needs 18 events .* 10 sim:0 supports per device") as caught:
+        with pytest.raises(BackendError, match="needs 21 events .* 10 sim:0 supports per device") as caught:
             preparer.prepare({"x": (4, 32)}, workspaces)
         assert caught.value.code == 207007 and "lower depth" in str(caught.value)
         assert device.live_events == 0
@@ -131,10 +137,10 @@ def test_a_program_that_can_never_fit_the_event_limit_is_refused_naming_it():
 def test_programs_beyond_the_event_limit_ask_for_room_and_are_refused_without_it():
     spec = dataclasses.replace(ATLAS_310P, max_events=16)
     with aclpipe.open_device("sim", spec=spec) as device:
-        preparer, timeline = _preparer(device, mlp(), depth=2)  # 12 events a program, at most
+        preparer, timeline = _preparer(device, mlp(), depth=2)  # 14 events a program, at most
         workspaces = WorkspacePool(device, None, timeline=timeline)
         first = preparer.prepare({"x": (4, 32)}, workspaces)
-        assert 0 < device.live_events <= 12
+        assert 0 < device.live_events <= 14
         asked = []
 
         def no_room() -> bool:
@@ -156,16 +162,21 @@ def test_programs_beyond_the_event_limit_ask_for_room_and_are_refused_without_it
         preparer.close()
 
 
-def test_running_out_of_streams_while_capturing_names_depth_and_frees_everything():
-    # Each captured slot replays on model streams of its own: with a small stream budget a deep
-    # pipeline runs out part way, and the error says depth is what multiplies them.
+def test_a_capture_that_runs_out_of_streams_part_way_leaves_the_program_uncaptured_and_right():
+    """Streams made outside any pipeline's budget: the device refuses a model stream part way
+    through the slots; the slots captured so far are undone and the program runs from launch
+    tables, right, with nothing of the capture left behind."""
     with aclpipe.open_device("sim", max_streams=16) as device:
-        pipe = aclpipe.Pipeline(mlp(), device, streams=1, depth=8)
-        before = live_device_state(device)
-        with pytest.raises(BackendError, match=r"capturing slot \d+ of 8: .*lower depth") as caught:
-            pipe.prepare(x=(4, 32))
-        assert caught.value.code == 207008 and device.live_events == 0  # the half-built program is freed
-        pipe.close()  # and with the pipeline its constants, which it keeps for the next program
-        assert live_device_state(device) == before
-        with aclpipe.Pipeline(mlp(), device, streams=1, depth=2) as shallow:  # the device is still usable
-            assert shallow.run_sync(x=np.ones((4, 32), np.float32))["y"].shape == (4, 10)
+        preparer, timeline = _preparer(device, mlp(), depth=3, streams=1)  # 6 streams
+        outside = [device.create_stream() for _ in range(4)]  # not booked: the budget thinks 10 are free
+        workspaces = WorkspacePool(device, None, timeline=timeline)
+        events = device.live_events
+        program = preparer.prepare({"x": (4, 32)}, workspaces)
+        assert program.starved and all(slot.graph is None and slot.body is not None for slot in program.slots)
+        assert device.live_events - events == program.event_count  # no fork or join left over
+        assert preparer.budget.held == 0  # nothing booked for a capture that did not happen
+        program.close()
+        workspaces.close()
+        preparer.close()
+        for stream in outside:
+            stream.close()

@@ -11,15 +11,15 @@ from pipeline_graphs import live_device_state, mlp, reference
 
 from aclpipe.pipeline import Program
 from aclpipe.plan import make_plan
-from aclpipe.runtime import StaticWorkspace, WorkspacePool
+from aclpipe.runtime import CachedWorkspace, StaticWorkspace, WorkspacePool
 from aclpipe.runtime.timeline import Timeline
 
 pytestmark = pytest.mark.anyio
 
 
-def _setup(device, graph, shapes, *, depth=2, streams=2):
+def _setup(device, graph, shapes, *, depth=2, streams=2, replays=0):
     plan = make_plan(graph.bind(**shapes), streams=streams)
-    pipeline_streams = [device.create_stream() for _ in range(streams + 2)]
+    pipeline_streams = [device.create_stream() for _ in range(streams + replays + 2)]
     timeline = Timeline(len(pipeline_streams))
     for lane, stream in enumerate(pipeline_streams):
         timeline.assign(stream, lane)
@@ -77,7 +77,7 @@ async def test_ops_that_refuse_repeatable_executors_fall_back_to_phase_one_per_r
     assert program.fallback_nodes == {node.name for node in plan.nodes if node.op not in ("H2D", "D2H")}
     workspaces = WorkspacePool(device, None, timeline=timeline)
     workspaces.reserve(program.workspace_sizes)
-    assert not program.capture(workspaces, len(streams) - 1)  # nothing varying may be captured
+    assert not program.capture(workspaces, (0,))  # nothing varying may be captured
     slot = program.slots[0]
     x = np.ones((4, 32), np.float32)
     program.write_inputs(slot, {"x": x})
@@ -88,21 +88,27 @@ async def test_ops_that_refuse_repeatable_executors_fall_back_to_phase_one_per_r
     workspaces.close()
 
 
-async def test_a_captured_run_is_one_model_replayed_on_the_d2h_stream(device):
-    """15_model_running_instance__management.md: capture from an origin stream (D2H here), the
-    other streams join through the fork and rejoin through their tails; replay on one stream."""
+async def test_a_captured_run_is_one_model_replayed_on_its_slots_own_stream(device):
+    """15_model_running_instance__management.md: capture from an origin stream (the slot's
+    replay stream), the streams the run uses join through the fork and rejoin through their
+    tails; replay on one stream, a different one per slot, so that runs of different slots
+    overlap (a replay is ordered on its stream like any task)."""
     graph = mlp()
-    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)}, streams=2)
+    plan, streams, timeline, constants = _setup(device, graph, {"x": (4, 32)}, streams=2, replays=2)
     program = Program(device, plan, constants, streams, depth=2)
-    workspaces = StaticWorkspace(device, timeline=timeline)
-    workspaces.reserve(program.workspace_sizes)
+    workspaces = CachedWorkspace(device, timeline=timeline)
     d2h = len(streams) - 1
-    assert program.capture(workspaces, d2h)
-    for slot in program.slots:
-        assert slot.graph.ready and slot.fork is not None
+    assert program.pin_workspaces(workspaces)
+    assert not program.capture(workspaces, ())  # nowhere to replay: left to its launch tables
+    assert program.capture(workspaces, (2, 3))
+    for slot, lane in zip(program.slots, (2, 3), strict=True):
+        assert slot.graph.ready and slot.fork is not None and slot.replay_lane == lane
         captured = {item.stream for item in slot.graph.items}
         assert {stream.handle for stream in streams if stream.handle in captured} == captured
-        assert slot.graph.items[0].task.kind == "record" and slot.graph.items[0].stream is streams[d2h].handle
+        assert slot.graph.items[0].task.kind == "record" and slot.graph.items[0].stream is streams[lane].handle
+        assert streams[d2h].handle in captured  # the output copies are in the model too
+    first, second = (set(slot.pinned.values()) for slot in program.slots)
+    assert first and not first & second  # each slot its own workspaces
     await _run_and_check(program, graph, program.slots * 2, workspaces, timeline, d2h)
     program.close()
     workspaces.close()

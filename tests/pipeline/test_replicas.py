@@ -6,6 +6,7 @@ rotation until restored, a clear error when every device is out, cancellation an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import aclosing
 from functools import partial
 
@@ -239,3 +240,104 @@ async def test_max_programs_and_buckets_apply_on_every_device(devices):
         assert all(d.pipeline.signatures <= 2 for d in pipe.stats().devices)
     with pytest.raises(ValueError, match="max_programs must be a positive int"):
         Pipeline(graph, device=devices[:2], max_programs=0)
+
+
+async def eventually(check: Callable[[], bool]) -> None:
+    """Return once ``check()`` holds (polled: what it watches has no event to wait on)."""
+    with anyio.fail_after(30):
+        while True:
+            if check():
+                return
+            await anyio.sleep(0.01)
+
+
+async def test_a_closed_device_leaves_rotation_for_good_and_runs_go_to_the_others(devices):
+    graph = mixed40()
+    async with Pipeline(graph, device=devices[:3], depth=2) as pipe:
+        for seed in range(3):
+            await pipe.run(x=batch(seed))
+        devices[1].close()
+        for seed in range(10):
+            x = batch(seed)
+            assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+        batches = [{"x": batch(seed)} for seed in range(10, 22)]
+        for out, inputs in zip([out async for out in pipe.stream(batches)], batches, strict=True):
+            assert_outputs(out, reference(graph, inputs))
+        stats = pipe.stats()
+        assert [d.in_rotation for d in stats.devices] == [True, False, True]
+        assert "sim:1 was closed" in (stats.devices[1].fault or "")
+        with pytest.raises(ClosedResourceError, match="cannot take runs again"):
+            pipe.restore("sim:1")
+        assert pipe.prepare(x=(8, 16)) is not None and pipe.plan_for(x=(8, 16)) is not None
+        devices[0].close()
+        devices[2].close()
+        with pytest.raises(DevicesUnavailableError, match="was closed") as info:
+            await pipe.run(x=batch(0))
+        assert sorted(info.value.faults) == ["sim:0", "sim:1", "sim:2"]
+
+
+@pytest.mark.parametrize("api", ["run", "stream"])
+async def test_a_run_held_on_a_device_that_is_closed_still_gets_its_result(devices, api):
+    # The simulator finishes what is queued when it closes; a device that abandons the run
+    # instead (its lanes lost) makes the pipeline run it again on another device.
+    graph = mixed40()
+    async with Pipeline(graph, device=devices[:2], depth=2) as pipe:
+        devices[0].inject_fault("kernel", match="n05", hang=True)  # ties go to sim:0, where it is held
+        results: list[dict[str, np.ndarray]] = []
+
+        async def run_one() -> None:
+            if api == "run":
+                results.append(await pipe.run(x=batch(0)))
+            else:
+                results.extend([out async for out in pipe.stream([{"x": batch(0)}])])
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run_one)
+            await eventually(lambda: pipe.stats().devices[0].outstanding_runs == 1)
+            devices[0].close()
+        assert len(results) == 1
+        assert_outputs(results[0], reference(graph, {"x": batch(0)}))
+        assert not pipe.stats().devices[0].in_rotation
+        x = batch(1)
+        assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+
+
+async def test_a_cancelled_aclose_returns_at_once_and_frees_once_the_devices_pass(devices):
+    graph = mixed40()
+    baselines = [live_device_state(d) for d in devices[:2]]
+    pipe = Pipeline(graph, device=devices[:2], depth=2)
+    for device in devices[:2]:
+        device.inject_fault("kernel", match="n20", hang=True)
+    closed: list[BaseException] = []
+    watchdog: list[str] = []
+    watch = anyio.CancelScope()
+
+    async def run_one(seed: int) -> None:
+        with pytest.raises(ClosedResourceError) as info:
+            await pipe.run(x=batch(seed))
+        closed.append(info.value)
+
+    async def release_if_stuck() -> None:  # only so that a failing aclose cannot hang the test
+        with watch:
+            await anyio.sleep(20)
+            watchdog.append("aclose ignored its cancellation")
+            for device in devices[:2]:
+                device.release_hangs()
+
+    async with anyio.create_task_group() as group:
+        for seed in range(2):  # one held on each device
+            group.start_soon(run_one, seed)
+        group.start_soon(release_if_stuck)
+        await eventually(lambda: all(d.pipeline.in_flight == 1 for d in pipe.stats().devices))
+        with anyio.move_on_after(0.2) as scope:
+            await pipe.aclose()
+        assert scope.cancelled_caught and watchdog == []  # returned while both devices are held
+        await pipe.aclose()  # closed already: returns at once
+        with pytest.raises(ClosedResourceError):
+            await pipe.run(x=batch(2))
+        for device in devices[:2]:
+            device.release_hangs()
+        watch.cancel()
+    assert len(closed) == 2  # the held runs' results are not read from parked memory
+    # Parked: freed by whichever thread sees each device pass.
+    await eventually(lambda: [live_device_state(d) for d in devices[:2]] == baselines)

@@ -8,9 +8,12 @@ faults, cancellation and closing behave as on one device.
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Callable
 from contextlib import aclosing
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 from pipeline_graphs import (
@@ -23,7 +26,7 @@ from pipeline_graphs import (
 )
 
 import aclpipe
-from aclpipe import ClosedResourceError, DeviceOutOfMemory, ExecutionError, Pipeline, PlanError
+from aclpipe import ClosedResourceError, DeviceOutOfMemory, EventLoopError, ExecutionError, Pipeline, PlanError
 from aclpipe.backends.sim import ATLAS_A2
 from aclpipe.graph import Graph
 from aclpipe.pipeline.stages import StagePipeline, StageStats
@@ -317,3 +320,84 @@ async def test_a_new_shape_that_fits_only_once_idle_programs_go_evicts_them_firs
     finally:
         for device in opened:
             device.close()
+
+
+def test_two_threads_on_one_stage_pipeline_get_results_or_a_clear_error(devices):
+    # As on one device (test_affinity.py): the async API serves one event loop at a time and
+    # refuses another one meanwhile, instead of mixing two loops' waits (which hung).
+    graph = mixed40()
+    pipe = Pipeline(graph, device=devices[:2], split="stages")
+    outcomes: dict[int, list[str]] = {0: [], 1: []}
+    start = threading.Barrier(2)
+
+    def worker(index: int) -> None:
+        async def loop() -> None:
+            for run in range(30):
+                x = batch(100 * index + run)
+                try:
+                    assert_outputs(await pipe.run(x=x), reference(graph, {"x": x}))
+                    outcomes[index].append("result")
+                except EventLoopError as error:
+                    assert "in use by thread" in str(error)
+                    outcomes[index].append("refused")
+                    await anyio.lowlevel.checkpoint()
+
+        start.wait()
+        anyio.run(loop)
+
+    threads = [threading.Thread(target=worker, args=(index,), daemon=True) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a thread is stuck"
+    assert all(len(runs) == 30 for runs in outcomes.values())
+    assert "result" in outcomes[0] + outcomes[1]
+    pipe.close()
+
+
+async def test_a_cancelled_aclose_returns_at_once_and_frees_once_the_devices_pass(devices):
+    graph = mixed40()
+    baselines = [live_device_state(d) for d in devices[:2]]
+    pipe = Pipeline(graph, device=devices[:2], split="stages")
+    partition, _ = pipe.stages_for(x=(8, 16))
+    devices[1].inject_fault("kernel", match=partition.stages[1].nodes[-1], hang=True)
+    closed: list[BaseException] = []
+    watchdog: list[str] = []
+    watch = anyio.CancelScope()
+
+    async def run_one() -> None:
+        with pytest.raises(ClosedResourceError) as info:
+            await pipe.run(x=batch(0))
+        closed.append(info.value)
+
+    async def release_if_stuck() -> None:  # only so that a failing aclose cannot hang the test
+        with watch:
+            await anyio.sleep(20)
+            watchdog.append("aclose ignored its cancellation")
+            devices[1].release_hangs()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run_one)
+        group.start_soon(release_if_stuck)
+        await eventually(lambda: pipe.stats().in_flight == 1)  # enqueued, then held on stage 1
+        with anyio.move_on_after(0.2) as scope:
+            await pipe.aclose()
+        assert scope.cancelled_caught and watchdog == []  # returned while stage 1 is still held
+        await pipe.aclose()  # closed already: returns at once
+        with pytest.raises(ClosedResourceError):
+            await pipe.run(x=batch(1))
+        devices[1].release_hangs()
+        watch.cancel()
+    assert len(closed) == 1  # the held run's result is not read from parked memory
+    # Parked: freed by whichever thread sees the devices pass.
+    await eventually(lambda: [live_device_state(d) for d in devices[:2]] == baselines)
+
+
+async def eventually(check: Callable[[], bool]) -> None:
+    """Return once ``check()`` holds (polled: what it watches has no event to wait on)."""
+    with anyio.fail_after(30):
+        while True:
+            if check():
+                return
+            await anyio.sleep(0.01)

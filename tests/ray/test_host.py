@@ -71,7 +71,8 @@ async def test_graphs_whose_outputs_mix_the_rows_answer_request_by_request():
         answers = await host.run_batch(requests)
         for answer, inputs in zip(answers, requests):
             np.testing.assert_allclose(answer["s"], inputs["x"].sum(axis=0), rtol=1e-5)
-        assert host._joinable is False
+        verdict = host.batch_verdict(requests[0])
+        assert not verdict.ok and "ReduceSum reduces the batch axis 0" in verdict.reason
     finally:
         await host.aclose()
 

@@ -360,7 +360,11 @@ class SimBackend:
 
     def run_faults(self, task: Task, stream: SimStream) -> bool:
         """Apply a planted fault to ``task``; True when the task must not run."""
-        rule = self.faults.check(task.kind if task.kind != MEMSET else "copy", task.name, task.context)
+        context = task.context
+        replay = stream.graph_context  # a model's task: its replay's run context too
+        if replay:
+            context = {**(context or {}), **replay}
+        rule = self.faults.check(task.kind if task.kind != MEMSET else "copy", task.name, context)
         if rule is None:
             return False
         if rule.hang:
@@ -567,6 +571,12 @@ class SimBackend:
     @property
     def live_events(self) -> int:
         return self._live_events
+
+    @property
+    def live_streams(self) -> int:
+        """Streams alive on the device, captured models' own included (what the limit counts)."""
+        with self._lock:
+            return len(self._streams) + len(self._model_streams)
 
     def _check_event(self, event: SimEvent) -> None:
         if not isinstance(event, SimEvent):
@@ -796,9 +806,9 @@ class SimBackend:
 
     # -- fault injection (sim only) ------------------------------------------------------------
     def inject_fault(self, kind: str, match: str | None = None, *, code: int | None = None, skip: int = 0,
-                     times: int | None = 1, hang: bool = False) -> FaultRule:
+                     times: int | None = 1, hang: bool = False, run: int | None = None) -> FaultRule:
         """Plant a fault; see :class:`aclpipe.backends.sim.faults.FaultRule`."""
-        return self.faults.add(FaultRule(kind, match, code, skip, times, hang))
+        return self.faults.add(FaultRule(kind, match, code, skip, times, hang, run))
 
     def release_hangs(self) -> None:
         self.faults.release()

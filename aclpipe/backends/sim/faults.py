@@ -40,6 +40,9 @@ class FaultRule:
         How many times it fires (``None``: every time).
     hang:
         Instead of failing, hold the task (and its stream) until :meth:`FaultInjector.release`.
+    run:
+        Only tasks launched for this run number (their ``run`` context), ``None``: any run.
+        Runs of a pipeline overlap, so "the n-th launch of a node" need not be run n's.
     """
 
     kind: str
@@ -48,6 +51,7 @@ class FaultRule:
     skip: int = 0
     times: int | None = 1
     hang: bool = False
+    run: int | None = None
     fired: int = 0
     seen: int = 0
     released: threading.Event = field(default_factory=threading.Event)
@@ -62,6 +66,8 @@ class FaultRule:
 
     def matches(self, kind: str, name: str, context: dict[str, Any] | None) -> bool:
         if kind != self.kind:
+            return False
+        if self.run is not None and (context or {}).get("run") != self.run:
             return False
         if self.match is None:
             return True

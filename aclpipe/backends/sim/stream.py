@@ -182,6 +182,11 @@ class SimStream:
         return FailureMode.STOP if self.backend.stop_on_failure else self.mode
 
     # -- host side ---------------------------------------------------------------------------
+    @property
+    def graph_context(self) -> dict[str, Any] | None:
+        """The run context of the model part this stream's worker is executing, if any."""
+        return self._graph_context
+
     def check_submittable(self) -> None:
         """Refuse new work on a stream stopped by a failure (ACL_STOP_ON_FAILURE)."""
         stopped = self.stopped

@@ -163,6 +163,10 @@ class WorkspaceStrategy(ABC):
     #: :meth:`pin` can hold a workspace at a fixed address for captured work (not per-call: the
     #: naive baseline allocates per launch by definition).
     pinnable: ClassVar[bool] = True
+    #: Each owner's pins are blocks of its own (not shared with other owners' pins on the same
+    #: stream), so work of two owners may run at once: what captured slots, replayed side by
+    #: side on model streams of their own, need (pipeline.program).
+    exclusive_pins: ClassVar[bool] = True
 
     def __init__(self, device: Device, *, timeline: Timeline | None = None, granularity: int = 512):
         if granularity <= 0 or granularity % device.capabilities.memory.granule:

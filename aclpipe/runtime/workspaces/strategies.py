@@ -21,6 +21,7 @@ class StaticWorkspace(WorkspaceStrategy):
 
     name = "static"
     fixed_addresses = True
+    exclusive_pins = False  # every pin on a stream is that stream's one region
 
     def __init__(self, device: Device, *, timeline: Timeline | None = None, granularity: int = 512):
         super().__init__(device, timeline=timeline, granularity=granularity)
