@@ -4,15 +4,21 @@ node's phase one asks for, whether requests may be batched into one run (and if 
 node that mixes their rows), the streams and events a pipeline and each of its programs hold
 at ``--depth`` (both are limited per device), and write the plan as Graphviz DOT.
 
+``--input`` takes files as ``aclpipe run`` does: their arrays fix the input shapes, and an
+imported model's host values (inputs whose contents decide the graph, such as a Reshape's
+shape) are planned for the contents given.
+
 .. code-block:: text
 
     aclpipe plan graphs/transformer.yaml --batch 8 --streams 4 --dot transformer.dot
     dot -Tsvg transformer.dot -o transformer.svg
+    aclpipe plan model.onnx --input inputs.npz
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -25,14 +31,16 @@ from ..plan import Plan, batchable, make_plan
 from ..plan.plan import COPY_OPS
 from ..plan.render import format_bytes
 from ..trace import plan_dot
+from .arrays import input_assignment, load_inputs
 from .common import (
     EXIT_OK,
     MAX_STREAMS,
     add_graph_arguments,
+    bind_inputs,
     check_writable,
     describe_shapes,
     int_at_most,
-    load_graph_arguments,
+    load_any_graph,
     output_console,
     reporting_errors,
     say,
@@ -52,6 +60,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=int_at_most(64), default=2,
                         help="runs in flight (slots) to count streams and events for, 1 to 64 (default 2)")
     parser.add_argument("--dot", metavar="OUT.dot", help="write the plan as Graphviz DOT (render: dot -Tsvg)")
+    parser.add_argument("--input", type=input_assignment, action="append", default=[], metavar="NAME=FILE.npy",
+                        help="input NAME from a .npy file, or every input from a .npz (FILE.npz), as for run: "
+                             "fixes its shape, and a host value's contents; repeatable")
 
 
 
@@ -103,7 +114,11 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe plan``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
     console = output_console(console)
     dot_path = check_writable(args.dot, "--dot") if args.dot else None  # before any work
-    graph, shapes, bound = load_graph_arguments(args)
+    graph = load_any_graph(args.graph)
+    given, notes = load_inputs(graph, args.input, random_rest=True)  # the rest take --batch and --dim: no values
+    shapes, _, bound = bind_inputs(graph, args.batch, dict(args.dim), given)
+    for note in notes:
+        print(f"aclpipe: note: {note}", file=sys.stderr)
     plan = make_plan(bound, streams=args.streams)
     say(console, f"inputs {describe_shapes(shapes)}")
     # Whether a server may stack requests into one run (aclpipe.plan.batch_axis).

@@ -4,11 +4,19 @@
 emit catalog ops through a small :class:`~aclpipe.onnx.context.BuildContext` interface that
 both :class:`~aclpipe.onnx.eager.EagerContext` (runs each op at once) and a graph-building
 context implement.  Importing this package registers every converter; it needs the ``onnx``
-package (``pip install aclpipe[onnx]``).  :class:`OnnxLimits` bounds what loading an untrusted
-model may cost; :class:`HostValueNeeded` is how a specialization asks for host values.
+package (``pip install 'aclpipe[onnx]'``; without it, the import fails with one line saying
+so).  :class:`OnnxLimits` bounds what loading an untrusted model may cost;
+:class:`HostValueNeeded` is how a specialization asks for host values.
 """
 
 from __future__ import annotations
+
+try:
+    import onnx  # noqa: F401  (checked first, so that a missing onnx names the extra)
+except ModuleNotFoundError as _error:
+    from .._extras import missing_extra
+
+    raise missing_extra(_error, "onnx", "reading ONNX models (aclpipe.load_onnx)") from None
 
 from . import (  # noqa: F401  (registers the converters)
     convert_activations,
