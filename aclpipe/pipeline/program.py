@@ -45,6 +45,7 @@ from ..errors import BackendError, error_from_code
 from ..plan import Plan, PlannedNode
 from ..runtime.capture import Capture, CapturedRun, can_capture
 from ..runtime.completion import HostCopies
+from ..runtime.executor import Executor
 from ..runtime.launches import LaunchTable, enqueue_records
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
@@ -118,7 +119,7 @@ class Slot:
     #: events carry their producer's error, an error on it is this run's, whoever consumed the
     #: streams' sticky errors.
     done: Event | None = None
-    executors: list[Any] = field(default_factory=list)
+    executors: list[Executor] = field(default_factory=list)
     graph: CapturedRun | None = None  # the captured run (an aclmdlRI model), when the backend can capture
     fork: Event | None = None  # recorded first by a captured run; every stream it uses waits on it
     #: The lane a captured run replays on (its capture's origin): one per slot, see the module doc.
@@ -282,23 +283,18 @@ class Program:
         return step
 
     def _prepare_node(self, slot: Slot, step: Step) -> None:
-        node, backend = step.node, self.device.backend
+        node = step.node
         step.inputs = self._descs(slot, node.inputs)
         step.outputs = self._descs(slot, node.outputs)
-        try:
-            executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
-        except BackendError as error:
-            raise error_from_code(error.code, error.detail or str(error),
-                                  {**error.context, "node": node.name, "op": node.op}) from error
+        executor = Executor.prepare(self.device.backend, node.op, step.inputs, step.outputs, node.attrs,
+                                    node=node.name, repeatable=True)
         slot.executors.append(executor)
-        try:
-            backend.op_set_repeatable(executor)
-        except BackendError:
+        if not executor.repeatable:
             # The op refuses repeatable executors: phase one again at each run (ARCHITECTURE.md 5).
             step.repeatable = False
             self.fallback_nodes.add(node.name)
-        step.executor = executor
-        step.workspace_size = int(executor.workspace_size)
+        step.executor = executor.handle
+        step.workspace_size = executor.workspace_size
         if step.workspace_size:
             stream = self.streams[step.lane]
             self.workspace_sizes[stream] = max(self.workspace_sizes.get(stream, 0), step.workspace_size)
@@ -564,10 +560,11 @@ class Program:
         return context
 
     async def _launch(self, step: Step, run: int, workspaces: WorkspaceStrategy) -> None:
-        backend, node = self.device.backend, step.node
+        node = step.node
         executor = step.executor
-        if step.copy is None and not step.repeatable:
-            executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
+        if step.copy is None and not step.repeatable:  # single-use: phase one again, for this launch
+            executor = Executor.prepare(self.device.backend, node.op, step.inputs, step.outputs, node.attrs,
+                                        node=node.name).handle
         workspace, stream = NO_WORKSPACE, self.streams[step.lane]
         if step.workspace_size:
             found = workspaces.try_acquire(step.workspace_size, stream, step.key)
@@ -667,7 +664,6 @@ class Program:
 
     def close(self) -> None:
         """Free everything; the caller has synchronized the streams."""
-        backend = self.device.backend
         slots = list(self.slots) + ([self._building] if self._building is not None else [])
         for slot in slots:
             if slot.graph is not None:
@@ -678,7 +674,7 @@ class Program:
                     table.close()
             slot.body = slot.tail = None
             for executor in slot.executors:
-                backend.op_destroy(executor)
+                executor.destroy()
             slot.executors.clear()
             # Views of the staging buffers closed below; the caller synchronized the streams,
             # so no completion host function copies out of them any more.
