@@ -19,6 +19,6 @@ class OptionalBuildExt(build_ext):
         super().build_extensions()
 
 
-setup(cffi_modules=["aclpipe/runtime/_hostfunc_build.py:ffibuilder",
+setup(cffi_modules=["aclpipe/runtime/completion/_hostfunc_build.py:ffibuilder",
                     "aclpipe/backends/ascend/_launch_build.py:ffibuilder"],
       cmdclass={"build_ext": OptionalBuildExt})

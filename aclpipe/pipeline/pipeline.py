@@ -49,7 +49,7 @@ from ..errors import AclpipeError, BackendError, ClosedResourceError, EventLoopE
 from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device, Stream, open_device
-from ..runtime.timeline import Timeline
+from ..runtime.completion.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input

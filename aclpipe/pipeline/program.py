@@ -52,7 +52,7 @@ from ..tensor import TensorDesc
 
 if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
-    from ..runtime.timeline import Timeline
+    from ..runtime.completion.timeline import Timeline
     from ..runtime.workspaces import WorkspaceStrategy
     from .budget import StreamBudget
 

@@ -29,7 +29,7 @@ from ..errors import AclpipeError
 
 if TYPE_CHECKING:
     from ..runtime import Device, Stream
-    from ..runtime.timeline import Timeline
+    from ..runtime.completion.timeline import Timeline
     from ..runtime.workspaces import WorkspaceStrategy
     from .cache import ProgramCache
     from .prepare import Preparer

@@ -22,7 +22,7 @@ from ..errors import AclpipeError
 
 if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Stream
-    from ..runtime.timeline import Timeline
+    from ..runtime.completion.timeline import Timeline
     from ..runtime.workspaces import WorkspaceStrategy
     from .cache import ProgramCache
     from .stage_program import StageProgram, StageSlot

@@ -10,7 +10,7 @@ ordered by events recorded on the sending device and waited on by the receiving 
 the pipeline opens.
 
 The engine is the single-device one's: per device its streams, completion
-:class:`~aclpipe.runtime.timeline.Timeline`, workspaces and
+:class:`~aclpipe.runtime.completion.timeline.Timeline`, workspaces and
 :class:`~aclpipe.pipeline.program.Program` s; one :class:`~aclpipe.pipeline.faults.FaultLog`
 over all of them (run numbers are shared).  A run takes a slot on
 every stage at once, enqueues the stages in order and completes once every stage has.  With
@@ -43,7 +43,7 @@ from ..graph import Graph, Signature
 from ..plan import Plan, make_plan
 from ..plan.partition import Partition
 from ..runtime import Device, DeviceBuffer, Stream
-from ..runtime.timeline import Timeline
+from ..runtime.completion.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from .affinity import LoopAffinity
 from .batches import ShapeBuckets

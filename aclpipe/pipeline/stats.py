@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..runtime.timeline import Timeline
+    from ..runtime.completion.timeline import Timeline
 
 __all__ = ["CompletionLog", "PipelineStats"]
 

@@ -2,11 +2,11 @@
 strategies: policy written once over any backend."""
 
 from .buffer import DeviceBuffer, HostBuffer
+from .completion import HOST_FUNC_ADDRESS, Timeline
 from .device import Device, MemInfo, device_count, open_device
 from .event import Event
 from .pool import MemoryPool, PoolBuffer, PoolStats
 from .stream import Stream
-from .timeline import HOST_FUNC_ADDRESS, Timeline
 from .workspaces import (
     NO_WORKSPACE,
     STRATEGIES,

@@ -22,8 +22,8 @@ from ..backends import get_backend_class, parse_device
 from ..backends.protocol import Backend, Capabilities, FailureMode, PeerAccess, fault_injection, peer_access
 from ..dtypes import as_dtype
 from ..errors import AclpipeError, BackendError, ClosedResourceError, error_from_code
-from . import lanes
 from .buffer import DeviceBuffer, HostBuffer
+from .completion import lanes
 from .event import Event, timeout_ms
 from .stream import Stream
 

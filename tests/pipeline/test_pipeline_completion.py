@@ -8,7 +8,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from aclpipe.runtime.timeline import Timeline
+from aclpipe.runtime.completion.timeline import Timeline
 
 pytestmark = pytest.mark.anyio
 

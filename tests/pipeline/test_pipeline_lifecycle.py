@@ -20,7 +20,7 @@ from pipeline_graphs import assert_outputs, mlp, reference
 
 import aclpipe
 from aclpipe import ClosedResourceError, Pipeline
-from aclpipe.runtime import lanes
+from aclpipe.runtime.completion import lanes
 
 wait_all_tasks_blocked = anyio.wait_all_tasks_blocked
 

@@ -14,7 +14,7 @@ from aclpipe.backends.sim.engines import ATLAS_310P
 from aclpipe.errors import BackendError, DeviceOutOfMemory, GraphError
 from aclpipe.pipeline import Preparer
 from aclpipe.runtime import WorkspacePool
-from aclpipe.runtime.timeline import Timeline
+from aclpipe.runtime.completion.timeline import Timeline
 from aclpipe.runtime.workspaces import make_workspace_strategy
 
 

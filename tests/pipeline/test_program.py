@@ -12,7 +12,7 @@ from pipeline_graphs import live_device_state, mlp, reference
 from aclpipe.pipeline import Program
 from aclpipe.plan import make_plan
 from aclpipe.runtime import CachedWorkspace, StaticWorkspace, WorkspacePool
-from aclpipe.runtime.timeline import Timeline
+from aclpipe.runtime.completion.timeline import Timeline
 
 pytestmark = pytest.mark.anyio
 

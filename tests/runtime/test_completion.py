@@ -7,9 +7,9 @@ import anyio
 import numpy as np
 import pytest
 
-from aclpipe.runtime import completion
 from aclpipe.runtime.completion import COUNTER_LENGTH, HostCopies
-from aclpipe.runtime.timeline import Timeline
+from aclpipe.runtime.completion import host_function as completion
+from aclpipe.runtime.completion.timeline import Timeline
 from aclpipe.testing import latch
 
 

@@ -13,8 +13,9 @@ import pytest
 
 import aclpipe
 from aclpipe import ClosedResourceError
-from aclpipe.runtime import completion, lanes
-from aclpipe.runtime.timeline import Timeline, parked_timelines
+from aclpipe.runtime.completion import host_function as completion
+from aclpipe.runtime.completion import lanes
+from aclpipe.runtime.completion.timeline import Timeline, parked_timelines
 
 
 @pytest.fixture(params=["asyncio", "trio"])

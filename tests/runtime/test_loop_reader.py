@@ -9,7 +9,7 @@ import os
 import anyio
 import pytest
 
-from aclpipe.runtime.timeline import Timeline
+from aclpipe.runtime.completion.timeline import Timeline
 
 
 def _is_open(fd: int) -> bool:

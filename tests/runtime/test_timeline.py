@@ -7,7 +7,7 @@ import time
 import anyio
 import pytest
 
-from aclpipe.runtime.timeline import HOST_FUNC_ADDRESS, Timeline
+from aclpipe.runtime.completion.timeline import HOST_FUNC_ADDRESS, Timeline
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -103,7 +103,7 @@ async def test_a_waiter_cancelled_while_asleep_is_dropped_and_later_waits_still_
 async def test_more_wake_ups_than_one_read_drains_leave_later_waits_right(device):
     """Each host function writes a byte; one read drains at most READ_BYTES of them, and what it
     leaves keeps the pipe readable: later waits neither hang nor return before their value."""
-    from aclpipe.runtime.loop_reader import READ_BYTES
+    from aclpipe.runtime.completion.loop_reader import READ_BYTES
 
     stream = device.create_stream()
     timeline = Timeline(1)

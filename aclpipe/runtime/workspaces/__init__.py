@@ -8,7 +8,7 @@ pipeline:
 1. ``try_acquire`` / ``acquire`` / ``await acquire_async`` a :class:`Workspace` for a launch
    on a stream;
 2. after enqueueing the launch, ``release_after(workspace, stream)``: the block is tagged
-   with the value the stream's next :class:`~aclpipe.runtime.timeline.Timeline` host
+   with the value the stream's next :class:`~aclpipe.runtime.completion.timeline.Timeline` host
    function publishes, and comes back once the timeline shows the stream passed it.  The
    same stream may take it again at once (stream order keeps the users apart); another
    stream only after it came back.  A caller that synchronized already uses

@@ -16,7 +16,7 @@ import anyio
 
 from ...backends.protocol import align_up
 from ...errors import PlanError
-from ..timeline import Timeline
+from ..completion.timeline import Timeline
 
 if TYPE_CHECKING:
     from ..buffer import DeviceBuffer

@@ -6,7 +6,7 @@ from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING
 
 from ...errors import PlanError
-from ..timeline import Timeline
+from ..completion.timeline import Timeline
 from .base import Workspace, WorkspaceStrategy, _Block, _Region
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from aclpipe.errors import (
     InvalidArgumentError,
 )
 from aclpipe.runtime import Device
-from aclpipe.runtime.timeline import Timeline
+from aclpipe.runtime.completion.timeline import Timeline
 from aclpipe.testing import latch
 
 TIMEOUT = 10.0

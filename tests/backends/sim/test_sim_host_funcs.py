@@ -46,7 +46,7 @@ def test_host_functions_of_different_streams_run_one_at_a_time_in_the_order_reac
 
 def test_a_c_host_function_of_another_stream_waits_for_a_blocked_host_function(device):
     """The completion helper runs on its stream's worker, yet one at a time with the Python ones."""
-    from aclpipe.runtime.timeline import Timeline
+    from aclpipe.runtime.completion.timeline import Timeline
 
     blocked, other = device.create_stream(), device.create_stream()
     gate, started = threading.Event(), threading.Event()
@@ -117,7 +117,7 @@ def test_host_functions_still_run_on_a_failed_stream(device):
 
 def test_a_c_host_function_runs_when_its_stream_reaches_it_and_blocks_what_follows(device):
     """aclpipe's completion helper (C, no Python) runs in stream order, on the stream's worker."""
-    from aclpipe.runtime.timeline import Timeline
+    from aclpipe.runtime.completion.timeline import Timeline
 
     stream, order = device.create_stream(), []
     timeline = Timeline(1, wake=False)

@@ -11,7 +11,7 @@ all it stamps the monotonic clock (nanoseconds, ``CLOCK_MONOTONIC``: ``time.mono
 Linux) and then the value into the pair at ``counter[2 + 2 * (value % STAMPS)]``, so a lane's
 counter array holds ``COUNTER_LENGTH`` integers.
 
-The compiled function (:mod:`aclpipe.runtime._hostfunc_build`, built by ``pip install`` or
+The compiled function (:mod:`aclpipe.runtime.completion._hostfunc_build`, built by ``pip install`` or
 ``python setup.py build_ext --inplace``; it needs a C compiler) runs no Python on the
 runtime thread (ARCHITECTURE.md 3.2, 6).  Where it is missing (installed without a compiler,
 or a source checkout that was not built), a cffi callback in ABI mode stands in: same
@@ -30,23 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from .structs import STRUCTS
+
 __all__ = ["COMPILED", "COUNTER_LENGTH", "HOST_FUNC_ADDRESS", "STAMPS", "HostCopies", "ffi"]
 
-_CDEF = """
-typedef struct {
-    void *dst;
-    const void *src;
-    size_t nbytes;
-} aclpipe_copy;
-
-typedef struct {
-    int64_t *counter;
-    int64_t value;
-    int wake_fd;
-    int ncopies;
-    aclpipe_copy *copies;
-} aclpipe_advance_args;
-"""
+_CDEF = STRUCTS
 
 #: The ABI version of the compiled helper this module expects (``counter[1]``, the stamps and
 #: the copies).

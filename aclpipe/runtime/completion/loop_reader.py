@@ -8,7 +8,7 @@ machine, a thread waking an asyncio task through a pipe: 84-87 µs median with
 ``wait_readable`` per wait, 68-74 µs with a reader registered once.
 
 :class:`LoopReader` registers once per loop.  It registers a *duplicate* of the pipe's read
-end: the timeline's :class:`~aclpipe.runtime.lanes.LaneState` closes the original when the
+end: the timeline's :class:`~aclpipe.runtime.completion.lanes.LaneState` closes the original when the
 device has passed everything (possibly on another thread, at any time), and a descriptor
 number the loop's selector still holds must never be closed under it, or reused by another
 file while registered.  The duplicate is unregistered and closed by :meth:`LoopReader.close`

@@ -1,6 +1,6 @@
 """Lane state: what completion host functions touch on runtime threads, and how long it lives.
 
-A :class:`~aclpipe.runtime.timeline.Timeline` keeps its counters, the host functions'
+A :class:`~aclpipe.runtime.completion.timeline.Timeline` keeps its counters, the host functions'
 arguments and its wake pipe in a :class:`LaneState`, because a host function already
 enqueued may run at any later time on a runtime thread, whatever happens to the Python
 objects.  The rules:
@@ -31,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AclpipeError, BackendError
-from .completion import COUNTER_LENGTH, ffi
-from .event import timeout_ms
+from ...errors import AclpipeError, BackendError
+from ..event import timeout_ms
+from .host_function import COUNTER_LENGTH, ffi
 
 if TYPE_CHECKING:
-    from ..backends.protocol import Backend
+    from ...backends.protocol import Backend
 
 __all__ = ["Lane", "LaneState", "device_closed", "parked_states", "retire", "sweep"]
 

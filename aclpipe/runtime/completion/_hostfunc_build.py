@@ -21,26 +21,25 @@ A plain ``memcpy`` of host memory: no runtime call, which the ``aclrtLaunchHostF
 rules (``hicann/runtime`` ``docs/zh/api_ref/12_execution_control.md``) restrict.
 """
 
+import importlib.util
+from pathlib import Path
+from typing import Any
+
 from cffi import FFI
 
-CDEF = """
-typedef struct {
-    void *dst;
-    const void *src;
-    size_t nbytes;
-} aclpipe_copy;
 
-typedef struct {
-    int64_t *counter;
-    int64_t value;
-    int wake_fd;
-    int ncopies;
-    aclpipe_copy *copies;
-} aclpipe_advance_args;
+def _structs() -> Any:
+    """structs.py beside this file, loaded by path: at install time aclpipe cannot be imported."""
+    path = Path(__file__).resolve().with_name("structs.py")
+    spec = importlib.util.spec_from_file_location("aclpipe_completion_structs", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-void aclpipe_advance(void *args);
-int aclpipe_advance_version(void);
-"""
+
+_STRUCTS = _structs()
+CDEF = _STRUCTS.STRUCTS + _STRUCTS.FUNCTIONS
 
 SOURCE = r"""
 #include <stdint.h>
@@ -51,19 +50,7 @@ SOURCE = r"""
 
 #define ACLPIPE_STAMPS 64  /* counter[2 + 2 * (v % 64)]: when v was passed; the next one: v */
 
-typedef struct {
-    void *dst;
-    const void *src;
-    size_t nbytes;
-} aclpipe_copy;
-
-typedef struct {
-    int64_t *counter;  /* [0]: passed; [1]: returned (nothing touched after); then stamps */
-    int64_t value;
-    int wake_fd;
-    int ncopies;  /* host-to-host copies made before the counter moves (0: none) */
-    aclpipe_copy *copies;
-} aclpipe_advance_args;
+""" + _STRUCTS.STRUCTS + r"""
 
 static void store_max(int64_t *target, int64_t value)
 {
@@ -118,7 +105,7 @@ void aclpipe_advance(void *raw)
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
-ffibuilder.set_source("aclpipe.runtime._hostfunc", SOURCE)
+ffibuilder.set_source("aclpipe.runtime.completion._hostfunc", SOURCE)
 
 if __name__ == "__main__":
     ffibuilder.compile(verbose=True)

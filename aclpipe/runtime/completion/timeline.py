@@ -9,7 +9,7 @@ pipe.  No Python runs on the runtime thread (ARCHITECTURE.md 3.2, 6).
 Waiting:
 
 - ``await timeline.wait(lane, value)`` on the event loop.  Under asyncio the pipe stays
-  registered with the loop while the timeline lives (:class:`~aclpipe.runtime.loop_reader.LoopReader`):
+  registered with the loop while the timeline lives (:class:`~aclpipe.runtime.completion.loop_reader.LoopReader`):
   its callback drains the pipe and wakes every waiter whose value its lane has reached, so a
   wait costs no selector calls.  Under trio, awaiting tasks take turns as the *pump*: one of
   them waits for the pipe to become readable (trio keeps the descriptor registered between
@@ -23,9 +23,9 @@ Waiting:
 Lifetime.  The counters, the host functions' arguments and the wake pipe are what a host
 function touches on a runtime thread, so they must outlive every host function already
 enqueued, whatever happens to the Python objects: they live in a
-:class:`~aclpipe.runtime.lanes.LaneState`, released only once the device has passed (and
+:class:`~aclpipe.runtime.completion.lanes.LaneState`, released only once the device has passed (and
 returned from) every host function enqueued and no task waits; until then a closed or
-collected timeline's state is parked and watched (see :mod:`aclpipe.runtime.lanes`).  An
+collected timeline's state is parked and watched (see :mod:`aclpipe.runtime.completion.lanes`).  An
 owner may attach its own device memory to that release (:meth:`Timeline.close`).
 
 Closing the device.  Lanes whose work went to a device that is closed with that work not
@@ -44,14 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import ClosedResourceError
-from .completion import HOST_FUNC_ADDRESS, STAMPS, ffi
+from ...errors import ClosedResourceError
+from .host_function import HOST_FUNC_ADDRESS, STAMPS, ffi
 from .lanes import LaneState, parked_states, retire, sweep, try_release
 from .loop_reader import READ_BYTES, LoopReader
 
 if TYPE_CHECKING:
-    from ..backends.protocol import Backend
-    from .stream import Stream
+    from ...backends.protocol import Backend
+    from ..stream import Stream
 
 __all__ = ["HOST_FUNC_ADDRESS", "Timeline", "parked_timelines"]
 
