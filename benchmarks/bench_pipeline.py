@@ -156,7 +156,8 @@ def _time_backend_calls(program: Any) -> list[float]:
 
 def _backend_alone(device: aclpipe.Device, program: Any, streams: list[aclpipe.Stream], runs: int) -> float:
     """The backend's own cost for one run's calls, without the pipeline: the slot's captured model
-    executed, or its launch table walked, then the run's done record and its completion host
+    executed on its replay stream and joined by D2H, or its launch table walked, then the run's
+    done record and its completion host
     function (aclpipe's C helper, on a counter nobody awaits), with nothing else (median; the
     streams drain between)."""
     from aclpipe.runtime.completion import COUNTER_LENGTH, HOST_FUNC_ADDRESS, ffi
@@ -169,12 +170,15 @@ def _backend_alone(device: aclpipe.Device, program: Any, streams: list[aclpipe.S
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        if slot.graph is not None:
-            backend.model_execute(slot.graph, d2h.handle)
+        if slot.graph is not None:  # replayed on the slot's replay stream, joined by D2H (as Program does)
+            replay = streams[slot.replay_lane].handle
+            backend.model_execute(slot.graph.model, replay, None)
+            backend.event_record(slot.joined.handle, replay)
+            backend.stream_wait_event(d2h.handle, slot.joined.handle)
         else:
             slot.body.enqueue(None)
             slot.tail.enqueue(None)
-        if slot.done is not None:
+        if slot.done is not None and slot.done is not slot.joined:
             backend.event_record(slot.done.handle, d2h.handle)
         backend.host_func_c(d2h.handle, HOST_FUNC_ADDRESS, address)
         times.append(time.perf_counter() - started)
