@@ -15,8 +15,11 @@ import aclpipe
 
 PACKAGE = Path(aclpipe.__file__).resolve().parent
 #: Layers from the top down (ARCHITECTURE.md 2): a module may import only its own layer and those below.
-LAYERS = ("ray", "cli", "pipeline", "onnx", "eager", "trace", "plan", "graph", "testing", "runtime", "backends",
+LAYERS = ("ray", "cli", "pipeline", "eager", "onnx", "trace", "plan", "graph", "testing", "runtime", "backends",
           "ops")
+#: The two columns under ``pipeline`` (ARCHITECTURE.md 2.2): the data column never imports the execution column.
+DATA_COLUMN = ("onnx", "graph", "plan")
+EXECUTION_COLUMN = ("eager", "testing", "runtime", "backends")
 #: Modules shared by every layer.
 BASE = ("errors", "dtypes", "tensor", "gc_pause")
 
@@ -94,6 +97,19 @@ def test_no_import_goes_up_a_layer():
             other = _layer(target)
             if other is not None and LAYERS.index(other) < LAYERS.index(own):
                 wrong.append(f"{module} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_data_column_never_touches_a_device():
+    # onnx/ imported eager/ and runtime/ while it held the eager evaluator (now eager/onnx_eval.py).
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = "aclpipe." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        if _layer(module) not in DATA_COLUMN:
+            continue
+        wrong.extend(f"{module} imports {target}" for target in _imports(path, module)
+                     if _layer(target) in EXECUTION_COLUMN)
     assert not wrong, "\n".join(wrong)
 
 
