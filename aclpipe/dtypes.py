@@ -2,16 +2,17 @@
 
 ``DType`` values are ``aclDataType`` numbers and ``Format`` values are ``aclFormat``
 numbers (reference/acl_api.md 1.5), so they can be passed to the C API unchanged.
-bfloat16 maps to ``ml_dtypes.bfloat16``.
+bfloat16 maps to ``ml_dtypes.bfloat16``, imported the first time a bfloat16 numpy dtype is needed:
+loading ml_dtypes costs several times ``import numpy``, and most programs never touch bfloat16.
 """
 
 from __future__ import annotations
 
 import builtins
 import enum
+import functools
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 __all__ = ["DType", "Format", "as_dtype", "promote_types", "result_type_with_scalar"]
@@ -31,11 +32,13 @@ class DType(enum.IntEnum):
 
     @property
     def numpy(self) -> np.dtype[Any]:
+        if self == DType.bfloat16:
+            return _bfloat16()
         return _TO_NUMPY[self]
 
     @property
     def itemsize(self) -> int:
-        return _TO_NUMPY[self].itemsize
+        return _ITEMSIZE[self]
 
     @property
     def is_floating(self) -> builtins.bool:  # plain ``bool`` here would name the member DType.bool
@@ -50,7 +53,7 @@ class DType(enum.IntEnum):
         """The numpy dtype kernels accumulate in: fp16 and bf16 compute in fp32."""
         if self in (DType.float16, DType.bfloat16):
             return np.dtype(np.float32)
-        return _TO_NUMPY[self]
+        return self.numpy
 
     def __str__(self) -> str:
         return self.name
@@ -70,10 +73,10 @@ class Format(enum.IntEnum):
         return self.name
 
 
+# bfloat16 is absent until _bfloat16() adds it (both directions), so that ml_dtypes loads on demand.
 _TO_NUMPY: dict[DType, np.dtype[Any]] = {
     DType.float32: np.dtype(np.float32),
     DType.float16: np.dtype(np.float16),
-    DType.bfloat16: np.dtype(ml_dtypes.bfloat16),
     DType.int8: np.dtype(np.int8),
     DType.uint8: np.dtype(np.uint8),
     DType.int32: np.dtype(np.int32),
@@ -81,6 +84,20 @@ _TO_NUMPY: dict[DType, np.dtype[Any]] = {
     DType.bool: np.dtype(np.bool_),
 }
 _FROM_NUMPY: dict[np.dtype[Any], DType] = {value: key for key, value in _TO_NUMPY.items()}
+_ITEMSIZE = {**{key: value.itemsize for key, value in _TO_NUMPY.items()}, DType.bfloat16: 2}
+
+
+@functools.cache
+def _bfloat16() -> np.dtype[Any]:
+    """``ml_dtypes.bfloat16`` as a numpy dtype, importing ml_dtypes the first time it is asked for."""
+    import ml_dtypes
+
+    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    _TO_NUMPY[DType.bfloat16] = dtype
+    _FROM_NUMPY[dtype] = DType.bfloat16
+    return dtype
+
+
 _ALIASES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16",
             "float": "float32", "bool_": "bool", "int": "int64", "long": "int64"}
 
@@ -106,6 +123,8 @@ def as_dtype(value: Any) -> DType:
         dtype = np.dtype(value)
     except TypeError:
         raise TypeError(f"cannot interpret {value!r} as a dtype") from None
+    if dtype.name == "bfloat16":
+        _bfloat16()  # a bfloat16 array means its provider is loaded: register ml_dtypes' type now
     try:
         return _FROM_NUMPY[dtype]
     except KeyError:

@@ -153,7 +153,19 @@ class Capabilities:
 
     host_callbacks: bool = True
     event_timing: bool = True
+    #: Streams this backend may create (``stream_create``, a captured model's streams included): the
+    #: product's streams per device less the default streams of the contexts the backend holds.
     max_streams: int = 1024
+    #: The product's documented streams per device, default streams included (06_stream_management.md,
+    #: aclrtCreateStream: 1984 on A2/A3/950, 1024 on inference cards, 512 on 200I/500 A2); 0: unknown.
+    device_streams: int = 0
+    #: Default streams the runtime made for the contexts this backend holds, one per context
+    #: (``Context::Setup``, ``src/runtime/core/src/context/context.cc``): they count against
+    #: ``device_streams`` ("N = the maximum - the streams that exist, the default stream included").
+    default_streams: int = 0
+    #: Seconds a kernel may run before it fails with 507014 (``aclrtSetOpExecuteTimeOut``,
+    #: 12_execution_control.md; process-wide on the device); 0: unknown.
+    op_execute_timeout: float = 0.0
     sanitizer: bool = False
     fault_injection: bool = False  # the backend is a FaultInjection
     timing_model: bool = False
@@ -167,7 +179,11 @@ class Capabilities:
     reusable_events: bool = True  # event_create(reusable=True) exists (aclrtCreateEventExWithFlag)
     stop_on_failure: bool = False  # stream_set_failure_mode exists (aclrtSetStreamFailureMode)
     stream_abort: bool = False  # stream_abort exists (aclrtStreamAbort)
-    host_thread_per_stream: bool = False  # each stream runs its host functions on a thread of its own
+    #: One thread per context (device) runs the host functions of all its streams, one at a time,
+    #: in the order the streams reach them: ``aclrtLaunchHostFunc`` (``ApiImpl::LaunchHostFunc``
+    #: makes the context's callback thread, ``src/runtime/api/impl/api_impl.cc``) and the
+    #: ``aclrtLaunchCallback`` report thread alike.  Never assume two host functions overlap.
+    host_thread_per_context: bool = True
     launch_tables: bool = False  # the backend is a LaunchTables
     peer_access: bool = False  # the backend is a PeerAccess
 

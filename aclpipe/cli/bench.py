@@ -4,6 +4,10 @@ timing model, then run the benchmark scripts in ``benchmarks/`` and tabulate the
 The comparison reads modelled device time from a trace, so it measures the schedule (how
 well streams, depth and workspaces let the engines overlap), not how fast this host runs
 Python.  ``--quick`` runs fewer graphs and batches and passes each script its quick options.
+
+Some scripts need packages beyond aclpipe's own (onnx and onnxruntime for ``bench_onnx.py``,
+Ray for ``bench_ray.py``): a script whose packages are missing is skipped, with the one
+``pip install`` line that adds them, instead of failing on a bare ``ModuleNotFoundError``.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import anyio
 import numpy as np
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
+from .._extras import install_hint, is_installed
 from ..pipeline import Pipeline
 from ..runtime import open_device
 from ..trace import format_seconds
@@ -31,6 +37,7 @@ from .common import (
     EXIT_FAILED,
     EXIT_OK,
     CommandError,
+    add_sanitizer_argument,
     bind_shapes,
     load_any_graph,
     output_console,
@@ -42,13 +49,16 @@ from .common import (
 )
 from .measure import measure
 
-__all__ = ["CONFIGS", "HELP", "NAME", "Config", "configure", "find_folder", "run"]
+__all__ = ["CONFIGS", "HELP", "NAME", "Config", "configure", "find_folder", "run", "script_needs"]
 
 NAME = "bench"
 HELP = "compare pipeline configurations on the ready graphs, then run the benchmark scripts"
 ALL_GRAPHS, QUICK_GRAPHS = ("mlp", "transformer", "cnn", "branchy"), ("mlp", "branchy")
 #: Quick options for scripts that do not declare ``QUICK_ARGS = [...]`` themselves.
 KNOWN_QUICK_ARGS = {"bench_workspace.py": ["--ops", "200", "--repeats", "1"]}
+#: Packages (import names) that scripts not declaring ``NEEDS = [...]`` themselves import beyond
+#: aclpipe's dependencies.
+KNOWN_NEEDS = {"bench_onnx.py": ["onnx", "onnxruntime"], "bench_ray.py": ["ray"]}
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="skip the pipeline comparison")
     parser.add_argument("--script-timeout", type=positive_int, default=600, metavar="S",
                         help="seconds each script may run (default 600)")
+    add_sanitizer_argument(parser, default=False)  # off: it would time the checks, not the schedule
 
 
 
@@ -110,9 +121,9 @@ def _graph_paths(args: argparse.Namespace) -> list[Path]:
 
 # -- the pipeline comparison -----------------------------------------------------------------------
 async def _bench_config(graph: Any, shapes: dict[str, tuple[int, ...]], batches: list[dict[str, np.ndarray]],
-                        config: Config, time_scale: float) -> tuple[float, float, float]:
+                        config: Config, time_scale: float, sanitizer: bool) -> tuple[float, float, float]:
     """(median device seconds per run, samples per device second, overlap share)."""
-    device = open_device("sim", timing=True, time_scale=time_scale, sanitizer=False)
+    device = open_device("sim", timing=True, time_scale=time_scale, sanitizer=sanitizer)
     try:
         async with Pipeline(graph, device, streams=config.streams, depth=config.depth,
                             workspace=config.workspace) as pipe:
@@ -142,7 +153,7 @@ def _compare_graphs(args: argparse.Namespace, console: Console) -> None:
         for config in CONFIGS:
             with console.status(f"{graph.name}: {config}"):
                 latency, throughput, overlap = anyio.run(_bench_config, graph, shapes, batches, config,
-                                                         args.time_scale)
+                                                         args.time_scale, args.sanitizer)
             baseline = baseline or throughput
             table.add_row(graph.name, f"{config.streams} x {config.depth}", config.workspace,
                           format_seconds(latency), _compact(throughput), f"{overlap:.0%}",
@@ -163,17 +174,32 @@ def _compact(value: float) -> str:
 
 
 # -- the scripts ------------------------------------------------------------------------------------
+def _declared(source: str, name: str) -> list[str] | None:
+    """The list a script assigns to ``name`` at module level (``QUICK_ARGS = [...]``), if any."""
+    for statement in ast.parse(source).body:
+        if isinstance(statement, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in statement.targets):
+            return [str(item) for item in ast.literal_eval(statement.value)]
+    return None
+
+
 def quick_args(script: Path) -> list[str]:
     """A script's quick options: its own ``QUICK_ARGS = [...]``, else a known table entry, else
     ``--quick`` when its source mentions that option, else none."""
     source = script.read_text(encoding="utf-8")
-    for statement in ast.parse(source).body:
-        if isinstance(statement, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "QUICK_ARGS" for t in statement.targets):
-            return [str(item) for item in ast.literal_eval(statement.value)]
+    declared = _declared(source, "QUICK_ARGS")
+    if declared is not None:
+        return declared
     if script.name in KNOWN_QUICK_ARGS:
         return KNOWN_QUICK_ARGS[script.name]
     return ["--quick"] if '"--quick"' in source or "'--quick'" in source else []
+
+
+def script_needs(script: Path) -> list[str]:
+    """The packages a script imports beyond aclpipe's dependencies: its own ``NEEDS = [...]``,
+    else a known table entry, else none."""
+    declared = _declared(script.read_text(encoding="utf-8"), "NEEDS")
+    return declared if declared is not None else KNOWN_NEEDS.get(script.name, [])
 
 
 def _run_scripts(args: argparse.Namespace, console: Console) -> bool:
@@ -182,29 +208,44 @@ def _run_scripts(args: argparse.Namespace, console: Console) -> bool:
     if not scripts:
         say(console, "no benchmark scripts found (benchmarks/bench_*.py)", style="yellow")
         return True
-    rows = []
+    rows, skipped, missing_all = [], [], set()
     for script in scripts:
-        command = [sys.executable, str(script), *(quick_args(script) if args.quick else [])]
-        console.print(Rule(" ".join(["python", script.name, *command[2:]])))
-        start = time.perf_counter()
-        with console.status(f"running {script.name}"):
-            try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=args.script_timeout,
-                                      check=False)
-                status, output = ("ok" if done.returncode == 0 else f"exit {done.returncode}"), done.stdout
-                output += done.stderr if done.returncode else ""
-            except subprocess.TimeoutExpired as expired:
-                status, output = f"timeout ({args.script_timeout} s)", str(expired.stdout or "")
-        say(console, output.rstrip())
-        lines = [line for line in output.splitlines() if line.strip()]
-        rows.append((script.name, status, time.perf_counter() - start, lines[-1] if lines else ""))
+        missing = [module for module in script_needs(script) if not is_installed(module)]
+        if missing:
+            rows.append((script.name, "skipped", 0.0, f"needs {', '.join(missing)}: {install_hint(*missing)}"))
+            skipped.append(script.name)
+            missing_all.update(missing)
+        else:
+            rows.append(_run_script(script, args, console))
     table = Table(title="benchmark scripts", header_style="bold")
     for column in ("script", "status", "seconds", "last line"):
         table.add_column(column)
     for name, status, seconds, last in rows:
-        table.add_row(name, status if status == "ok" else f"[red]{status}[/]", f"{seconds:.1f}", last)
+        colour = {"ok": "", "skipped": "yellow"}.get(status, "red")
+        table.add_row(name, f"[{colour}]{status}[/]" if colour else status, f"{seconds:.1f}", escape(last))
     console.print(table)
-    return all(status == "ok" for _, status, _, _ in rows)
+    if skipped:
+        say(console, f"skipped for missing packages: {', '.join(skipped)}; {install_hint(*missing_all)} runs "
+                     "them too", style="yellow")
+    return all(status in ("ok", "skipped") for _, status, _, _ in rows)
+
+
+def _run_script(script: Path, args: argparse.Namespace, console: Console) -> tuple[str, str, float, str]:
+    """Run one script and show its output: (name, status, seconds, its last line)."""
+    command = [sys.executable, str(script), *(quick_args(script) if args.quick else [])]
+    console.print(Rule(" ".join(["python", script.name, *command[2:]])))
+    start = time.perf_counter()
+    with console.status(f"running {script.name}"):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=args.script_timeout,
+                                  check=False)
+            status, output = ("ok" if done.returncode == 0 else f"exit {done.returncode}"), done.stdout
+            output += done.stderr if done.returncode else ""
+        except subprocess.TimeoutExpired as expired:
+            status, output = f"timeout ({args.script_timeout} s)", str(expired.stdout or "")
+    say(console, output.rstrip())
+    lines = [line for line in output.splitlines() if line.strip()]
+    return script.name, status, time.perf_counter() - start, lines[-1] if lines else ""
 
 
 @reporting_errors

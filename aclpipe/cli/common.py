@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import as_dtype
-from ..errors import AclpipeError, BackendError, ExecutionError, HazardError
+from ..errors import AclpipeError, BackendError, ExecutionError, GraphError, HazardError
 from ..graph import BoundGraph, Graph, load_graph
 
 __all__ = [
     "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "MAX_DEPTH", "MAX_STREAMS", "CommandError", "add_command",
-    "add_graph_arguments", "bind_shapes", "check_writable", "describe_shapes", "dim_assignment", "find_load_onnx",
-    "int_at_most", "load_any_graph", "load_graph_arguments", "open_device_for", "positive_float", "positive_int",
-    "random_inputs", "reporting_errors",
+    "add_graph_arguments", "add_sanitizer_argument", "bind_inputs", "bind_shapes", "check_writable",
+    "describe_shapes", "dim_assignment", "find_load_onnx", "int_at_most", "load_any_graph", "load_graph_arguments",
+    "open_device_for", "positive_float", "positive_int", "random_inputs", "reporting_errors", "sanitizer_option",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -154,6 +154,23 @@ def add_graph_arguments(parser: argparse.ArgumentParser, batch: int = 8) -> None
                         help="size for one named dim, overriding --batch (repeatable)")
 
 
+def add_sanitizer_argument(parser: argparse.ArgumentParser, default: bool | None = None) -> None:
+    """``--sanitizer/--no-sanitizer``: what every command that opens a simulated device takes.
+
+    ``default`` None leaves the choice to the simulator (on, unless ``ACLPIPE_SANITIZER=0``), so
+    that both flags change something whatever the environment says.
+    """
+    when = "on, unless $ACLPIPE_SANITIZER=0" if default is None else "on" if default else "off"
+    parser.add_argument("--sanitizer", action=argparse.BooleanOptionalAction, default=default,
+                        help=f"sim: check every device access for happens-before ordering (default: {when})")
+
+
+def sanitizer_option(args: argparse.Namespace) -> dict[str, bool]:
+    """The ``sanitizer=`` device option ``--sanitizer``/``--no-sanitizer`` asked for; none when
+    neither was given and the command leaves it to the simulator."""
+    return {} if args.sanitizer is None else {"sanitizer": bool(args.sanitizer)}
+
+
 def add_command(subparsers: Any, name: str, help_text: str, configure: Callable[[argparse.ArgumentParser], None],
                 run: Callable[..., int]) -> argparse.ArgumentParser:
     """Add one subcommand to an argparse subparsers object: its parser (``help_text`` as help and
@@ -169,7 +186,10 @@ def find_load_onnx() -> Callable[[Any], Graph] | None:
     """``aclpipe.load_onnx`` when this version has it (and ``onnx`` is installed), else None."""
     import aclpipe
 
-    loader = getattr(aclpipe, "load_onnx", None)
+    try:
+        loader = getattr(aclpipe, "load_onnx", None)
+    except ImportError:  # aclpipe has the importer, but the onnx extra is not installed
+        return None
     if loader is not None:
         return loader  # type: ignore[no-any-return]
     import importlib
@@ -230,6 +250,39 @@ def load_graph_arguments(args: argparse.Namespace) -> tuple[Graph, dict[str, tup
     graph = load_any_graph(args.graph)
     shapes = bind_shapes(graph, args.batch, dict(args.dim))
     return graph, shapes, graph.bind(**shapes)
+
+
+def bind_inputs(graph: Graph, batch: int, dims: Mapping[str, int], given: Mapping[str, np.ndarray]
+                ) -> tuple[dict[str, tuple[int, ...]], dict[str, Any], BoundGraph]:
+    """Input shapes (from ``--batch`` and ``--dim``; arrays ``--input`` gave fix their own shapes
+    and the named dims they carry), what ``graph.bind`` and ``Pipeline.prepare`` take for them
+    (the shapes, with the given inputs as their arrays), and the bound graph.
+
+    A host value (an input whose contents decide the graph, see :mod:`aclpipe.graph.signature`:
+    an ONNX Reshape's shape, say) is taken as the array that was given, not as its shape; one that
+    was not given is a usage error naming ``--input``, since random contents would decide the graph.
+    """
+    dims = dict(dims)
+    for input_name, array in given.items():
+        for dim, size in zip(graph.inputs[input_name].shape, array.shape):
+            if isinstance(dim, str):
+                dims.setdefault(dim, int(size))
+    shapes = bind_shapes(graph, batch, dims)
+    shapes.update({input_name: tuple(array.shape) for input_name, array in given.items()})
+    arguments = {**shapes, **given}  # given inputs as arrays: a host value's contents are its part of the signature
+    try:
+        return shapes, arguments, graph.bind(**arguments)
+    except GraphError:
+        missing = sorted(graph.host_inputs - given.keys())
+        if not missing:
+            raise
+        reasons = getattr(graph, "host_reasons", {})
+        needs = "; ".join(f"{name}: {reasons.get(name, 'read on the host')}" for name in missing)
+        which = (f"input {missing[0]!r} is a host value" if len(missing) == 1
+                 else f"inputs {', '.join(map(repr, missing))} are host values")
+        raise CommandError(f"{which} of {graph.name!r}, whose contents decide the graph ({needs}): give "
+                           f"{'it' if len(missing) == 1 else 'them'} with --input {missing[0]}=FILE.npy or in "
+                           "an .npz") from None
 
 
 def open_device_for(spec: str | None, **options: Any) -> Any:

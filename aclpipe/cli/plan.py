@@ -1,41 +1,52 @@
 """``aclpipe plan GRAPH``: print the plan for a graph file (per stream its nodes, waits and
 records; arena offsets and the peak against the live-set lower bound), the workspace each
 node's phase one asks for, whether requests may be batched into one run (and if not, the
-node that mixes their rows), and write the plan as Graphviz DOT.
+node that mixes their rows), the streams and events a pipeline and each of its programs hold
+at ``--depth`` (both are limited per device), and write the plan as Graphviz DOT.
+
+``--input`` takes files as ``aclpipe run`` does: their arrays fix the input shapes, and an
+imported model's host values (inputs whose contents decide the graph, such as a Reshape's
+shape) are planned for the contents given.
 
 .. code-block:: text
 
     aclpipe plan graphs/transformer.yaml --batch 8 --streams 4 --dot transformer.dot
     dot -Tsvg transformer.dot -o transformer.svg
+    aclpipe plan model.onnx --input inputs.npz
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
+from ..backends.sim.engines import ATLAS_A2
 from ..errors import AclpipeError
 from ..ops import get_op
+from ..pipeline.program import events_per_slot, model_streams_per_slot
 from ..plan import Plan, batchable, make_plan
 from ..plan.plan import COPY_OPS
 from ..plan.render import format_bytes
 from ..trace import plan_dot
+from .arrays import input_assignment, load_inputs
 from .common import (
     EXIT_OK,
     MAX_STREAMS,
     add_graph_arguments,
+    bind_inputs,
     check_writable,
     describe_shapes,
     int_at_most,
-    load_graph_arguments,
+    load_any_graph,
     output_console,
     reporting_errors,
     say,
 )
 
-__all__ = ["HELP", "NAME", "configure", "run", "workspace_sizes"]
+__all__ = ["HELP", "NAME", "configure", "device_budget", "run", "workspace_sizes"]
 
 NAME = "plan"
 HELP = "print a graph's plan (streams, events, memory, workspaces) and write it as DOT"
@@ -46,7 +57,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_graph_arguments(parser, batch=8)
     parser.add_argument("--streams", type=int_at_most(MAX_STREAMS), default=4,
                         help=f"compute streams at most, 1 to {MAX_STREAMS} (default 4)")
+    parser.add_argument("--depth", type=int_at_most(64), default=2,
+                        help="runs in flight (slots) to count streams and events for, 1 to 64 (default 2)")
     parser.add_argument("--dot", metavar="OUT.dot", help="write the plan as Graphviz DOT (render: dot -Tsvg)")
+    parser.add_argument("--input", type=input_assignment, action="append", default=[], metavar="NAME=FILE.npy",
+                        help="input NAME from a .npy file, or every input from a .npz (FILE.npz), as for run: "
+                             "fixes its shape, and a host value's contents; repeatable")
 
 
 
@@ -80,17 +96,35 @@ def workspace_table(plan: Plan, sizes: dict[str, int | str]) -> Table:
     return table
 
 
+def device_budget(plan: Plan, streams: int, depth: int) -> str:
+    """What a pipeline of ``plan`` holds of the device's limited streams and events (see
+    :mod:`aclpipe.pipeline.budget`), against an Atlas A2's limits."""
+    own = pipeline_streams = streams + depth + 2
+    per_slot = model_streams_per_slot(plan, pipeline_streams)
+    events = events_per_slot(plan, pipeline_streams, done_joins=True)
+    return (f"device budget at depth {depth}: the pipeline holds {own} streams of its own ({streams} "
+            f"compute, {depth} replay, H2D, D2H); each program, captured, {depth} x {per_slot} = {depth * per_slot} "
+            f"model streams and {depth} x {events} = {depth * events} events (an Atlas A2 allows "
+            f"{ATLAS_A2.max_streams} streams and {ATLAS_A2.max_events} events; idle programs are freed for new "
+            "captures, and a program that still does not fit runs uncaptured)")
+
+
 @reporting_errors
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe plan``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
     console = output_console(console)
     dot_path = check_writable(args.dot, "--dot") if args.dot else None  # before any work
-    graph, shapes, bound = load_graph_arguments(args)
+    graph = load_any_graph(args.graph)
+    given, notes = load_inputs(graph, args.input, random_rest=True)  # the rest take --batch and --dim: no values
+    shapes, _, bound = bind_inputs(graph, args.batch, dict(args.dim), given)
+    for note in notes:
+        print(f"aclpipe: note: {note}", file=sys.stderr)
     plan = make_plan(bound, streams=args.streams)
     say(console, f"inputs {describe_shapes(shapes)}")
     # Whether a server may stack requests into one run (aclpipe.plan.batch_axis).
     say(console, f"batchable: {batchable(graph, **shapes)}")
     say(console, plan.summary())
+    say(console, device_budget(plan, args.streams, args.depth))
     sizes = workspace_sizes(plan)
     console.print(workspace_table(plan, sizes))
     static = sum(max((int(s) for n in plan.nodes_on(k) if isinstance(s := sizes.get(n.name), int)), default=0)

@@ -35,6 +35,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from .._extras import require
 from ..backends import parse_device
 from ..graph import Graph
 from ..pipeline import Pipeline
@@ -50,7 +51,8 @@ from .common import (
     MAX_STREAMS,
     CommandError,
     add_graph_arguments,
-    bind_shapes,
+    add_sanitizer_argument,
+    bind_inputs,
     check_writable,
     describe_shapes,
     int_at_most,
@@ -61,6 +63,7 @@ from .common import (
     positive_int,
     random_inputs,
     reporting_errors,
+    sanitizer_option,
     say,
 )
 from .measure import Measurement, measure, percentile
@@ -102,7 +105,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sim: turn the timing model on (times are then modelled device time)")
     parser.add_argument("--time-scale", type=positive_float, default=1000.0, metavar="X",
                         help="sim with --timing: wall seconds per modelled device second (default 1000)")
-    parser.add_argument("--sanitizer", action="store_true", help="sim: check every access for happens-before")
+    add_sanitizer_argument(parser)
 
 
 
@@ -110,12 +113,11 @@ def device_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]
     """The device name and its open options; simulator options on another backend are an error."""
     backend, _ = parse_device(args.device)
     if backend != "sim":
-        if args.timing or args.sanitizer:
-            raise CommandError(f"--timing and --sanitizer apply to the sim backend only, not {backend!r}")
+        if args.timing or args.sanitizer is not None:
+            raise CommandError(f"--timing and --sanitizer/--no-sanitizer apply to the sim backend only, not "
+                               f"{backend!r}")
         return args.device, {}
-    options: dict[str, Any] = {"timing": args.timing, "time_scale": args.time_scale}
-    if args.sanitizer:
-        options["sanitizer"] = True
+    options: dict[str, Any] = {"timing": args.timing, "time_scale": args.time_scale, **sanitizer_option(args)}
     return args.device, options
 
 
@@ -123,7 +125,7 @@ def device_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Run ``aclpipe run``; returns the exit status (0 ok, 1 failures found, 2 bad input)."""
     console = output_console(console)
-    graph, shapes, given = _graph_and_inputs(args)  # shape errors now, before a device is opened
+    graph, shapes, arguments, given = _graph_and_inputs(args)  # shape errors now, before a device is opened
     outputs_path = _check_output_paths(args)
     if outputs_path is not None:
         check_output_format(outputs_path, list(graph.outputs))
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     try:
         if (args.trace or args.gantt) and not device.capabilities.tracing:
             raise CommandError(f"--trace and --gantt need a device that records timelines (sim), not {device.name}")
-        plan = make_plan(graph.bind(**shapes), streams=args.streams)
+        plan = make_plan(graph.bind(**arguments), streams=args.streams)
         _check_fits(plan, device, args.depth)
         say(console, f"{graph.name} ({args.graph}) on {device.describe()}", style="bold")
         source = (f"{', '.join(given)} from --input" + (", the rest seeded random" if len(given) < len(shapes) else "")
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
         say(console, f"inputs {describe_shapes(shapes)} ({source}); {args.runs} runs, {args.streams} stream(s) "
                      f"at most, depth {args.depth}, workspace {args.workspace}")
         batches = _batches(graph, shapes, given, args)
-        plan, measured = anyio.run(_run_pipeline, graph, device, args, shapes, batches, console)
+        plan, measured = anyio.run(_run_pipeline, graph, device, args, arguments, batches, console)
     finally:
         device.close()
     console.print(report_table(graph.name, plan, measured, args, options, batch=_samples(shapes)))
@@ -149,22 +151,17 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     return EXIT_OK
 
 
-def _graph_and_inputs(args: argparse.Namespace) -> tuple[Graph, dict[str, tuple[int, ...]], dict[str, np.ndarray]]:
+def _graph_and_inputs(args: argparse.Namespace
+                      ) -> tuple[Graph, dict[str, tuple[int, ...]], dict[str, Any], dict[str, np.ndarray]]:
     """The graph, every input's shape (given arrays fix theirs and the named dims they carry),
-    and the arrays ``--input`` named."""
+    what ``graph.bind`` and ``Pipeline.prepare`` take (the given inputs as their arrays, so that
+    a host value is its contents), and the arrays ``--input`` named."""
     graph = load_any_graph(args.graph)
     given, notes = load_inputs(graph, args.input, random_rest=args.random)
-    dims = dict(args.dim)
-    for input_name, array in given.items():
-        for dim, size in zip(graph.inputs[input_name].shape, array.shape):
-            if isinstance(dim, str):
-                dims.setdefault(dim, int(size))
-    shapes = bind_shapes(graph, args.batch, dims)
-    shapes.update({input_name: tuple(array.shape) for input_name, array in given.items()})
-    graph.bind(**shapes)
+    shapes, arguments, _ = bind_inputs(graph, args.batch, dict(args.dim), given)
     for note in notes:
         print(f"aclpipe: note: {note}", file=sys.stderr)
-    return graph, shapes, given
+    return graph, shapes, arguments, given
 
 
 def _check_output_paths(args: argparse.Namespace) -> Path | None:
@@ -207,10 +204,10 @@ def _batches(graph: Graph, shapes: dict[str, tuple[int, ...]], given: dict[str, 
         yield {**given, **random_inputs(graph, shapes, rng, missing)}
 
 
-async def _run_pipeline(graph: Any, device: Device, args: argparse.Namespace, shapes: dict[str, tuple[int, ...]],
+async def _run_pipeline(graph: Any, device: Device, args: argparse.Namespace, arguments: dict[str, Any],
                         batches: Iterable[dict[str, np.ndarray]], console: Console) -> tuple[Plan, Measurement]:
     async with Pipeline(graph, device, streams=args.streams, depth=args.depth, workspace=args.workspace) as pipe:
-        plan = pipe.prepare(**shapes)
+        plan = pipe.prepare(**arguments)
         columns = (TextColumn("running"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:
             task = progress.add_task("runs", total=args.runs)
@@ -271,10 +268,7 @@ def report_table(name: str, plan: Plan, measured: Measurement, args: argparse.Na
 
 
 def _need_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise CommandError("--gantt needs matplotlib: pip install 'aclpipe[plot]'") from None
+    require("matplotlib", "--gantt (a Gantt chart)")
 
 
 def _show_outputs(measured: Measurement, args: argparse.Namespace, console: Console, path: Path | None) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from ..backends import parse_device
-from .common import EXIT_FAILED, EXIT_OK
+from .common import EXIT_FAILED, EXIT_OK, add_sanitizer_argument
 
 __all__ = ["HELP", "NAME", "configure", "run"]
 
@@ -17,12 +17,11 @@ HELP = "run the backend conformance checks on a device"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """``--device``, ``--timing``, ``--no-sanitizer``."""
+    """``--device``, ``--timing``, ``--sanitizer/--no-sanitizer``."""
     parser.add_argument("--device", default=None, help="device to test, e.g. 'sim' or 'ascend:0' "
                                                        "(default: $ACLPIPE_DEVICE, else sim)")
     parser.add_argument("--timing", action="store_true", help="sim only: turn the timing model on")
-    parser.add_argument("--no-sanitizer", dest="sanitizer", action="store_false",
-                        help="sim only: run without the sanitizer (its checks are then skipped)")
+    add_sanitizer_argument(parser, default=True)  # --no-sanitizer skips the sanitizer's own checks
 
 
 def _device_options(backend: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..errors import BackendError, ClosedResourceError, InvalidArgumentError
+from ..runtime.executor import Executor
 from ..tensor import TensorDesc
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class CacheStats:
 @dataclass(eq=False)
 class _Entry:
     key: ExecutorKey
-    executor: Any
+    executor: Executor
     inputs: tuple[Any, ...]
     outputs: tuple[Any, ...]
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -154,7 +155,7 @@ class PreparedCall:
 
     op: str
     key: ExecutorKey
-    executor: Any
+    executor: Executor
     workspace_size: int
     repeatable: bool
     hit: bool
@@ -184,7 +185,7 @@ class ExecutorCache:
         self._backend = device.backend
         self._entries: OrderedDict[ExecutorKey, _Entry] = OrderedDict()
         self._refused: set[ExecutorKey] = set()
-        self._retiring: list[tuple[Any, Event | None]] = []
+        self._retiring: list[tuple[Executor, Event | None]] = []
         self._stats = CacheStats()
         self._lock = threading.Lock()
 
@@ -213,15 +214,15 @@ class ExecutorCache:
                 self._entries.move_to_end(key)
                 entry.holders += 1
                 self._stats.hits += 1
-                return PreparedCall(op, key, entry.executor, int(entry.executor.workspace_size), True, True, entry)
+                return PreparedCall(op, key, entry.executor, entry.executor.workspace_size, True, True, entry)
             refused = key in self._refused
-        executor = self._backend.op_prepare(op, list(inputs), list(outputs), dict(attrs))
+        executor = Executor.prepare(self._backend, op, list(inputs), list(outputs), dict(attrs))
         with self._lock:
             self._stats.misses += 1
             self._stats.phase_one += 1
             if refused:
                 self._stats.not_repeatable += 1
-        workspace_size = int(executor.workspace_size)
+        workspace_size = executor.workspace_size
         if refused or not self._make_repeatable(key, executor):
             return PreparedCall(op, key, executor, workspace_size, False, False)
         entry = _Entry(key, executor, _signatures(inputs), _signatures(outputs), holders=1,
@@ -229,17 +230,15 @@ class ExecutorCache:
         self._insert(entry)
         return PreparedCall(op, key, executor, workspace_size, True, False, entry)
 
-    def _make_repeatable(self, key: ExecutorKey, executor: Any) -> bool:
-        try:
-            self._backend.op_set_repeatable(executor)
-        except BackendError:
-            # The op refuses: this executor stays a valid single-use one for the current call,
-            # and every later call with this key runs phase one again.
-            with self._lock:
-                self._refused.add(key)
-                self._stats.not_repeatable += 1
-            return False
-        return True
+    def _make_repeatable(self, key: ExecutorKey, executor: Executor) -> bool:
+        if executor.make_repeatable():
+            return True
+        # The op refuses: this executor stays a valid single-use one for the current call,
+        # and every later call with this key runs phase one again.
+        with self._lock:
+            self._refused.add(key)
+            self._stats.not_repeatable += 1
+        return False
 
     def _insert(self, entry: _Entry) -> None:
         evicted: list[_Entry] = []
@@ -274,7 +273,7 @@ class ExecutorCache:
         call._launched = True
         entry = call._entry
         if entry is None:
-            self._backend.op_launch(call.executor, workspace, workspace_size, stream.handle, context)
+            call.executor.launch(workspace, workspace_size, stream.handle, context)
             return
         try:
             self._check_signature(call.op, entry, inputs, outputs)
@@ -283,10 +282,10 @@ class ExecutorCache:
             addresses = _addresses(inputs, outputs)
             with entry.lock:
                 if addresses != entry.addresses:  # the executor keeps the addresses last set
-                    self._point(entry.executor, inputs, output=False)
-                    self._point(entry.executor, outputs, output=True)
+                    entry.executor.point(inputs, output=False)
+                    entry.executor.point(outputs, output=True)
                     entry.addresses = addresses
-                self._backend.op_launch(entry.executor, workspace, workspace_size, stream.handle, context)
+                entry.executor.launch(workspace, workspace_size, stream.handle, context)
                 entry.last_stream = stream
         finally:
             self._release(entry)
@@ -315,11 +314,6 @@ class ExecutorCache:
                 161002, f"aclnn{op}: {kind} {index} changed since phase one: the executor was prepared for "
                         f"(shape, strides, offset, dtype, format) = {old}, launched with {new}; prepare the "
                         "call again for the new signature", {"op": op})
-
-    def _point(self, executor: Any, tensors: Sequence[TensorDesc | None], *, output: bool) -> None:
-        for index, tensor in enumerate(tensors):
-            if tensor is not None:
-                self._backend.op_set_tensor_address(executor, index, output=output, address=tensor.address)
 
     # -- lifetime ---------------------------------------------------------------------------
     def _release(self, entry: _Entry) -> None:
@@ -354,7 +348,7 @@ class ExecutorCache:
             if not self._retiring:
                 return
             retiring, self._retiring = self._retiring, []
-        keep: list[tuple[Any, Event | None]] = []
+        keep: list[tuple[Executor, Event | None]] = []
         for executor, event in retiring:
             if event is not None and not self.device.closed:
                 if wait:
@@ -371,9 +365,9 @@ class ExecutorCache:
             with self._lock:
                 self._retiring.extend(keep)
 
-    def _destroy(self, executor: Any) -> None:
+    def _destroy(self, executor: Executor) -> None:
         if not self.device.closed:
-            self._backend.op_destroy(executor)
+            executor.destroy()
         with self._lock:
             self._stats.destroyed += 1
 

@@ -6,12 +6,19 @@ both a graph-building context and the eager evaluator
 (:class:`aclpipe.eager.onnx_eval.EagerContext`, which runs each op at once) implement.  The
 importer never touches a device: it imports nothing of :mod:`aclpipe.eager` or
 :mod:`aclpipe.runtime` (ARCHITECTURE.md 2.2).  Importing this package registers every
-converter; it needs the ``onnx`` package (``pip install aclpipe[onnx]``).  :class:`OnnxLimits`
-bounds what loading an untrusted model may cost; :class:`HostValueNeeded` is how a
-specialization asks for host values.
+converter; it needs the ``onnx`` package (``pip install 'aclpipe[onnx]'``; without it, the
+import fails with one line saying so).  :class:`OnnxLimits` bounds what loading an untrusted
+model may cost; :class:`HostValueNeeded` is how a specialization asks for host values.
 """
 
 from __future__ import annotations
+
+try:
+    import onnx  # noqa: F401  (checked first, so that a missing onnx names the extra)
+except ModuleNotFoundError as _error:
+    from .._extras import missing_extra
+
+    raise missing_extra(_error, "onnx", "reading ONNX models (aclpipe.load_onnx)") from None
 
 from . import (  # noqa: F401  (registers the converters)
     convert_activations,

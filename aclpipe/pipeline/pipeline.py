@@ -212,14 +212,18 @@ class Pipeline:
         """Compute streams, then one replay stream per slot where the device captures and its
         budget has room (a captured run replays on its slot's own, so consecutive runs overlap:
         see pipeline.program; without them programs run uncaptured), then H2D and D2H.  Every
-        one is booked in the device's stream budget until Resources.release closes it."""
+        one is booked in the device's stream budget until Resources.release closes it; room is
+        made first, freeing idle captured programs of other pipelines on the device."""
         budget = StreamBudget.of(self.device)
+        needed = self.max_streams + 2
+        reserved = budget.reserve(needed)  # else the device says how many it allows, below
         made: list[Stream] = []
         replays: list[Stream] = []
         try:
-            for _ in range(self.max_streams + 2):
+            for _ in range(needed):
                 made.append(self.device.create_stream())
-                budget.book(1)
+                if not reserved:
+                    budget.book(1)
             if self.device.capabilities.graph_capture and budget.reserve(self.depth):
                 try:
                     for _ in range(self.depth):
@@ -231,6 +235,8 @@ class Pipeline:
                     replays = []
                 budget.release(self.depth - len(replays))
         except BaseException:
+            if reserved:
+                budget.release(needed - len(made))
             self._close_streams(made + replays)
             raise
         return made[:-2] + replays + made[-2:]

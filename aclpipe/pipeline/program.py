@@ -12,7 +12,8 @@ only that kind promises to support (``hicann/runtime`` ``07_event_management.md`
 Workspaces are pinned where the strategy can (:meth:`WorkspaceStrategy.pin`: one block per
 stream held by the program until it closes; every strategy but ``per-call``): then nothing
 varies between runs, and each slot's run becomes a flat table of launch records
-(:mod:`.launches`) enqueued with one call, or captured.  Otherwise (``per-call``, a pool too
+(:mod:`aclpipe.runtime.launches`) enqueued with one call, or captured
+(:mod:`aclpipe.runtime.capture`).  Otherwise (``per-call``, a pool too
 small to pin, an op that refuses repeatable executors) a run takes its workspaces node by
 node.
 
@@ -38,14 +39,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..backends.protocol import LaunchKind, LaunchRecord, MemcpyKind, graph_capture
+from ..backends.protocol import LaunchKind, LaunchRecord, MemcpyKind
 from ..dtypes import DType
 from ..errors import BackendError, error_from_code
 from ..plan import Plan, PlannedNode
+from ..runtime.capture import Capture, CapturedRun, can_capture
 from ..runtime.completion import HostCopies
+from ..runtime.executor import Executor
+from ..runtime.launches import LaunchTable, enqueue_records
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
-from .launches import LaunchTable, enqueue_records
 
 if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
@@ -53,7 +56,7 @@ if TYPE_CHECKING:
     from ..runtime.workspaces import WorkspaceStrategy
     from .budget import StreamBudget
 
-__all__ = ["Program", "Slot", "Step", "events_per_slot"]
+__all__ = ["Program", "Slot", "Step", "events_per_slot", "model_streams_per_slot"]
 
 
 #: ACL_ERROR_RT_NO_STREAM_RESOURCE: capturing ran out of streams (see Program.capture).
@@ -71,16 +74,18 @@ def events_per_slot(plan: Plan, streams: int, *, done_joins: bool = False) -> in
     return sum(1 for node in plan.nodes if node.record) + len(lanes) + (3 if done_joins else 4)
 
 
+def model_streams_per_slot(plan: Plan, streams: int) -> int:
+    """Streams one captured slot's model of ``plan`` holds on ``streams`` pipeline streams (see
+    :meth:`Program.model_streams`): the replay stream, each compute and copy stream its run
+    uses, D2H included (captured streams consume stream resources,
+    15_model_running_instance__management.md)."""
+    copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
+    lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
+    return 2 + len(lanes)
+
+
 _WAIT, _COPY, _KERNEL, _RECORD = LaunchKind.WAIT, LaunchKind.COPY, LaunchKind.KERNEL, LaunchKind.RECORD
 _H2D = MemcpyKind.HOST_TO_DEVICE  # the field's default, where a record copies nothing
-
-
-def _abandon_capture(backend: Any, origin: Any) -> None:
-    """End a capture that failed part way; its model, if any, is destroyed."""
-    try:
-        backend.model_destroy(backend.capture_end(origin))
-    except BackendError:
-        pass  # an invalidated or unjoined capture has no model to free; the first error wins
 
 
 @dataclass(eq=False, slots=True)
@@ -114,8 +119,8 @@ class Slot:
     #: events carry their producer's error, an error on it is this run's, whoever consumed the
     #: streams' sticky errors.
     done: Event | None = None
-    executors: list[Any] = field(default_factory=list)
-    graph: Any | None = None  # the captured run (an aclmdlRI model), when the backend can capture
+    executors: list[Executor] = field(default_factory=list)
+    graph: CapturedRun | None = None  # the captured run (an aclmdlRI model), when the backend can capture
     fork: Event | None = None  # recorded first by a captured run; every stream it uses waits on it
     #: The lane a captured run replays on (its capture's origin): one per slot, see the module doc.
     replay_lane: int | None = None
@@ -278,23 +283,18 @@ class Program:
         return step
 
     def _prepare_node(self, slot: Slot, step: Step) -> None:
-        node, backend = step.node, self.device.backend
+        node = step.node
         step.inputs = self._descs(slot, node.inputs)
         step.outputs = self._descs(slot, node.outputs)
-        try:
-            executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
-        except BackendError as error:
-            raise error_from_code(error.code, error.detail or str(error),
-                                  {**error.context, "node": node.name, "op": node.op}) from error
+        executor = Executor.prepare(self.device.backend, node.op, step.inputs, step.outputs, node.attrs,
+                                    node=node.name, repeatable=True)
         slot.executors.append(executor)
-        try:
-            backend.op_set_repeatable(executor)
-        except BackendError:
+        if not executor.repeatable:
             # The op refuses repeatable executors: phase one again at each run (ARCHITECTURE.md 5).
             step.repeatable = False
             self.fallback_nodes.add(node.name)
-        step.executor = executor
-        step.workspace_size = int(executor.workspace_size)
+        step.executor = executor.handle
+        step.workspace_size = executor.workspace_size
         if step.workspace_size:
             stream = self.streams[step.lane]
             self.workspace_sizes[stream] = max(self.workspace_sizes.get(stream, 0), step.workspace_size)
@@ -378,7 +378,7 @@ class Program:
         """Streams the models of a capture of every slot would hold (0: it cannot be captured):
         one per stream each slot's run uses, its replay stream and D2H included (captured
         streams consume stream resources, 15_model_running_instance__management.md)."""
-        if graph_capture(self.device.backend) is None or not replay_lanes or self.fallback_nodes:
+        if not can_capture(self.device) or not replay_lanes or self.fallback_nodes:
             return 0
         d2h_lane = len(self.streams) - 1
         return sum(2 + sum(1 for lane, _ in slot.tails if lane != d2h_lane) for slot in self.slots)
@@ -399,25 +399,19 @@ class Program:
         number).  Returns whether the program was captured; without replay lanes, without room
         for each slot's workspaces, or when the device runs out of streams part way
         (``starved`` is then set), it is left to run from its launch tables."""
-        backend = graph_capture(self.device.backend)
-        if backend is None or not replay_lanes or not self.pin_workspaces(workspaces):
+        if not can_capture(self.device) or not replay_lanes or not self.pin_workspaces(workspaces):
             return False
         if not self._pin_per_slot(workspaces):
             return False
         for slot in self.slots:
             self._build_tables(slot)
             slot.replay_lane = replay_lanes[slot.index % len(replay_lanes)]
-            origin = self.streams[slot.replay_lane].handle
             slot.fork = self.device.create_event()
             slot.joined = slot.done if slot.done is not None else self.device.create_event()
             try:
-                backend.capture_begin(origin)
-                try:
-                    self._capture_run(slot, origin)
-                except BaseException:
-                    _abandon_capture(backend, origin)
-                    raise
-                slot.graph = backend.capture_end(origin)
+                with Capture(self.streams[slot.replay_lane]) as capture:
+                    self._capture_run(slot, self.streams[slot.replay_lane].handle)
+                slot.graph = capture.run
             except BackendError as error:
                 if error.code != _NO_STREAM_RESOURCE:
                     raise
@@ -435,9 +429,8 @@ class Program:
     def _uncapture(self, slot: Slot) -> None:
         """Undo a slot's capture (or its start): its model and capture events go, and it runs
         from launch tables (with the workspaces it pinned for itself)."""
-        capture = graph_capture(self.device.backend)
-        if slot.graph is not None and capture is not None:
-            capture.model_destroy(slot.graph)
+        if slot.graph is not None:
+            slot.graph.close()
         slot.graph = None
         for event in (slot.fork, None if slot.joined is slot.done else slot.joined):
             if event is not None:
@@ -481,9 +474,8 @@ class Program:
                 "the pipeline's other streams waiting for ever; run pipelines on a device whose streams continue "
                 "on failure")
         if slot.graph is not None:
-            backend = graph_capture(self.device.backend)
-            assert backend is not None and slot.replay_lane is not None  # only a capturing backend made the model
-            backend.model_execute(slot.graph, self.streams[slot.replay_lane].handle, {"run": run})
+            assert slot.replay_lane is not None
+            slot.graph.replay(self.streams[slot.replay_lane], {"run": run})
         elif slot.body is not None:
             slot.body.enqueue(run)
         else:
@@ -538,7 +530,7 @@ class Program:
             # The completion host function ran after it, so this never waits.  Straight to the
             # backend, which refuses a destroyed event as Event.sync would: the result path runs
             # cold after each wait, where every frame counts.
-            self.device.backend.event_sync(done.handle, 0)
+            self.device.backend.event_sync(done.handle, -1)  # never 0: the runtime refuses it (107000)
         except BackendError as error:
             return error
         return None
@@ -568,10 +560,11 @@ class Program:
         return context
 
     async def _launch(self, step: Step, run: int, workspaces: WorkspaceStrategy) -> None:
-        backend, node = self.device.backend, step.node
+        node = step.node
         executor = step.executor
-        if step.copy is None and not step.repeatable:
-            executor = backend.op_prepare(node.op, step.inputs, step.outputs, node.attrs)
+        if step.copy is None and not step.repeatable:  # single-use: phase one again, for this launch
+            executor = Executor.prepare(self.device.backend, node.op, step.inputs, step.outputs, node.attrs,
+                                        node=node.name).handle
         workspace, stream = NO_WORKSPACE, self.streams[step.lane]
         if step.workspace_size:
             found = workspaces.try_acquire(step.workspace_size, stream, step.key)
@@ -671,19 +664,17 @@ class Program:
 
     def close(self) -> None:
         """Free everything; the caller has synchronized the streams."""
-        backend = self.device.backend
-        capture = graph_capture(backend)
         slots = list(self.slots) + ([self._building] if self._building is not None else [])
         for slot in slots:
-            if slot.graph is not None and capture is not None:
-                capture.model_destroy(slot.graph)
+            if slot.graph is not None:
+                slot.graph.close()
                 slot.graph = None
             for table in (slot.body, slot.tail):
                 if table is not None:
                     table.close()
             slot.body = slot.tail = None
             for executor in slot.executors:
-                backend.op_destroy(executor)
+                executor.destroy()
             slot.executors.clear()
             # Views of the staging buffers closed below; the caller synchronized the streams,
             # so no completion host function copies out of them any more.

@@ -11,6 +11,13 @@ Ray does placement, restarts and transport; aclpipe does what runs on each NPU.
 
 from __future__ import annotations
 
+try:
+    import ray  # noqa: F401  (checked first, so that a missing ray names the extra)
+except ModuleNotFoundError as _error:
+    from .._extras import missing_extra
+
+    raise missing_extra(_error, "ray", "aclpipe.ray (pipelines on Ray workers)") from None
+
 from .actor import PipelineActor, pipeline_actor
 from .bundle import GraphBundle
 from .host import PipelineHost, visible_devices

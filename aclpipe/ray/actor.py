@@ -70,14 +70,15 @@ def pipeline_actor(graph: Graph | GraphBundle | str | bytes, *, npus: int = 1, b
         ``npus`` is not a positive int, or no live node of the cluster has that many NPUs
         (Ray would keep the actor pending for ever).
     """
-    _check_cluster_npus(npus)
+    check_cluster_npus(npus)
     options = {"resources": {"NPU": npus}, "max_restarts": max_restarts, "max_task_retries": max_task_retries}
     return PipelineActor.options(**options).remote(GraphBundle.of(graph), backend=backend, npus=npus,
                                                    **pipeline_options)
 
 
-def _check_cluster_npus(npus: int) -> None:
-    """Refuse an actor that no live node can host: its NPUs must all be on one node."""
+def check_cluster_npus(npus: int, what: str = "an actor") -> None:
+    """Refuse an actor (or a Serve replica) that no live node can host: its NPUs must all be
+    on one node, or Ray keeps it pending for ever."""
     if isinstance(npus, bool) or not isinstance(npus, int) or npus < 1:
         raise ValueError(f"npus must be a positive int, got {npus!r}")
     if not ray.is_initialized():
@@ -86,7 +87,7 @@ def _check_cluster_npus(npus: int) -> None:
     per_node = [float(node.get("Resources", {}).get("NPU", 0)) for node in nodes if node.get("Alive")]
     largest = max(per_node, default=0.0)
     if npus > largest:
-        raise ValueError(f"an actor on {npus} NPUs cannot be placed: the most NPUs on one live node of this Ray "
+        raise ValueError(f"{what} on {npus} NPUs cannot be placed: the most NPUs on one live node of this Ray "
                          f"cluster is {largest:g} ({sum(per_node):g} in all, on {len(per_node)} node(s)), so Ray "
                          "would keep it pending for ever; ask for fewer NPUs or add a node with enough "
                          "(ray start --resources='{\"NPU\": N}')")

@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 from ..errors import DevicesUnavailableError, ExecutionError
 from ..graph import Graph
+from .actor import check_cluster_npus
 from .bundle import GraphBundle
 from .codec import JSON, RequestError, decode_request, encode_response
 from .host import PipelineHost
@@ -108,6 +109,7 @@ def app(graph: Graph | GraphBundle | str | bytes, *, num_replicas: int = 1, batc
                          ("npus_per_replica", npus_per_replica)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
+    check_cluster_npus(npus_per_replica, "a Serve replica")
     deployment = serve.deployment(
         name=name, num_replicas=num_replicas,
         ray_actor_options={"num_cpus": 0, "resources": {"NPU": npus_per_replica}},

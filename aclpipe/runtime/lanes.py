@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AclpipeError, BackendError
 from .completion import COUNTER_LENGTH, ffi
+from .event import timeout_ms
 
 if TYPE_CHECKING:
     from ..backends.protocol import Backend
@@ -156,7 +157,8 @@ class LaneState:
             event = lane.event
             backend.event_record(event, stream)
         try:
-            backend.event_sync(event, -1 if timeout is None else max(0, int(timeout * 1000)))
+            # Rounded up to >= 1 ms: a shrinking remainder must never become the 0 the runtime refuses.
+            backend.event_sync(event, timeout_ms(timeout))
         except BackendError:
             pass  # a timeout (the caller checks the counters) or the stream's error (not ours to consume)
 

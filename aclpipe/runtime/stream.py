@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.protocol import FailureMode, MemcpyKind
 from ..errors import BackendError, ClosedResourceError, error_from_code
 from .buffer import DeviceBuffer, HostBuffer
-from .event import Event, _ms
+from .event import Event, is_poll, timeout_ms
 
 if TYPE_CHECKING:
     from .device import Device
@@ -132,17 +132,31 @@ class Stream:
 
     def host_func(self, fn: Callable[[], None], *, name: str = "") -> None:
         """Run ``fn`` on the host when the stream gets here; the stream waits until it returns.
-        ``fn`` must not synchronize, allocate or launch (it would deadlock, as on the device).
-        If it raises, the stream fails with that error."""
+
+        ``fn`` runs on the device's one host-function thread (the runtime makes one per context),
+        so host functions of different streams run one at a time, never together: one that
+        blocks holds back the others.  It must not allocate, free, synchronize or launch
+        (12_execution_control.md: it may deadlock the device): the backends refuse such calls
+        with :class:`~aclpipe.errors.HazardError`.  If it raises, the stream fails with that error."""
         self._check()
         if not callable(fn):
             raise TypeError(f"host_func needs a callable, got {type(fn).__name__}")
         self.device.backend.host_func(self.handle, fn, name or getattr(fn, "__name__", "host_func"))
 
     def sync(self, timeout: float | None = None) -> None:
-        """Block until all enqueued work is done; raises (and clears) a sticky stream error."""
+        """Block until all enqueued work is done; raises (and clears) a sticky stream error.
+
+        ``timeout`` is in seconds (None: no limit), rounded up to whole milliseconds; a sync
+        that times out raises :class:`~aclpipe.errors.DeviceFault` (507046).  ``timeout=0``
+        polls with ``aclrtStreamQuery`` (the runtime refuses a 0 ms synchronize) and raises
+        the same error when work is still queued."""
         self._check()
-        self.device.backend.stream_sync(self.handle, _ms(timeout))
+        backend = self.device.backend
+        if is_poll(timeout):
+            if not backend.stream_query(self.handle):
+                raise error_from_code(507046, f"stream {self.name} still has work queued (polled with timeout=0)")
+        else:
+            backend.stream_sync(self.handle, timeout_ms(timeout))
         self._raise_retired()
 
     @property

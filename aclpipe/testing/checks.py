@@ -35,12 +35,20 @@ class ConformanceFailure(AssertionError):
 
 @dataclass(frozen=True)
 class Check:
-    """One rule: ``run(device)`` returns a detail or raises :class:`ConformanceFailure`."""
+    """One rule: ``run(device)`` returns a detail or raises :class:`ConformanceFailure`.
+
+    A documented runtime rule (:data:`aclpipe.testing.rules.RULES`) names where it comes from:
+    ``doc``, the page of the public ``hicann/runtime`` docs (``docs/zh/api_ref/...``) or header,
+    and, where the page leaves the rule open, ``source``: the runtime source file and function
+    that settle it.  Two backends held to one misread page share the misreading; the source is
+    the tie-breaker."""
 
     name: str
     description: str
     run: Callable[[Device], str]
     needs: tuple[str, ...] = ()  # capability flags the check requires
+    doc: str = ""  # the docs page (and API) the rule comes from
+    source: str = ""  # the runtime source ("file: function") that settles what the page leaves open
 
 
 def expect(condition: object, message: str) -> None:

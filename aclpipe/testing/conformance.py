@@ -37,7 +37,6 @@ _HINTS = {
     "reusable_events": "the runtime lacks aclrtCreateEventExWithFlag",
     "stop_on_failure": "the runtime lacks aclrtSetStreamFailureMode",
     "stream_abort": "the product has no aclrtStreamAbort (06_stream_management.md)",
-    "host_thread_per_stream": "host functions run through one report thread (aclrtLaunchCallback)",
     "graph_capture": "the product or runtime has no aclmdlRICapture* (15_model_running_instance__management.md)",
 }
 
@@ -157,9 +156,16 @@ def _run_check(check: Check, open_fn: Callable[[], Device], report: ConformanceR
         # their finalizers do nothing, instead of freeing memory a stream may still use.
         _close(device)
         detail = str(error) if isinstance(error, ConformanceFailure) else f"unexpected {type(error).__name__}: {error}"
-        return row(FAILED, detail)
+        return row(FAILED, detail + _reference(check))
     _close(device)
     return result
+
+
+def _reference(check: Check) -> str:
+    """Where a failed rule comes from, for whoever reads the failure: the docs page, and the
+    runtime source that settles what the page leaves open."""
+    cited = "; ".join(part for part in (check.doc, check.source) if part)
+    return f" [{cited}]" if cited else ""
 
 
 def _close(device: Device) -> None:

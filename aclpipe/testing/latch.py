@@ -8,11 +8,12 @@ has not run" is a fact, not a timing guess.
 On the simulator the latch is a device-side task (``backend.latch``): it holds only its own
 stream.  On a backend without one it is a host function that blocks on a
 :class:`threading.Event`.  That also holds the stream, and occupies the thread that runs its
-host functions while it waits: with ``aclrtLaunchHostFunc`` that thread is the stream's own,
-but with the ``aclrtLaunchCallback`` fallback one report thread serves every stream of the
-device, so host functions of *other* streams are delayed until the release.  Checks that
-need host functions on another stream while a latch is held must use a backend with a
-native latch.
+host functions while it waits, which is the *device's* one callback thread (the runtime
+makes one per context: ``ApiImpl::LaunchHostFunc``, ``src/runtime/api/impl/api_impl.cc``;
+the ``aclrtLaunchCallback`` fallback has one report thread per device too), so host functions
+of *other* streams of the device, aclpipe's completion helper included, are delayed until the
+release.  Checks that need host functions on another stream while a latch is held must use a
+backend with a native latch.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from ..backends.protocol import CaptureStatus, MemcpyKind, fault_injection, graph_capture
-from ..errors import BackendError, HazardError
+from ..errors import BackendError, DeviceFault, HazardError
 from ..runtime import Device, DeviceBuffer, Stream
 from ..tensor import TensorDesc
-from .checks import CONTRACT, TIMEOUT, Check, ConformanceFailure, _read, expect, expect_raises
+from .checks import CONTRACT, HOLD, TIMEOUT, Check, ConformanceFailure, _read, expect, expect_raises
 from .latch import latch
 
 __all__ = ["CHECKS", "RULES", "CheckSkipped"]
@@ -94,7 +94,59 @@ def event_limit(device: Device) -> str:
                              "(07_event_management.md)")
 
 
+# -- synchronize timeouts (06, 07; src/runtime/api/impl/api_error.cc) ------------------------------
+def zero_timeout(device: Device) -> str:
+    backend, stream = device.backend, device.create_stream()
+    event = stream.record()
+    stream.sync(TIMEOUT)
+    for call, handle, what in ((backend.stream_sync, stream.handle, "aclrtSynchronizeStreamWithTimeout(0)"),
+                               (backend.event_sync, event.handle, "aclrtSynchronizeEventWithTimeout(0)")):
+        error = expect_raises(BackendError, f"{what} on finished work (api_error.cc, "
+                                            "ApiErrorDecorator::StreamSynchronize/EventSynchronize: -1 or > 0)",
+                              call, handle, 0)
+        expect(error.code == 107000, f"{what} was refused with {error.code}, expected 107000 (an invalid value)")
+    with latch(stream):
+        held = stream.record()
+        polled = expect_raises(DeviceFault, "Stream.sync(timeout=0) on a held stream (a poll: a query)",
+                               stream.sync, 0)
+        expect(polled.code == 507046, f"a poll of a held stream raised {polled.code}, expected 507046 (not done)")
+        polled = expect_raises(DeviceFault, "Event.sync(timeout=0) on a held record", held.sync, 0)
+        expect(polled.code == 507047, f"a poll of a held record raised {polled.code}, expected 507047 (not done)")
+    stream.sync(TIMEOUT)
+    stream.sync(1e-4)  # a sub-millisecond timeout waits 1 ms; it must not become the refused 0
+    held.sync(1e-4)
+    held.sync(0)
+    return "a 0 ms synchronize is refused with 107000; timeout=0 polls with queries; 0.1 ms waits 1 ms"
+
+
 # -- streams (06_stream_management.md) -----------------------------------------------------------
+def stream_limit(device: Device) -> str:
+    capabilities = device.capabilities
+    limit, per_device, defaults = capabilities.max_streams, capabilities.device_streams, capabilities.default_streams
+    if per_device:
+        expect(defaults >= 1, f"the backend claims {defaults} default streams: aclrtSetDevice makes the primary "
+                              "context's (06_stream_management.md; context.cc, Context::Setup)")
+        expect(limit <= per_device - defaults,
+               f"the backend lets {limit} streams be created of the {per_device} per device, but {defaults} of those "
+               "are its contexts' default streams (06_stream_management.md, aclrtCreateStream: N = the maximum - "
+               "the streams that exist, the default stream included)")
+    if limit > 600:  # each stream is a thread on the simulator and the fake
+        raise CheckSkipped(f"{limit} streams are too many to exhaust in a check (the declared figures agree: "
+                           f"{per_device} per device less {defaults} default streams)")
+    backend, handles = device.backend, list[Any]()
+    try:
+        while len(handles) <= limit:
+            handles.append(backend.stream_create())
+    except BackendError as error:
+        expect(error.code == 207008, f"exhausting streams failed with {error.code}, expected 207008")
+        expect(len(handles) == limit, f"stream {len(handles) + 1} was refused, the backend claims {limit}")
+        return f"stream {limit + 1} refused with 207008 ({per_device} per device, {defaults} default streams)"
+    finally:
+        for handle in handles:
+            backend.stream_destroy(handle)
+    raise ConformanceFailure(f"{len(handles)} streams were created, the backend claims {limit} (06)")
+
+
 def continue_on_failure(device: Device) -> str:
     stream, target, later = device.create_stream(), device.alloc(64), device.alloc(64)
     expect(stream.failure_mode == "continue", f"a new stream's failure mode is {stream.failure_mode!r}")
@@ -142,26 +194,69 @@ def stream_abort(device: Device) -> str:
 
 def host_threads(device: Device) -> str:
     first, second = device.create_stream(), device.create_stream()
-    both = threading.Barrier(2, timeout=TIMEOUT)
-    broken: list[BaseException] = []
-    enqueuer = threading.get_ident()
+    order: list[str] = []
+    threads: set[int] = set()
+    started, overlapped = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        threads.add(threading.get_ident())
+        order.append("first")
+        started.set()
+        overlapped.wait(HOLD)  # set by the second stream's host function if it runs meanwhile
 
     def meet() -> None:
-        if threading.get_ident() == enqueuer:  # run inside host_func(): it could only block us
-            broken.append(RuntimeError("ran on the enqueuing thread"))
-            return
-        try:
-            both.wait()
-        except threading.BrokenBarrierError as error:
-            broken.append(error)
+        threads.add(threading.get_ident())
+        overlapped.set()
+        order.append("second")
 
-    first.host_func(meet)
-    second.host_func(meet)
+    first.host_func(hold)
+    first.host_func(lambda: order.append("first again"))
+    expect(started.wait(TIMEOUT), "a host function never ran")
+    second.host_func(meet)  # reached while ``hold`` runs: it must wait for it
     first.sync(TIMEOUT)
     second.sync(TIMEOUT)
-    expect(not broken, "host functions of two streams did not run at the same time: each stream's run on its own "
-                       "thread (12_execution_control.md, aclrtLaunchHostFunc)")
-    return "two streams' host functions met at a barrier"
+    expect(order[:2] == ["first", "second"],
+           f"host functions of two streams of one device overlapped (order {order}): the runtime runs them all on "
+           "the context's one callback thread (12_execution_control.md, aclrtLaunchHostFunc; "
+           "src/runtime/api/impl/api_impl.cc, ApiImpl::LaunchHostFunc)")
+    expect(order == ["first", "second", "first again"],
+           f"host functions ran in the order {order}, not the order their streams reached them")
+    expect(len(threads) == 1, f"host functions of one device ran on {len(threads)} threads, expected the context's one")
+    return "two streams' host functions ran one at a time, in the order reached, on one thread"
+
+
+def host_function_calls(device: Device) -> str:
+    stream, other = device.create_stream(), device.create_stream()
+    backend = device.backend
+    address = backend.mem_alloc(64)
+    seen: dict[str, Any] = {}
+    calls: dict[str, Any] = {
+        "aclrtMalloc": lambda: backend.mem_alloc(64),
+        "aclrtFree": lambda: backend.mem_free(address),
+        "aclrtSynchronizeStream": lambda: backend.stream_sync(other.handle, -1),  # idle: it would return at once
+        "aclrtMemsetAsync": lambda: backend.memset_async(address, 0, 64, other.handle),
+    }
+
+    def attempt() -> None:
+        for name, call in calls.items():
+            try:
+                seen[name] = call()
+            except (BackendError, HazardError) as error:
+                seen[name] = error
+
+    stream.host_func(attempt, name="calls-back-in")
+    stream.sync(TIMEOUT)
+    other.sync(TIMEOUT)
+    allowed = [name for name, result in seen.items() if not isinstance(result, (BackendError, HazardError))]
+    if isinstance(seen.get("aclrtMalloc"), int):
+        backend.mem_free(seen["aclrtMalloc"])
+    if "aclrtFree" not in allowed:
+        backend.mem_free(address)
+    expect(len(seen) == len(calls), f"the host function made only {sorted(seen)} of its calls")
+    expect(not allowed, f"{', '.join(allowed)} from inside a host function succeeded: 12_execution_control.md "
+                        "(aclrtLaunchHostFunc, aclrtLaunchCallback) forbids allocating, freeing, synchronizing and "
+                        "launching there (the context's one callback thread may deadlock)")
+    return "allocation, free, synchronize and launch from inside a host function are refused"
 
 
 # -- memory (11-01, 11-03, acl_rt.h, 25-01) ---------------------------------------------------------
@@ -171,6 +266,7 @@ def d2d_alignment(device: Device) -> str:
     error = expect_raises(BackendError, "a D2D copy from a 32-byte aligned address (acl_rt.h, aclrtMemcpyAsync)",
                           backend.memcpy_async, target.address, source.address + 32, 64,
                           MemcpyKind.DEVICE_TO_DEVICE, stream.handle)
+    expect(error.code == 107008, f"refused with {error.code}, expected 107008 (ACL_ERROR_RT_ADDR_UNALIGNED)")
     backend.memcpy_async(target.address + 64, source.address + 128, 64, MemcpyKind.DEVICE_TO_DEVICE, stream.handle)
     stream.sync(TIMEOUT)
     return f"refused with {error.code}; 64-byte aligned copies run"
@@ -272,39 +368,83 @@ def capture_model(device: Device) -> str:
     backend.model_execute(model, runner.handle)
     seen = _read(device, runner, data, 64).view(np.float32)
     expect((seen == 4).all(), f"two replays on one stream gave {seen[:2]}, expected 1 doubled twice")
-    backend.capture_begin(origin.handle)
-    expect_raises(BackendError, "a synchronize inside a capture", origin.sync, TIMEOUT)
-    expect(backend.capture_get_info(origin.handle)[0] == CaptureStatus.INVALIDATED,
-           "a synchronize inside a capture did not invalidate it")
-    expect_raises(BackendError, "ending an invalidated capture", backend.capture_end, origin.handle)
     backend.model_destroy(model)
     backend.op_destroy(executor)
-    return "origin, joined stream, replays on a third stream; a sync invalidates"
+    return "origin, joined stream, replays on a third stream"
 
+
+def capture_sync(device: Device) -> str:
+    backend = graph_capture(device.backend)
+    assert backend is not None
+    origin, runner = device.create_stream(), device.create_stream()
+    data = device.upload(np.ones(16, np.float32))
+    backend.capture_begin(origin.handle)
+    for call, what in ((origin.sync, "aclrtSynchronizeStream"), (lambda: origin.is_done, "aclrtStreamQuery")):
+        error = expect_raises(BackendError, f"{what} of a capturing stream", call)
+        expect(error.code == 107027, f"{what} of a capturing stream failed with {error.code}, expected 107027 (the "
+                                     "stream is captured: api_error.cc, ApiErrorDecorator::StreamSynchronize)")
+        expect(backend.capture_get_info(origin.handle)[0] == CaptureStatus.ACTIVE,
+               f"{what} of a capturing stream ended or invalidated the capture; the runtime refuses the call "
+               "before doing anything and the capture goes on")
+    executor = _double(device, origin, data.address, 16, "captured after the refused sync", repeatable=True)
+    model = backend.capture_end(origin.handle)
+    backend.model_execute(model, runner.handle)
+    seen = _read(device, runner, data, 64).view(np.float32)
+    expect((seen == 2).all(), f"the capture that went on after a refused sync replayed to {seen[:2]}, expected 2")
+    backend.model_destroy(model)
+    backend.op_destroy(executor)
+    return "sync and query refused with 107027; the capture ended and replayed"
+
+
+_API = "docs/zh/api_ref/"
+_API_ERROR = "src/runtime/api/impl/api_error.cc"
 
 RULES: tuple[Check, ...] = (
     Check("event_kinds", "reusable events re-record; single-use ones need aclrtResetEvent (07)", event_kinds,
-          ("reusable_events",)),
+          ("reusable_events",), doc=f"{_API}07_event_management.md (aclrtCreateEventExWithFlag, aclrtResetEvent)"),
     Check("never_recorded_wait", "a wait on a never-recorded event is an invalid value (event.md 4.2)",
-          never_recorded_wait),
-    Check("event_limit", "events per device are limited by the product (07)", event_limit),
-    Check("continue_on_failure", "by default a stream runs the tasks after a failed one (06)", continue_on_failure),
+          never_recorded_wait, doc="docs/zh/design/modules/event/event.md 4.2"),
+    Check("event_limit", "events per device are limited by the product (07)", event_limit,
+          doc=f"{_API}07_event_management.md (aclrtCreateEvent* constraints)"),
+    Check("zero_timeout", "a 0 ms *WithTimeout synchronize is 107000; polls are queries (06, 07; api_error.cc)",
+          zero_timeout, doc=f"{_API}06_stream_management.md (aclrtSynchronizeStreamWithTimeout), "
+                            "07_event_management.md (aclrtSynchronizeEventWithTimeout): -1 or > 0",
+          source=f"{_API_ERROR}: ApiErrorDecorator::StreamSynchronize, ApiErrorDecorator::EventSynchronize "
+                 "(0 is RT_ERROR_INVALID_VALUE)"),
+    Check("stream_limit", "default streams count against the streams per device (06; context.cc)", stream_limit,
+          doc=f"{_API}06_stream_management.md (aclrtCreateStream constraints: N = maximum - existing streams, "
+              "the default stream included)",
+          source="src/runtime/core/src/context/context.cc: Context::Setup (a default stream per context)"),
+    Check("continue_on_failure", "by default a stream runs the tasks after a failed one (06)", continue_on_failure,
+          doc=f"{_API}06_stream_management.md (aclrtSetStreamFailureMode)"),
     Check("stop_on_failure", "ACL_STOP_ON_FAILURE drops queued work and refuses new work (06)", stop_on_failure,
-          ("stop_on_failure",)),
+          ("stop_on_failure",), doc=f"{_API}06_stream_management.md (aclrtSetStreamFailureMode)"),
     Check("stream_abort", "aclrtStreamAbort releases a stream blocked on a stopped one (06)", stream_abort,
-          ("stop_on_failure", "stream_abort")),
-    Check("host_threads", "host functions of different streams may run at the same time (12)", host_threads,
-          ("host_thread_per_stream",)),
-    Check("d2d_alignment", "device-to-device copies need 64-byte aligned addresses (acl_rt.h)", d2d_alignment),
-    Check("async_host_copy", "asynchronous host-to-host copies are not supported (11-03)", async_host_copy),
+          ("stop_on_failure", "stream_abort"), doc=f"{_API}06_stream_management.md (aclrtStreamAbort)"),
+    Check("host_threads", "one callback thread per context: host functions of a device never overlap (12; "
+          "api_impl.cc)", host_threads, ("host_callbacks",),
+          doc=f"{_API}12_execution_control.md (aclrtLaunchHostFunc: the thread registered for the stream)",
+          source="src/runtime/api/impl/api_impl.cc: ApiImpl::LaunchHostFunc (Context::CreateContextCallBackThread)"),
+    Check("host_function_calls", "no allocation, free, synchronize or launch from inside a host function (12)",
+          host_function_calls, ("host_callbacks",),
+          doc=f"{_API}12_execution_control.md (aclrtLaunchHostFunc, aclrtLaunchCallback constraints)"),
+    Check("d2d_alignment", "device-to-device copies need 64-byte aligned addresses (acl_rt.h)", d2d_alignment,
+          doc="include/external/acl/acl_rt.h (aclrtMemcpyAsync restriction)"),
+    Check("async_host_copy", "asynchronous host-to-host copies are not supported (11-03)", async_host_copy,
+          doc=f"{_API}11-03_memory_copy_and_set.md (aclrtMemcpyAsync constraints)"),
     Check("use_after_free_code", "a use after free is not reported as 507053, a memory UCE (25-01)",
-          use_after_free_code),
+          use_after_free_code, doc=f"{_API}25-01_aclError.md"),
     Check("executor_destroy", "destroying an executor whose launch may run is caught (acl_meta.h)",
-          executor_destroy),
+          executor_destroy, doc="aclnn acl_meta.h (aclDestroyAclOpExecutor)"),
     Check("sanitizer_padding", "kernels may touch 32 bytes past an output: an unpadded neighbour is caught (11-01)",
-          sanitizer_padding, ("sanitizer",)),
-    Check("capture_model", "aclmdlRI capture: origin, joins, replay on one stream, invalidation (15)",
-          capture_model, ("graph_capture",)),
+          sanitizer_padding, ("sanitizer",), doc=f"{_API}11-01_device_memory_malloc_and_free.md (aclrtMalloc)"),
+    Check("capture_model", "aclmdlRI capture: origin, joins, replay on one stream (15)",
+          capture_model, ("graph_capture",), doc=f"{_API}15_model_running_instance__management.md"),
+    Check("capture_sync", "synchronizing a capturing stream is 107027 and leaves the capture intact (15; "
+          "api_error.cc)", capture_sync, ("graph_capture",),
+          doc=f"{_API}15_model_running_instance__management.md (aclmdlRICaptureBegin)",
+          source=f"{_API_ERROR}: ApiErrorDecorator::StreamSynchronize, ApiErrorDecorator::StreamQuery "
+                 "(RT_ERROR_STREAM_CAPTURED before anything is done)"),
 )
 
 #: Every check the kit runs: the backend contract, then the documented runtime rules.

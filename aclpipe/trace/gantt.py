@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._extras import require
+
 if TYPE_CHECKING:
     from .trace import Trace, TraceRecord
 
@@ -25,11 +27,7 @@ _UNKNOWN_OP_COLOUR = "#444444"  # not in the palette
 
 
 def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise ImportError("drawing a Gantt chart needs matplotlib: pip install 'aclpipe[plot]' "
-                          "(or pip install matplotlib)") from None
+    matplotlib = require("matplotlib", "drawing a Gantt chart")
     matplotlib.use("Agg", force=False)  # files only: never open a window
     import matplotlib.pyplot as plt
 

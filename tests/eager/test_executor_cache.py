@@ -85,7 +85,7 @@ def test_lru_evicts_and_destroys_after_the_stream_passed(device):
     assert (stats.evictions, stats.entries) == (1, 2)
     stream.sync()
     cache.close()
-    assert calls[0].executor.destroyed
+    assert calls[0].executor.handle.destroyed
     assert cache.stats().destroyed == 3
 
 
@@ -98,12 +98,12 @@ def test_entry_evicted_while_prepared_is_destroyed_only_after_its_launch(device)
     held = cache.prepare("Add", inputs, outputs, {})
     _add(device, cache, stream, np.ones((3, 3), np.float32), np.ones((3, 3), np.float32))  # evicts `held`
     assert cache.stats().evictions == 1
-    assert not held.executor.destroyed
+    assert not held.executor.handle.destroyed
     cache.launch(held, inputs, outputs, 0, 0, stream)
     stream.sync()
     np.testing.assert_array_equal(device.download(out, "float32", (2, 2)), 2 * x)
     cache.close()
-    assert held.executor.destroyed
+    assert held.executor.handle.destroyed
 
 
 def test_stale_executor_with_another_shape_is_refused(device):
@@ -117,7 +117,7 @@ def test_stale_executor_with_another_shape_is_refused(device):
         cache.launch(call, big, [TensorDesc.contiguous((4, 2), "float32", out.address)], 0, 0, stream)
     # The simulated executor refuses it as well, by its own check.
     with pytest.raises(InvalidArgumentError, match="changed since phase one"):
-        call.executor.check_signature(big, small_out)
+        call.executor.handle.check_signature(big, small_out)
     # The cache key differs, so a new call with the new shape gets its own phase one.
     fresh = cache.prepare("Add", big, [TensorDesc.contiguous((4, 2), "float32", out.address)], {})
     assert not fresh.hit and fresh.executor is not call.executor

@@ -483,7 +483,9 @@ aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)
     pthread_mutex_lock(&rt_lock);
     fake_stream *s = NULL;
     fake_model *m = (fake_model *)modelRI;
-    int rc = rt_need_stream(stream, "aclmdlRIExecuteAsync", &s);
+    int rc = rt_refuse_in_callback("aclmdlRIExecuteAsync");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_stream(stream, "aclmdlRIExecuteAsync", &s);
     if (rc == ACL_SUCCESS && (!ptr_set_has(&models, m) || !m->ready))
         rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclmdlRIExecuteAsync: %p is not a captured model", modelRI);
     else if (rc == ACL_SUCCESS && s->capture)

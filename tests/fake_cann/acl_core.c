@@ -15,15 +15,15 @@
 #include "acl_internal.h"
 
 pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
-fake_product rt_product = {"atlas-a2", "Ascend910B3", 65536, 1984, true, true};
+fake_product rt_product = {"atlas-a2", "Ascend910B3", 65536, 1984, true, true, 1091.0};
 
 /* FAKE_CANN_PRODUCT picks the product rules (acl_internal.h cites the pages). */
 static void choose_product(void)
 {
     static const fake_product products[] = {
-        {"atlas-a2", "Ascend910B3", 65536, 1984, true, true},
-        {"atlas-310p", "Ascend310P3", 1023, 1024, false, true},
-        {"atlas-200i-a2", "Ascend310B4", 65536, 512, false, false},
+        {"atlas-a2", "Ascend910B3", 65536, 1984, true, true, 1091.0},
+        {"atlas-310p", "Ascend310P3", 1023, 1024, false, true, 547.0},
+        {"atlas-200i-a2", "Ascend310B4", 65536, 512, false, false, 1091.0},
     };
     const char *wanted = getenv("FAKE_CANN_PRODUCT");
     rt_product = products[0];
@@ -35,6 +35,7 @@ static void choose_product(void)
 pthread_cond_t rt_changed;
 bool rt_initialized;
 __thread fake_context *rt_current;
+__thread bool rt_in_callback;
 
 static int device_count;
 static uint64_t device_capacity;
@@ -225,6 +226,42 @@ int rt_need_context(void)
 /* The SoC name the product rules are read from (NULL before aclInit). */
 const char *aclrtGetSocName(void) { return rt_initialized ? rt_product.soc : NULL; }
 
+/* ---- op execute timeout (12_execution_control.md, aclrtSetOpExecuteTimeOut[V2]) ----------------
+ * Process-wide, the last call wins; 0 asks for the maximum (interval * 254); anything else is
+ * rounded up to a multiple of the interval, at most the maximum.  The fake runs no kernel long
+ * enough to time out: it keeps the figure in force for aclrtGetOpExecuteTimeout-style checks. */
+static uint64_t op_timeout_us; /* 0: the product's default */
+
+static uint64_t effective_op_timeout_us(uint64_t requested_us)
+{
+    uint64_t maximum = (uint64_t)(rt_product.op_timeout_max_s * 1e6), interval = maximum / 254;
+    if (requested_us == 0 || requested_us >= maximum)
+        return maximum;
+    return ((requested_us + interval - 1) / interval) * interval;
+}
+
+aclError aclrtSetOpExecuteTimeOutV2(uint64_t timeout, uint64_t *actualTimeout)
+{
+    pthread_mutex_lock(&rt_lock);
+    int rc = rt_initialized ? ACL_SUCCESS : fakecann_fail(ACL_ERROR_UNINITIALIZE, "aclrtSetOpExecuteTimeOutV2: call "
+                                                                                      "aclInit first");
+    if (rc == ACL_SUCCESS && !actualTimeout)
+        rc = fakecann_fail(ACL_ERROR_INVALID_PARAM, "aclrtSetOpExecuteTimeOutV2: actualTimeout is NULL");
+    if (rc == ACL_SUCCESS) {
+        op_timeout_us = effective_op_timeout_us(timeout);
+        *actualTimeout = op_timeout_us;
+        rt_trace("aclrtSetOpExecuteTimeOutV2 %llu", (unsigned long long)op_timeout_us);
+    }
+    pthread_mutex_unlock(&rt_lock);
+    return rc;
+}
+
+aclError aclrtSetOpExecuteTimeOut(uint32_t timeout)
+{
+    uint64_t actual = 0;
+    return aclrtSetOpExecuteTimeOutV2((uint64_t)timeout * 1000000u, &actual);
+}
+
 aclError aclrtGetDeviceCount(uint32_t *count)
 {
     pthread_mutex_lock(&rt_lock);
@@ -247,6 +284,7 @@ static fake_context *new_context(int device, bool is_default)
     context->device = device;
     context->alive = true;
     context->is_default = is_default;
+    pthread_cond_init(&context->host_work, NULL);
     ptr_set_add(&contexts, context);
     return context;
 }
@@ -268,6 +306,25 @@ aclError aclrtSetDevice(int32_t deviceId)
     }
     pthread_mutex_unlock(&rt_lock);
     return rc;
+}
+
+int rt_refuse_in_callback(const char *api)
+{
+    if (!rt_in_callback)
+        return ACL_SUCCESS;
+    return fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "%s called from inside a host function or callback: "
+                         "12_execution_control.md forbids allocating, freeing, synchronizing and launching there (the "
+                         "runtime may deadlock its context's callback thread; the fake refuses)", api);
+}
+
+int rt_default_streams(int device)
+{
+    int live = 0;
+    for (size_t i = 0; i < contexts.len; i++) {
+        fake_context *context = (fake_context *)contexts.items[i];
+        live += context->alive && context->device == device;
+    }
+    return live;
 }
 
 static int user_contexts(int device)
@@ -299,8 +356,10 @@ aclError aclrtResetDevice(int32_t deviceId)
                                "events and streams, then contexts, then reset the device", deviceId, streams,
                                events, user);
     }
+    fake_context *dead = NULL;
     if (rc == ACL_SUCCESS) {
         if (--devices[deviceId].refs == 0) {
+            dead = devices[deviceId].primary;
             devices[deviceId].primary->alive = false; /* kept allocated: other threads may point at it */
             free_device_memory(deviceId);
             rt_peer_forget(deviceId);
@@ -310,6 +369,8 @@ aclError aclrtResetDevice(int32_t deviceId)
         rt_trace("aclrtResetDevice %d", deviceId);
     }
     pthread_mutex_unlock(&rt_lock);
+    if (dead)
+        rt_stop_host_thread(dead);
     return rc;
 }
 
@@ -369,6 +430,8 @@ aclError aclrtDestroyContext(aclrtContext context)
         rt_trace("aclrtDestroyContext %d", target->device);
     }
     pthread_mutex_unlock(&rt_lock);
+    if (rc == ACL_SUCCESS)
+        rt_stop_host_thread(target);
     return rc;
 }
 
@@ -502,7 +565,9 @@ aclError aclrtMalloc(void **devPtr, size_t size, int policy)
 {
     (void)policy;
     pthread_mutex_lock(&rt_lock);
-    int rc = rt_need_context();
+    int rc = rt_refuse_in_callback("aclrtMalloc");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_context();
     uint64_t capacity = ((size + FAKE_ALIGN - 1) / FAKE_ALIGN) * FAKE_ALIGN + FAKE_ALIGN;
     void *base = NULL;
     if (rc == ACL_SUCCESS && (!devPtr || size == 0))
@@ -530,7 +595,9 @@ aclError aclrtMalloc(void **devPtr, size_t size, int policy)
 aclError aclrtFree(void *devPtr)
 {
     pthread_mutex_lock(&rt_lock);
-    int rc = rt_need_context();
+    int rc = rt_refuse_in_callback("aclrtFree");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_context();
     allocation *a = find_allocation(devPtr);
     if (rc == ACL_SUCCESS && (!a || a->base != (char *)devPtr || a->device < 0))
         rc = fakecann_fail(ACL_ERROR_RT_MEMORY_FREE, "aclrtFree: %p is not an address aclrtMalloc returned", devPtr);
@@ -543,7 +610,9 @@ aclError aclrtFree(void *devPtr)
 aclError aclrtMallocHost(void **hostPtr, size_t size)
 {
     pthread_mutex_lock(&rt_lock);
-    int rc = rt_need_context();
+    int rc = rt_refuse_in_callback("aclrtMallocHost");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_context();
     void *base = NULL;
     if (rc == ACL_SUCCESS && (!hostPtr || size == 0))
         rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMallocHost: hostPtr is NULL or size is 0");
@@ -561,11 +630,11 @@ aclError aclrtFreeHost(void *hostPtr)
 {
     pthread_mutex_lock(&rt_lock);
     allocation *a = find_allocation(hostPtr);
-    int rc = ACL_SUCCESS;
-    if (!a || a->base != (char *)hostPtr || a->device >= 0)
+    int rc = rt_refuse_in_callback("aclrtFreeHost");
+    if (rc == ACL_SUCCESS && (!a || a->base != (char *)hostPtr || a->device >= 0))
         rc = fakecann_fail(ACL_ERROR_RT_MEMORY_FREE, "aclrtFreeHost: %p is not an address aclrtMallocHost returned",
                            hostPtr);
-    else
+    else if (rc == ACL_SUCCESS)
         drop_allocation(a);
     pthread_mutex_unlock(&rt_lock);
     return rc;

@@ -15,11 +15,20 @@
 
 #define FAKE_MAX_DEVICES 64
 
+struct host_call;
+
 typedef struct fake_context {
     int device;
     bool alive;
     bool is_default;
     bool stop_on_failure; /* a stream of it was set to ACL_STOP_ON_FAILURE: all its streams stop */
+    /* Its aclrtLaunchHostFunc thread, made at the first host function of any of its streams and
+     * shared by all of them (src/runtime/api/impl/api_impl.cc, ApiImpl::LaunchHostFunc:
+     * Context::CreateContextCallBackThread), and the calls queued for it, oldest first. */
+    pthread_cond_t host_work;
+    struct host_call *host_calls;
+    bool host_running, host_stopping;
+    pthread_t host_thread;
 } fake_context;
 
 /* What differs between the products the fake can pretend to be (FAKE_CANN_PRODUCT: "a2", the
@@ -33,6 +42,9 @@ typedef struct fake_product {
     int max_streams;
     bool stream_abort;
     bool capture;
+    /* 12_execution_control.md (aclrtSetOpExecuteTimeOut constraints): the longest AI Core op
+     * timeout, interval * 254, in seconds; also the default on these products. */
+    double op_timeout_max_s;
 } fake_product;
 
 extern fake_product rt_product;
@@ -41,12 +53,20 @@ extern pthread_mutex_t rt_lock;
 extern pthread_cond_t rt_changed;
 extern bool rt_initialized;
 extern __thread fake_context *rt_current;
+/* True on a thread while it runs a host function or a report callback (12_execution_control.md). */
+extern __thread bool rt_in_callback;
 
 /* With rt_lock held: 0 when ACL is initialized and this thread has a live context. */
 int rt_need_context(void);
 /* With rt_lock held: how many user streams / events live on device. */
 int rt_live_streams(int device, const fake_context *context);
 int rt_live_events(int device);
+/* With rt_lock held: the default streams on device, one per live context (the primary one of
+ * aclrtSetDevice included: src/runtime/core/src/context/context.cc, Context::Setup). */
+int rt_default_streams(int device);
+/* With rt_lock held: 0, or the refusal of api when called from inside a host function or callback
+ * (12_execution_control.md: no allocation, free, synchronize or launch there). */
+int rt_refuse_in_callback(const char *api);
 /* Append one line to the call trace (with rt_lock held). */
 void rt_trace(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /* Absolute deadline timeout_ms from now; timeout_ms < 0 means none (returns 0). */
@@ -121,10 +141,6 @@ typedef struct fake_stream {
     bool subscribed;
     uint64_t subscriber;
     pthread_cond_t work;       /* the stream thread, idle: a task arrived or the stream is stopping */
-    pthread_cond_t host_work;  /* its host-function thread, idle: a call arrived or it is stopping */
-    host_call *host_calls;  /* this stream's aclrtLaunchHostFunc thread and its queue */
-    bool host_running, host_stopping;
-    pthread_t host_thread;
     struct capture *capture;   /* the capture it is part of */
     struct fake_model *owner;  /* a model's own stream */
     struct task_update *update;
@@ -141,7 +157,9 @@ int rt_submit(fake_stream *s, task *t, const char *api);
 /* Queue t on s unconditionally (a model's own streams during a replay). */
 void rt_push(fake_stream *s, task *t);
 fake_stream *rt_new_stream(int device, fake_context *context);
-void rt_delete_stream(fake_stream *s); /* stops its threads; rt_lock NOT held */
+void rt_delete_stream(fake_stream *s); /* stops its thread; rt_lock NOT held */
+/* Stop and join a dead context's host-function thread (rt_lock NOT held). */
+void rt_stop_host_thread(fake_context *context);
 fake_event *rt_new_event(int device, uint32_t flags);
 bool rt_reached(const fake_event *e, int64_t generation);
 void rt_free_task(task *t);

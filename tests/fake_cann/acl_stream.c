@@ -136,6 +136,11 @@ static int stopped_error(const fake_stream *s, const char *api)
 
 int rt_submit(fake_stream *s, task *t, const char *api)
 {
+    int refused = rt_refuse_in_callback(api);
+    if (refused != ACL_SUCCESS) {
+        rt_free_task(t);
+        return refused;
+    }
     if (s->capture)
         return rt_capture_store(s, t, api);
     if (s->update)
@@ -149,22 +154,28 @@ int rt_submit(fake_stream *s, task *t, const char *api)
     return ACL_SUCCESS;
 }
 
-/* ---- host functions (aclrtLaunchHostFunc): one thread per stream ------------------------- */
+/* ---- host functions (aclrtLaunchHostFunc): one thread per context --------------------------
+ * 12_execution_control.md says "the thread registered for the stream"; the runtime's
+ * ApiImpl::LaunchHostFunc (src/runtime/api/impl/api_impl.cc) makes that thread once per context
+ * and subscribes each stream to it, so host functions of different streams of one context run
+ * one at a time, in the order their streams reach them. */
 #ifdef FAKE_HAVE_LAUNCH_HOST_FUNC
 static void *host_func_loop(void *argument)
 {
-    fake_stream *s = (fake_stream *)argument;
+    fake_context *c = (fake_context *)argument;
     pthread_mutex_lock(&rt_lock);
     for (;;) {
-        while (!s->host_calls && !s->host_stopping)
-            pthread_cond_wait(&s->host_work, &rt_lock);
-        if (!s->host_calls)
+        while (!c->host_calls && !c->host_stopping)
+            pthread_cond_wait(&c->host_work, &rt_lock);
+        if (!c->host_calls)
             break;
-        host_call *call = s->host_calls;
-        s->host_calls = call->next;
+        host_call *call = c->host_calls;
+        c->host_calls = call->next;
+        rt_in_callback = true;
         pthread_mutex_unlock(&rt_lock);
         call->function(call->argument);
         pthread_mutex_lock(&rt_lock);
+        rt_in_callback = false;
         call->done = true;
         pthread_cond_broadcast(&rt_changed);
     }
@@ -177,26 +188,28 @@ static void run_host_func(fake_stream *s, task *t)
 {
     host_call call = {NULL, (aclrtHostFunc)t->function, t->argument, false};
     pthread_mutex_lock(&rt_lock);
-    host_call **tail = &s->host_calls;
+    fake_context *c = s->context;
+    host_call **tail = &c->host_calls;
     while (*tail)
         tail = &(*tail)->next;
     *tail = &call;
-    pthread_cond_signal(&s->host_work);
+    pthread_cond_signal(&c->host_work);
     while (!call.done)
         pthread_cond_wait(&rt_changed, &rt_lock);
     pthread_mutex_unlock(&rt_lock);
 }
 #endif
 
-static void stop_host_thread(fake_stream *s)
+void rt_stop_host_thread(fake_context *c)
 {
     pthread_mutex_lock(&rt_lock);
-    bool running = s->host_running;
-    s->host_stopping = true;
-    pthread_cond_signal(&s->host_work);
+    bool running = c->host_running;
+    c->host_running = false;
+    c->host_stopping = true;
+    pthread_cond_signal(&c->host_work);
     pthread_mutex_unlock(&rt_lock);
     if (running)
-        pthread_join(s->host_thread, NULL);
+        pthread_join(c->host_thread, NULL);
 }
 
 /* ---- report callbacks (aclrtLaunchCallback) -------------------------------------------- */
@@ -406,9 +419,13 @@ static void *stream_loop(void *argument)
 /* ---- streams ------------------------------------------------------------------------------- */
 fake_stream *rt_new_stream(int device, fake_context *context)
 {
-    if (streams_on(device) >= rt_product.max_streams) {
+    /* 06_stream_management.md, aclrtCreateStream: "N = the maximum - the streams that exist, the
+     * default stream included"; each live context holds one. */
+    int defaults = rt_default_streams(device);
+    if (streams_on(device) + defaults >= rt_product.max_streams) {
         fakecann_fail(ACL_ERROR_RT_NO_STREAM_RESOURCE, "%s allows %d streams per device (06_stream_management.md, "
-                      "aclrtCreateStream), model streams included", rt_product.name, rt_product.max_streams);
+                      "aclrtCreateStream), model streams and the %d default streams of its contexts included",
+                      rt_product.name, rt_product.max_streams, defaults);
         return NULL;
     }
     fake_stream *s = (fake_stream *)calloc(1, sizeof *s);
@@ -416,10 +433,8 @@ fake_stream *rt_new_stream(int device, fake_context *context)
     s->context = context;
     s->drop_upto = -1;
     pthread_cond_init(&s->work, NULL);
-    pthread_cond_init(&s->host_work, NULL);
     if (pthread_create(&s->thread, NULL, stream_loop, s) != 0) {
         pthread_cond_destroy(&s->work);
-        pthread_cond_destroy(&s->host_work);
         free(s);
         fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "no thread for the stream");
         return NULL;
@@ -438,10 +453,8 @@ void rt_delete_stream(fake_stream *s)
     pthread_cond_broadcast(&rt_changed);
     pthread_mutex_unlock(&rt_lock);
     pthread_join(s->thread, NULL);
-    stop_host_thread(s);
     fakecann_count("stream", -1);
     pthread_cond_destroy(&s->work);
-    pthread_cond_destroy(&s->host_work);
     free(s);
 }
 
@@ -499,13 +512,37 @@ static int take_error(fake_stream *s)
     return fakecann_fail(code, "%s", s->error_message);
 }
 
+/* A synchronize or query of a capturing stream: src/runtime/api/impl/api_error.cc
+ * (ApiErrorDecorator::StreamSynchronize, ::StreamQuery) returns RT_ERROR_STREAM_CAPTURED (107027)
+ * before doing anything, so the capture stays intact and may still end. */
+static int refuse_captured(const char *api)
+{
+    return fakecann_fail(ACL_ERROR_RT_STREAM_CAPTURED, "%s: the stream is being captured; synchronize before "
+                         "aclmdlRICaptureBegin or after aclmdlRICaptureEnd", api);
+}
+
+/* The parameter check of every *WithTimeout synchronize: -1 or > 0.  The docs list only those;
+ * src/runtime/api/impl/api_error.cc (ApiErrorDecorator::StreamSynchronize, ::EventSynchronize)
+ * refuses 0 and anything below -1 with RT_ERROR_INVALID_VALUE (107000) before anything else. */
+static int check_timeout(int32_t timeout, const char *api)
+{
+    if (timeout == 0 || timeout < -1)
+        return fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the timeout must be -1 or greater than 0 ms, got %d",
+                             api, (int)timeout);
+    return ACL_SUCCESS;
+}
+
 aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
 {
     pthread_mutex_lock(&rt_lock);
     fake_stream *s = NULL;
-    int rc = rt_need_stream(stream, "aclrtSynchronizeStream", &s);
+    int rc = check_timeout(timeout, "aclrtSynchronizeStreamWithTimeout");
+    if (rc == ACL_SUCCESS)
+        rc = rt_refuse_in_callback("aclrtSynchronizeStream");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_stream(stream, "aclrtSynchronizeStream", &s);
     if (rc == ACL_SUCCESS && s->capture)
-        rc = rt_capture_forbid(s->capture, ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, "aclrtSynchronizeStream");
+        rc = refuse_captured("aclrtSynchronizeStream");
     if (rc == ACL_SUCCESS) {
         int64_t target = s->enqueued;
         struct timespec deadline;
@@ -534,7 +571,7 @@ aclError aclrtStreamQuery(aclrtStream stream, int *status)
     if (rc == ACL_SUCCESS && !status)
         rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamQuery: status is NULL");
     else if (rc == ACL_SUCCESS && s->capture)
-        rc = rt_capture_forbid(s->capture, ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, "aclrtStreamQuery");
+        rc = refuse_captured("aclrtStreamQuery");
     if (rc == ACL_SUCCESS) {
         *status = s->completed >= s->enqueued ? 0 /* COMPLETE */ : 1 /* NOT_READY */;
         rc = take_error(s);
@@ -546,7 +583,9 @@ aclError aclrtStreamQuery(aclrtStream stream, int *status)
 aclError aclrtSynchronizeDevice(void)
 {
     pthread_mutex_lock(&rt_lock);
-    int rc = rt_need_context();
+    int rc = rt_refuse_in_callback("aclrtSynchronizeDevice");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_context();
     if (rc == ACL_SUCCESS)
         rc = rt_capture_forbid_device_sync(rt_current->device);
     for (size_t i = 0; rc == ACL_SUCCESS && i < streams.len; i++) {
@@ -881,7 +920,10 @@ aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
 
 static int check_not_captured(fake_event *e, const char *api)
 {
-    return e->capture ? rt_capture_forbid(e->capture, ACL_ERROR_RT_EVENT_CAPTURED, api) : ACL_SUCCESS;
+    /* api_error.cc, ApiErrorDecorator::EventSynchronize/EventQueryStatus: refused before anything
+     * is done; the capture goes on. */
+    return e->capture ? fakecann_fail(ACL_ERROR_RT_EVENT_CAPTURED, "%s: the event's latest record is in a capture "
+                                      "that has not ended", api) : ACL_SUCCESS;
 }
 
 /* aclrtEventRecordedStatus: COMPLETE = 1 (the reverse of the deprecated aclrtQueryEvent). */
@@ -917,7 +959,11 @@ aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)
 {
     pthread_mutex_lock(&rt_lock);
     fake_event *e = NULL;
-    int rc = rt_need_event(event, "aclrtSynchronizeEvent", &e);
+    int rc = check_timeout(timeout, "aclrtSynchronizeEventWithTimeout");
+    if (rc == ACL_SUCCESS)
+        rc = rt_refuse_in_callback("aclrtSynchronizeEvent");
+    if (rc == ACL_SUCCESS)
+        rc = rt_need_event(event, "aclrtSynchronizeEvent", &e);
     if (rc == ACL_SUCCESS)
         rc = check_not_captured(e, "aclrtSynchronizeEvent");
     if (rc == ACL_SUCCESS) {
@@ -975,11 +1021,12 @@ aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args)
                            "aclrtLaunchCallback; the two callback mechanisms must not be mixed on one stream");
     else if (rc == ACL_SUCCESS && s->capture)
         rc = rt_capture_forbid(s->capture, ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT, "aclrtLaunchHostFunc");
-    if (rc == ACL_SUCCESS && !s->host_running) { /* "the thread registered for the stream, created in the call" */
-        if (pthread_create(&s->host_thread, NULL, host_func_loop, s) != 0)
+    if (rc == ACL_SUCCESS && !s->context->host_running) { /* the context's thread, made by its first call */
+        s->context->host_stopping = false;
+        if (pthread_create(&s->context->host_thread, NULL, host_func_loop, s->context) != 0)
             rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: no thread for host functions");
         else
-            s->host_running = true;
+            s->context->host_running = true;
     }
     if (rc == ACL_SUCCESS) {
         s->mechanism = MECHANISM_HOST_FUNC;
@@ -1072,12 +1119,28 @@ aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, int blockType, ac
     return rc;
 }
 
-/* Runs one callback meant for the calling thread, waiting up to timeout ms for it. */
+/* The codes aclrtProcessReport answers an idle poll with: current CANN's (aclrtProcessReportImpl,
+ * src/acl/aclrt_impl/callback.cpp, passes on ACL_ERROR_RT_THREAD_SUBSCRIBE and
+ * ACL_ERROR_RT_REPORT_TIMEOUT), or with FAKE_CANN_REPORT_CODES=legacy the deprecated 100035/100036. */
+static int report_code(bool timed_out)
+{
+    const char *codes = getenv("FAKE_CANN_REPORT_CODES");
+    bool legacy = codes && strcmp(codes, "legacy") == 0;
+    if (timed_out)
+        return legacy ? ACL_ERROR_WAIT_CALLBACK_TIMEOUT : ACL_ERROR_RT_REPORT_TIMEOUT;
+    return legacy ? ACL_ERROR_THREAD_NOT_SUBSCRIBE : ACL_ERROR_RT_THREAD_SUBSCRIBE;
+}
+
+/* Runs one callback meant for the calling thread, waiting up to timeout ms for it (-1 or > 0:
+ * aclrtProcessReportImpl refuses 0). */
 aclError aclrtProcessReport(int32_t timeout)
 {
     uint64_t me = (uint64_t)pthread_self();
     pthread_mutex_lock(&rt_lock);
     int rc = rt_need_context();
+    if (rc == ACL_SUCCESS && (timeout == 0 || timeout < -1))
+        rc = fakecann_fail(ACL_ERROR_INVALID_PARAM, "aclrtProcessReport: the timeout must be -1 or greater than 0 "
+                           "ms, got %d", (int)timeout);
     report *mine = NULL;
     struct timespec deadline;
     int timed = rt_deadline(timeout, &deadline);
@@ -1089,18 +1152,19 @@ aclError aclrtProcessReport(int32_t timeout)
             mine = *link;
             *link = mine->next;
         } else if (!thread_subscribed(me, NULL)) {
-            rc = fakecann_fail(ACL_ERROR_THREAD_NOT_SUBSCRIBE, "aclrtProcessReport: the calling thread is not "
+            rc = fakecann_fail(report_code(false), "aclrtProcessReport: the calling thread is not "
                                "subscribed to any stream");
         } else if (!timed) {
             pthread_cond_wait(&rt_changed, &rt_lock);
         } else if (pthread_cond_timedwait(&rt_changed, &rt_lock, &deadline) == ETIMEDOUT) {
-            rc = fakecann_fail(ACL_ERROR_WAIT_CALLBACK_TIMEOUT, "aclrtProcessReport: no callback within %d ms",
-                               timeout);
+            rc = fakecann_fail(report_code(true), "aclrtProcessReport: no callback within %d ms", timeout);
         }
     }
     pthread_mutex_unlock(&rt_lock);
     if (mine) {
+        rt_in_callback = true;
         mine->function(mine->data);
+        rt_in_callback = false;
         pthread_mutex_lock(&rt_lock);
         if (mine->block)
             mine->done = true; /* the stream worker frees it */

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import onnx
+import pytest
 from onnx_zoo import MODELS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "onnx_compare.py"
@@ -19,6 +20,7 @@ def _run(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # a fresh interpreter loading onnx and onnxruntime, then two models on two stream counts
 def test_a_zoo_model_matches_on_one_and_four_streams():
     out = _run("--zoo", "ocr_opset13")
     assert "simulator, 1 stream(s)" in out and "simulator, 4 stream(s)" in out
@@ -26,6 +28,7 @@ def test_a_zoo_model_matches_on_one_and_four_streams():
     assert "all outputs match" in out and "MISMATCH" not in out
 
 
+@pytest.mark.slow  # three fresh interpreters running BERT on the simulator and onnxruntime: 7 to 14 s
 def test_a_model_file_with_named_dims_and_shapes(tmp_path):
     path = tmp_path / "bert.onnx"
     onnx.save(MODELS["bert_opset17"].model, str(path))

@@ -67,6 +67,7 @@ async def _run_all(graph: OnnxGraph, feeds: list[dict[str, np.ndarray]], streams
         device.close()
 
 
+@pytest.mark.slow  # a minute for the 16 real models (about 4 s each on 2 busy cores), and most of this folder's RSS
 @pytest.mark.parametrize("streams", [1, 4])
 @pytest.mark.parametrize("name", sorted(PACKAGED))
 def test_packaged_model_matches_onnxruntime(name: str, streams: int) -> None:

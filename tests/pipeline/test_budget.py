@@ -186,3 +186,15 @@ def test_the_budget_counts_streams_made_outside_pipelines_where_the_backend_says
     live[0] = 7  # three streams nobody booked
     assert budget.in_use == 7 and budget.left == 3
     assert not budget.reserve(4) and budget.reserve(3)
+
+
+async def test_a_new_pipeline_frees_idle_captures_of_others_for_its_own_streams():
+    with aclpipe.open_device("sim", max_streams=24) as device:  # the transfer stream, 5 + 2 x 8, then 1 left
+        async with aclpipe.Pipeline(mlp(), device, streams=1, depth=2, max_programs=100) as first:
+            for rows in (1, 2):
+                await _check(first, rows)
+            assert StreamBudget.of(device).in_use == 22 and first.stats().captured == 2
+            async with aclpipe.Pipeline(mlp(), device, streams=1, depth=2) as second:  # 3 own + 2 replay
+                assert first.stats().captured == 1 and first.stats().evicted == 1
+                await _check(second, 3)
+                await _check(first, 1, seed=5)

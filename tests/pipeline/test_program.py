@@ -102,10 +102,11 @@ async def test_a_captured_run_is_one_model_replayed_on_its_slots_own_stream(devi
     assert not program.capture(workspaces, ())  # nowhere to replay: left to its launch tables
     assert program.capture(workspaces, (2, 3))
     for slot, lane in zip(program.slots, (2, 3), strict=True):
-        assert slot.graph.ready and slot.fork is not None and slot.replay_lane == lane
-        captured = {item.stream for item in slot.graph.items}
+        assert slot.graph.model.ready and slot.fork is not None and slot.replay_lane == lane
+        captured = {item.stream for item in slot.graph.model.items}
         assert {stream.handle for stream in streams if stream.handle in captured} == captured
-        assert slot.graph.items[0].task.kind == "record" and slot.graph.items[0].stream is streams[lane].handle
+        first_item = slot.graph.model.items[0]
+        assert first_item.task.kind == "record" and first_item.stream is streams[lane].handle
         assert streams[d2h].handle in captured  # the output copies are in the model too
     first, second = (set(slot.pinned.values()) for slot in program.slots)
     assert first and not first & second  # each slot its own workspaces

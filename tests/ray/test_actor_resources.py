@@ -7,7 +7,7 @@ import pytest
 import ray
 
 import aclpipe
-from aclpipe.ray import pipeline_actor
+from aclpipe.ray import app, pipeline_actor
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
@@ -24,6 +24,11 @@ def test_more_npus_than_any_node_has_is_refused_at_creation():
         pipeline_actor(graph(), npus=3, backend="sim")
     with pytest.raises(ValueError, match="npus must be a positive int"):
         pipeline_actor(graph(), npus=0, backend="sim")
+
+
+def test_a_serve_replica_on_more_npus_than_any_node_has_is_refused_at_creation():
+    with pytest.raises(ValueError, match="a Serve replica on 3 NPUs cannot be placed"):
+        app(graph(), npus_per_replica=3, backend="sim")
 
 
 def test_an_actor_the_cluster_can_host_still_starts():

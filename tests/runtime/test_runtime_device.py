@@ -135,3 +135,23 @@ def test_a_script_that_exits_with_work_and_pools_open_exits_cleanly(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout == "done\n"
     assert done.stderr == ""
+
+
+def test_a_closed_device_goes_with_its_last_reference_not_at_a_cycle_collection():
+    import gc
+    import weakref
+
+    import numpy as np
+
+    import aclpipe
+
+    gc.disable()
+    try:
+        device = aclpipe.open_device("sim")
+        device.upload(np.ones(8, np.float32)).close()  # makes the transfer stream, which refers back
+        device.close()
+        gone = weakref.ref(device)
+        del device
+        assert gone() is None
+    finally:
+        gc.enable()

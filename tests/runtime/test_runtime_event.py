@@ -109,3 +109,27 @@ def test_the_device_counts_its_live_events(device):
     del events
     gc.collect()
     assert device.live_events == before
+
+
+def test_timeouts_round_up_to_whole_milliseconds_never_zero():
+    from aclpipe.runtime.event import is_poll, timeout_ms
+
+    assert timeout_ms(None) == -1
+    assert [timeout_ms(seconds) for seconds in (1e-6, 1e-3, 0.0015, 2)] == [1, 1, 2, 2000]
+    assert timeout_ms(0) == 1  # a device sync's shortest wait; streams and events poll instead
+    assert is_poll(0) and is_poll(-1) and not is_poll(None) and not is_poll(1e-6)
+
+
+def test_a_zero_timeout_polls_with_a_query(device):
+    stream = device.create_stream()
+    with latch(stream):
+        event = stream.record()
+        with pytest.raises(DeviceFault) as caught:
+            event.sync(timeout=0)
+        assert caught.value.code == 507047
+        with pytest.raises(DeviceFault) as caught:
+            stream.sync(timeout=0)
+        assert caught.value.code == 507046
+    event.sync(timeout=1e-4 + 10)
+    event.sync(timeout=0)
+    stream.sync(timeout=0)

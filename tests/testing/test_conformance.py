@@ -16,10 +16,11 @@ from aclpipe.backends.sim.callbacks import CallbackThread
 from aclpipe.errors import error_from_code
 from aclpipe.runtime import Device
 from aclpipe.testing import CHECKS, ConformanceReport, check_backend, latch
+from aclpipe.testing.rules import RULES
 
 ALL = [check.name for check in CHECKS]
 SANITIZER_CHECKS = ["sanitizer_race", "sanitizer_use_after_free", "sanitizer_host_read", "sanitizer_padding"]
-TOO_LARGE_ON_A2 = ["event_limit"]  # 65536 events: too many to exhaust in a check
+TOO_LARGE_ON_A2 = ["event_limit", "stream_limit"]  # 65536 events, 1982 streams: too many to exhaust in a check
 
 
 def statuses(report):
@@ -42,8 +43,9 @@ def test_an_inference_card_spec_runs_the_event_limit_and_skips_what_it_lacks():
     report = check_backend(lambda: aclpipe.open_device("sim", spec="atlas-310p"))
     assert report.ok, str(report)
     assert statuses(report)["event_limit"] == "passed"
-    assert [row.name for row in report.skipped] == ["stream_abort"]  # 06_stream_management.md: A2/A3 only
-    assert "no aclrtStreamAbort" in report.skipped[0].detail
+    assert [row.name for row in report.skipped] == ["stream_limit", "stream_abort"]  # 06: abort on A2/A3 only
+    assert "1024 per device less 2 default streams" in report.skipped[0].detail
+    assert "no aclrtStreamAbort" in report.skipped[1].detail
 
 
 def test_missing_capabilities_are_skipped_with_a_reason():
@@ -84,6 +86,14 @@ def test_a_device_that_cannot_open_fails_every_check():
     report = check_backend(broken, checks=CHECKS[:3])
     assert not report.ok and len(report.failed) == 3
     assert "could not open a device: OSError: no driver" in report.failed[0].detail
+
+
+def test_every_documented_rule_cites_its_page_and_the_vague_ones_the_runtime_source():
+    for check in RULES:
+        assert check.doc.endswith(")") or ".md" in check.doc or ".h" in check.doc, check.name
+    settled_by_source = {check.name for check in RULES if check.source}
+    assert settled_by_source == {"zero_timeout", "stream_limit", "host_threads", "capture_sync"}
+    assert all(check.source.startswith("src/") and ": " in check.source for check in RULES if check.source)
 
 
 # -- backends that break one rule each: the kit must notice ---------------------------------------
@@ -156,6 +166,33 @@ class NoEventLimit(SimBackend):
         return super().event_create(timing, reusable)
 
 
+class ZeroTimeoutIsAPoll(SimBackend):
+    """The old reading: a 0 ms synchronize asks without waiting."""
+
+    def stream_sync(self, stream, timeout_ms=-1):
+        if timeout_ms == 0:
+            if not self.stream_query(stream):
+                raise error_from_code(507046, "not done")
+            return
+        super().stream_sync(stream, timeout_ms)
+
+    def event_sync(self, event, timeout_ms=-1):
+        if timeout_ms == 0:
+            if not self.event_query(event):
+                raise error_from_code(507047, "not done")
+            timeout_ms = -1
+        super().event_sync(event, timeout_ms)
+
+
+class DefaultStreamsAreFree(SimBackend):
+    """The old reading: the whole documented figure may be created."""
+
+    def __init__(self, index=0, **options):
+        super().__init__(index, **options)
+        self.capabilities = dataclasses.replace(self.capabilities, max_streams=self.spec.max_streams,
+                                                default_streams=0)
+
+
 class SkipsUntilConsumed(SimBackend):
     """The old generation semantics: work behind a failure is skipped until the error is taken."""
 
@@ -178,15 +215,22 @@ class AbortDoesNothing(SimBackend):
         self._check_stream(stream)
 
 
-class OneHostThread(SimBackend):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.shared = CallbackThread("one host thread")
+class HostThreadPerStream(SimBackend):
+    """The old reading of 12_execution_control.md: a host-function thread per stream."""
 
     def stream_create(self, priority=0):
         stream = super().stream_create(priority)
-        stream.host_thread = lambda: self.shared
+        own = CallbackThread(f"{stream.name} host thread")
+        stream.host_thread = lambda: own
         return stream
+
+
+class CallsFromHostFunctions(SimBackend):
+    """The old way: a host function may allocate, free, synchronize and launch."""
+
+    @staticmethod
+    def refuse_in_host_function(what):
+        return None
 
 
 class AnyDeviceCopyAlignment(SimBackend):
@@ -223,6 +267,15 @@ class NoPadding(SimBackend):
         return []
 
 
+class SyncInvalidatesCapture(SimBackend):
+    """The old reading: a synchronize inside a capture invalidates it (107041)."""
+
+    def stream_sync(self, stream, timeout_ms=-1):
+        if stream.capture is not None:
+            self.captures.forbid(stream.capture, 107041, "a synchronize")
+        super().stream_sync(stream, timeout_ms)
+
+
 class CaptureRunsWork(SimBackend):
     def capture_begin(self, stream, mode=0):
         self._check_stream(stream)
@@ -234,8 +287,8 @@ class CaptureRunsWork(SimBackend):
 @pytest.mark.parametrize("backend_class, failing, options", [
     (IgnoresWaits, {"cross_stream_wait", "event_semantics", "never_recorded_wait", "stream_abort", "capture_model"},
      {}),
-    (InlineHostFunctions, {"host_functions", "host_threads"}, {}),
-    (HostFunctionsDoNotBlock, {"host_functions"}, {}),
+    (InlineHostFunctions, {"host_functions", "host_threads", "host_function_calls"}, {}),
+    (HostFunctionsDoNotBlock, {"host_functions", "host_threads", "host_function_calls"}, {}),
     (ForgetsErrors, {"host_functions", "fault_surfacing", "continue_on_failure", "stop_on_failure", "stream_abort",
                      "use_after_free_code", "executor_destroy"}, {}),
     (LenientFree, {"memory_errors"}, {}),
@@ -245,21 +298,29 @@ class CaptureRunsWork(SimBackend):
     (EventsNeedNoReset, {"event_kinds"}, {}),
     (AcceptsUnrecordedWaits, {"never_recorded_wait"}, {}),
     (NoEventLimit, {"event_limit"}, {"spec": "atlas-310p"}),
+    (ZeroTimeoutIsAPoll, {"zero_timeout"}, {}),
+    (DefaultStreamsAreFree, {"stream_limit"}, {}),
+    (DefaultStreamsAreFree, {"stream_limit"}, {"spec": "atlas-310p"}),
     (SkipsUntilConsumed, {"continue_on_failure"}, {}),
     (StopAcceptsNewWork, {"stop_on_failure"}, {}),
     (AbortDoesNothing, {"stream_abort"}, {}),
-    (OneHostThread, {"host_threads"}, {}),
+    (HostThreadPerStream, {"host_threads"}, {}),
+    (CallsFromHostFunctions, {"host_function_calls"}, {}),
     (AnyDeviceCopyAlignment, {"d2d_alignment"}, {}),
     (AsyncHostCopies, {"async_host_copy"}, {}),
     (UseAfterFreeIsAMemoryUCE, {"use_after_free_code"}, {}),
     (LenientExecutorDestroy, {"executor_destroy"}, {}),
     (NoPadding, {"sanitizer_padding"}, {}),
-    (CaptureRunsWork, {"capture_model"}, {}),
+    (SyncInvalidatesCapture, {"capture_sync"}, {}),
+    (CaptureRunsWork, {"capture_model", "capture_sync"}, {}),
 ])
 def test_a_backend_breaking_a_rule_fails_that_check(backend_class, failing, options):
     report = check_backend(opener(backend_class, **options))
     assert {row.name for row in report.failed} == failing, str(report)
     assert not report.ok
+    rules = {check.name: check for check in RULES}
+    for row in report.failed:  # a failed documented rule says where it comes from
+        assert row.name not in rules or rules[row.name].doc in row.detail
 
 
 # -- the latch --------------------------------------------------------------------------------------

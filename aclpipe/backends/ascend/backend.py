@@ -6,7 +6,10 @@ each primitive one CANN call or a few.  What this file adds to the C API:
 - **Contexts per thread.**  CANN keeps the current context per thread, and every thread that
   calls in must set it (reference/acl_api.md section 5).  Every method first makes this
   device's context current on the calling thread unless a thread-local note says it already
-  is, so event-loop threads, worker threads and garbage-collector finalizers all work.
+  is, so event-loop threads, worker threads and garbage-collector finalizers all work.  The
+  exception is a Python host function: allocating, freeing, synchronizing and launching from
+  inside one is refused with :class:`~aclpipe.errors.HazardError` before anything is set
+  (12_execution_control.md: they may deadlock the context's one callback thread).
 - **Host functions.**  ``host_func_c`` uses ``aclrtLaunchHostFunc`` when the runtime exports
   it (resolved at load, optional), else ``aclrtLaunchCallback`` with ``ACL_CALLBACK_BLOCK``
   on streams subscribed to a private :class:`ReportThread`.  A device uses one mechanism for
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -39,15 +43,20 @@ from .capture import AscendModel, AscendTaskGroup, Captures
 from .cdefs import ACL_DDR_MEM, ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
 from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
-from .host_calls import PythonHostCall, callback_address
+from .host_calls import PythonHostCall, callback_address, refuse_in_host_function
 from .launch_table import AscendLaunchTable
 from .library import CannLibrary, load_library
 from .product import ProductRules, product_rules
-from .streams import AscendStream, Streams
+from .streams import AscendStream, Streams, check_timeout
 
 __all__ = ["HOST_FUNC_MODES", "AscendBackend"]
 
 HOST_FUNC_MODES = ("auto", "launch_host_func", "callback")
+#: The default streams an open device holds: one of the primary context ``aclrtSetDevice`` makes,
+#: one of the context this backend creates (``Context::Setup``, ``src/runtime/core/src/context/
+#: context.cc``).  They count against the product's streams per device (06_stream_management.md,
+#: ``aclrtCreateStream``: "N = the maximum - the streams that exist, the default stream included").
+DEFAULT_STREAMS = 2
 _THREAD = threading.local()  # .token: the backend whose context is current on this thread
 
 
@@ -70,8 +79,15 @@ class AscendBackend:
         ``"auto"`` (default; ``ACLPIPE_ASCEND_HOST_FUNC`` overrides it), ``"launch_host_func"``
         or ``"callback"`` (the report-thread fallback).
     max_streams:
-        Streams this device may hold at once (at most the product's documented limit: 1984 on
-        Atlas A2/A3, 1024 on inference cards; read from ``aclrtGetSocName``).
+        Streams this device may create and hold at once (at most the product's documented limit,
+        1984 on Atlas A2/A3 and 1024 on inference cards, read from ``aclrtGetSocName``, less the
+        :data:`DEFAULT_STREAMS` default streams of the two contexts it holds).
+    op_execute_timeout:
+        Seconds a kernel may run before it fails with 507014 (``aclrtSetOpExecuteTimeOutV2``,
+        else ``aclrtSetOpExecuteTimeOut``; 12_execution_control.md).  ``None`` leaves the
+        runtime's setting (the product's default: 1091 s on A2/A3, 547 s on inference cards, 68 s
+        on training products); 0 asks for the maximum.  The setting is **process-wide**: the
+        last device opened with it decides for every device of the process.
 
     Raises
     ------
@@ -81,7 +97,8 @@ class AscendBackend:
 
     name = "ascend"
 
-    def __init__(self, index: int = 0, *, host_func_mode: str | None = None, max_streams: int = 1024):
+    def __init__(self, index: int = 0, *, host_func_mode: str | None = None, max_streams: int = 1024,
+                 op_execute_timeout: float | None = None):
         library = load_library()
         self.library = library
         self.index = index
@@ -101,26 +118,66 @@ class AscendBackend:
             library.release()
             raise
         self.product = self._product(library)
+        try:
+            timeout = self._set_op_execute_timeout(op_execute_timeout)
+        except BaseException:
+            self._undo_open(index)
+            raise
+        explicit = self.product.max_streams - DEFAULT_STREAMS
         self.capabilities = Capabilities(
-            host_callbacks=True, event_timing=True, max_streams=min(max_streams, self.product.max_streams),
+            host_callbacks=True, event_timing=True, max_streams=min(max_streams, explicit),
+            device_streams=self.product.max_streams, default_streams=DEFAULT_STREAMS,
             sanitizer=False, fault_injection=False, timing_model=False,
             repeatable_executors=library.has_repeatable_executors, max_events=self.product.max_events,
             reusable_events=library.has_reusable_events, stop_on_failure=library.has_failure_mode,
             stream_abort=library.has_stream_abort and self.product.stream_abort,
             graph_capture=library.has_capture and self.product.graph_capture,
-            # aclrtLaunchHostFunc runs each stream's functions on that stream's thread; the
-            # fallback serves every stream from one report thread.
-            host_thread_per_stream=self.host_func_mode == "launch_host_func", launch_tables=True,
-            peer_access=library.has_peer_access)
+            # One thread per context runs every stream's host functions: aclrtLaunchHostFunc's
+            # (ApiImpl::LaunchHostFunc makes the context's callback thread) and the fallback's
+            # report thread alike.
+            host_thread_per_context=True, launch_tables=True,
+            peer_access=library.has_peer_access, op_execute_timeout=timeout)
         #: Advanced by every stream, event and executor destruction: launch tables made at an
         #: older epoch check their handles again before they run.
         self._epoch = 0
         names = itertools.count()
-        self.streams = Streams(library, self._context, f"ascend:{index}", max_streams, self.host_func_mode, names)
+        self.streams = Streams(library, self._context, f"ascend:{index}", self.capabilities.max_streams,
+                               self.host_func_mode, names)
         self.events = Events(library, names)
         self.operators = Operators(library, self._enter)
         self.captures = Captures(library, self._check_stream)
         self.closed = False
+
+    def _undo_open(self, index: int) -> None:
+        """Give back what ``_open_device`` and ``library.acquire`` took (a later step failed)."""
+        self.library.runtime.aclrtDestroyContext(self._context)
+        self.library.runtime.aclrtResetDevice(index)
+        _THREAD.token = None
+        self.library.release()
+
+    def _set_op_execute_timeout(self, requested: float | None) -> float:
+        """Set the op execute timeout when asked; the seconds in force (inf: never)."""
+        if requested is None:
+            return self.product.op_execute_timeout
+        if requested < 0:
+            raise ValueError(f"op_execute_timeout must be >= 0 seconds (0: the maximum), got {requested}")
+        runtime = self.library.runtime
+        if self.library.has_op_execute_timeout_v2:
+            actual = ffi.new("uint64_t *")
+            self.library.check(runtime.aclrtSetOpExecuteTimeOutV2(math.ceil(requested * 1e6), actual),
+                               f"aclrtSetOpExecuteTimeOutV2({requested} s)")
+            # UINT64_MAX: never (0 asked on a part whose interval is under 100 ms).
+            return math.inf if actual[0] == 2**64 - 1 else int(actual[0]) / 1e6
+        if not self.library.has_op_execute_timeout:
+            raise error_from_code(207000, f"{self.library.directory}/libascendcl.so has no aclrtSetOpExecuteTimeOut: "
+                                          "open the device without op_execute_timeout")
+        seconds = math.ceil(requested)
+        self.library.check(runtime.aclrtSetOpExecuteTimeOut(seconds), f"aclrtSetOpExecuteTimeOut({seconds} s)")
+        # The seconds form does not say what it rounded to: the product's rule does
+        # (interval * N, N <= 254, interval = the maximum / 254).
+        maximum = self.product.op_execute_timeout_max
+        interval = maximum / 254
+        return maximum if seconds == 0 else min(math.ceil(seconds / interval - 1e-9) * interval, maximum)
 
     @staticmethod
     def _product(library: CannLibrary) -> ProductRules:
@@ -230,6 +287,7 @@ class AscendBackend:
         self.library.check(free(_pointer(address)), what)
 
     def mem_alloc(self, nbytes: int, label: str = "") -> int:
+        refuse_in_host_function("aclrtMalloc")
         self._enter()
         if nbytes <= 0:
             raise error_from_code(107000, f"cannot allocate {nbytes} bytes: size must be positive")
@@ -247,6 +305,7 @@ class AscendBackend:
         return address
 
     def mem_free(self, address: int) -> None:
+        refuse_in_host_function("aclrtFree")
         self._enter()
         with self._lock:
             nbytes = self._device_memory.pop(address, None)
@@ -257,6 +316,7 @@ class AscendBackend:
 
     def mem_alloc_host(self, nbytes: int, label: str = "") -> tuple[int, np.ndarray]:
         """Pinned host memory (``aclrtMallocHost``) and a numpy uint8 view of it."""
+        refuse_in_host_function("aclrtMallocHost")
         self._enter()
         if nbytes <= 0:
             raise error_from_code(107000, f"cannot allocate {nbytes} host bytes: size must be positive")
@@ -269,6 +329,7 @@ class AscendBackend:
         return address, view
 
     def mem_free_host(self, address: int) -> None:
+        refuse_in_host_function("aclrtFreeHost")
         self._enter()
         with self._lock:
             if self._host_memory.pop(address, None) is None:
@@ -320,10 +381,13 @@ class AscendBackend:
         self.streams.destroy(stream)
 
     def _check_stream(self, stream: AscendStream) -> None:
+        """Checks before a launch onto ``stream`` (every caller enqueues work on it)."""
+        refuse_in_host_function(f"a launch onto stream {getattr(stream, 'name', stream)}")
         self._enter()
         self.streams.check(stream)
 
     def stream_sync(self, stream: AscendStream, timeout_ms: int = -1) -> None:
+        refuse_in_host_function("aclrtSynchronizeStream")
         self._enter()
         self.streams.sync(stream, timeout_ms)
 
@@ -336,6 +400,7 @@ class AscendBackend:
         self.streams.set_failure_mode(stream, mode)
 
     def stream_abort(self, stream: AscendStream) -> None:
+        refuse_in_host_function("aclrtStreamAbort")
         self._enter()
         if not self.capabilities.stream_abort:
             raise error_from_code(207000, f"ascend:{self.index} ({self.product.family}) has no aclrtStreamAbort "
@@ -347,6 +412,7 @@ class AscendBackend:
         return self.streams.take_error(stream)
 
     def stream_wait_event(self, stream: AscendStream, event: AscendEvent) -> None:
+        refuse_in_host_function("aclrtStreamWaitEvent")
         self._enter()
         self.events.check(event)
         self.streams.wait(stream, event.handle, event.name)
@@ -378,6 +444,7 @@ class AscendBackend:
         return self.events.query(event)
 
     def event_sync(self, event: AscendEvent, timeout_ms: int = -1) -> None:
+        refuse_in_host_function("aclrtSynchronizeEvent")
         self._enter()
         self.events.sync(event, timeout_ms)
 
@@ -399,10 +466,13 @@ class AscendBackend:
     def host_func_c(self, stream: AscendStream, fn_address: int, args_address: int) -> None:
         """Enqueue a C ``void fn(void *args)``: ``aclrtLaunchHostFunc``, or the report-thread
         fallback ``aclrtLaunchCallback(fn, args, ACL_CALLBACK_BLOCK, stream)``."""
+        refuse_in_host_function("aclrtLaunchHostFunc")
         self._enter()
         self.streams.launch_host_func(stream, fn_address, args_address)
 
     def device_sync(self, timeout_ms: int = -1) -> None:
+        check_timeout(timeout_ms, "aclrtSynchronizeDeviceWithTimeout")
+        refuse_in_host_function("aclrtSynchronizeDevice")
         sync_streams(self.stream_sync, self.streams.all(), timeout_ms)
 
     # -- peer access (several devices; 04_device_management.md) ---------------------------------
@@ -481,6 +551,7 @@ class AscendBackend:
 
     def table_enqueue(self, table: AscendLaunchTable, run: int | None = None) -> None:
         """Walk ``table`` (in C when the helper was compiled); a refusal names its row's node."""
+        refuse_in_host_function("a launch table's launches")
         self._enter()
         if table.epoch != self._epoch:  # something was destroyed since: check the handles again
             for record in table.records:
@@ -517,6 +588,7 @@ class AscendBackend:
         self.captures.task_update_end(stream)
 
     def model_execute(self, model: AscendModel, stream: AscendStream, context: Mapping[str, Any] | None = None) -> None:
+        refuse_in_host_function("aclmdlRIExecuteAsync")
         self.captures.execute(model, stream)
 
     def model_destroy(self, model: AscendModel) -> None:

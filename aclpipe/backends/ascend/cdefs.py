@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from cffi import FFI
 
-__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_PEER",
-           "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
+__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_OP_TIMEOUT",
+           "RUNTIME_PEER", "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
 
 RUNTIME_CDEF = """
 typedef int aclError;
@@ -80,6 +80,8 @@ aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream);
 aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
 aclError aclrtStreamAbort(aclrtStream stream);
 const char *aclrtGetSocName(void);
+aclError aclrtSetOpExecuteTimeOut(uint32_t timeout);
+aclError aclrtSetOpExecuteTimeOutV2(uint64_t timeout, uint64_t *actualTimeout);
 
 typedef void *aclmdlRI;
 typedef void *aclrtTaskGrp;
@@ -191,6 +193,9 @@ RUNTIME_OPTIONAL = ("aclrtLaunchHostFunc", "aclrtSynchronizeEventWithTimeout", "
 #: failure modes, stream abort, the product's name; without them the capability is off.
 RUNTIME_RULES = ("aclrtCreateEventExWithFlag", "aclrtResetEvent", "aclrtSetStreamFailureMode", "aclrtStreamAbort",
                  "aclrtGetSocName")
+#: The op execute timeout (12_execution_control.md): seconds, and the microsecond form that says
+#: what it rounded to (A2/A3/950 recommend it); optional, the option needs one of them.
+RUNTIME_OP_TIMEOUT = ("aclrtSetOpExecuteTimeOut", "aclrtSetOpExecuteTimeOutV2")
 #: Model runtime instances captured from streams (15_model_running_instance__management.md).
 RUNTIME_CAPTURE = ("aclmdlRICaptureBegin", "aclmdlRICaptureGetInfo", "aclmdlRICaptureEnd", "aclmdlRIExecuteAsync",
                    "aclmdlRIDestroy", "aclmdlRICaptureTaskGrpBegin", "aclmdlRICaptureTaskGrpEnd",
@@ -235,8 +240,10 @@ ACL_EVENT_TIME_LINE = 0x8
 ACL_EVENT_RECORDED_STATUS_COMPLETE = 1  # aclrtEventRecordedStatus: COMPLETE is 1 (aclrtEventStatus has 0)
 ACL_STREAM_STATUS_COMPLETE = 0
 ACL_ERROR_REPEAT_INITIALIZE = 100002
-ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035
-ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036
+ACL_ERROR_THREAD_NOT_SUBSCRIBE = 100035  # aclrtProcessReport, deprecated generation
+ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036  # aclrtProcessReport, deprecated generation
+ACL_ERROR_RT_THREAD_SUBSCRIBE = 107012  # aclrtProcessReport now: no stream subscribed to the thread
+ACL_ERROR_RT_REPORT_TIMEOUT = 507012  # aclrtProcessReport now: no callback within the timeout
 ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL = 107007
 ACL_ERROR_RT_EVENT_NOT_COMPLETE = 507006
 ACL_CONTINUE_ON_FAILURE = 0

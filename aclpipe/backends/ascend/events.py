@@ -32,6 +32,7 @@ from .cdefs import (
     ACL_EVENT_TIME_LINE,
     ffi,
 )
+from .streams import check_timeout
 
 if TYPE_CHECKING:
     from .library import CannLibrary
@@ -137,6 +138,7 @@ class Events:
 
     def sync(self, event: AscendEvent, timeout_ms: int) -> None:
         self.check(event)
+        check_timeout(timeout_ms, "aclrtSynchronizeEventWithTimeout", {"event": event.name})
         if timeout_ms < 0:
             code = self._runtime.aclrtSynchronizeEvent(event.handle)
         elif self._library.has_event_sync_timeout:

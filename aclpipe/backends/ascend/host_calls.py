@@ -17,10 +17,29 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import BackendError, error_from_code
+from ...errors import BackendError, HazardError, error_from_code
 from .cdefs import ffi
 
-__all__ = ["HostErrors", "PythonHostCall", "callback_address"]
+__all__ = ["HostErrors", "PythonHostCall", "callback_address", "refuse_in_host_function"]
+
+_RUNNING = threading.local()  # .call: the Python host function this thread is running, if any
+
+
+def refuse_in_host_function(what: str) -> None:
+    """Refuse ``what`` when called from inside a Python host function.
+
+    12_execution_control.md (``aclrtLaunchHostFunc``, ``aclrtLaunchCallback``): a callback
+    "should not call resource allocation, resource release, stream synchronize, device
+    synchronize, task launch or task abort interfaces, or errors or deadlocks may follow": it
+    runs on the context's one callback thread.  The runtime has no error code for it (it may
+    simply hang), so the binding refuses first, and never makes the context current on the
+    runtime's thread for such a call."""
+    call = getattr(_RUNNING, "call", None)
+    if call is not None:
+        raise HazardError(f"{what} called from inside host function {call.name}: 12_execution_control.md forbids "
+                          "allocating, freeing, synchronizing and launching there (it may deadlock or fail on the "
+                          "device); do it on the host after the stream passed the host function",
+                          first=f"host function {call.name} on the context's callback thread", second=what)
 
 
 class HostErrors:
@@ -59,6 +78,7 @@ class PythonHostCall:
         return int(ffi.cast("uintptr_t", self.handle))
 
     def run(self) -> None:
+        _RUNNING.call = self
         try:
             self.fn()
         except BaseException as raised:  # noqa: BLE001 - never into C: the stream reports it instead
@@ -66,6 +86,7 @@ class PythonHostCall:
             error.__cause__ = raised
             self.errors.add(error)
         finally:
+            _RUNNING.call = None
             self.pending.discard(self)  # C is done with the handle once this returns
 
 

@@ -25,6 +25,7 @@ from .cdefs import (
     NNOPBASE_OPTIONAL,
     NNOPBASE_REQUIRED,
     RUNTIME_CAPTURE,
+    RUNTIME_OP_TIMEOUT,
     RUNTIME_OPTIONAL,
     RUNTIME_PEER,
     RUNTIME_REQUIRED,
@@ -106,6 +107,8 @@ class CannLibrary:
         self.has_capture = not _missing(self.runtime, RUNTIME_CAPTURE)
         self.has_soc_name = hasattr(self.runtime, RUNTIME_RULES[-1])
         self.has_peer_access = not _missing(self.runtime, RUNTIME_PEER)
+        self.has_op_execute_timeout = hasattr(self.runtime, RUNTIME_OP_TIMEOUT[0])
+        self.has_op_execute_timeout_v2 = hasattr(self.runtime, RUNTIME_OP_TIMEOUT[1])
         self._lock = threading.Lock()
         self._users = 0
         self._owns_init = False

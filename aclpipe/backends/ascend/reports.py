@@ -9,6 +9,13 @@ subscribed to it when created and unsubscribed before it is destroyed.  The rule
 
 The callbacks are aclpipe's C completion function, so no Python runs in them; the loop
 itself is Python but calls into C with the GIL released (cffi does), waiting at most 100 ms.
+
+An idle poll is no failure, whichever generation of codes the runtime answers with: current
+CANN returns ``ACL_ERROR_RT_THREAD_SUBSCRIBE`` (107012, no stream subscribed to the thread) and
+``ACL_ERROR_RT_REPORT_TIMEOUT`` (507012, no callback came), as ``aclrtProcessReportImpl``
+(``src/acl/aclrt_impl/callback.cpp``) passes the runtime's codes on; older releases returned the
+deprecated 100035 and 100036.  Real failures are kept, at most :data:`MAX_ERRORS` of them (the
+first ones, which explain the rest), and counted.
 """
 
 from __future__ import annotations
@@ -18,14 +25,25 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
-from .cdefs import ACL_ERROR_THREAD_NOT_SUBSCRIBE, ACL_ERROR_WAIT_CALLBACK_TIMEOUT
+from .cdefs import (
+    ACL_ERROR_RT_REPORT_TIMEOUT,
+    ACL_ERROR_RT_THREAD_SUBSCRIBE,
+    ACL_ERROR_THREAD_NOT_SUBSCRIBE,
+    ACL_ERROR_WAIT_CALLBACK_TIMEOUT,
+)
 
 if TYPE_CHECKING:
     from .library import CannLibrary
 
-__all__ = ["POLL_MS", "ReportThread"]
+__all__ = ["IDLE_CODES", "MAX_ERRORS", "POLL_MS", "ReportThread"]
 
 POLL_MS = 100
+#: How many failures a report thread keeps (later ones are only counted).
+MAX_ERRORS = 16
+#: What ``aclrtProcessReport`` answers when no callback came or no stream is subscribed (yet, or
+#: any more): both generations of codes.
+IDLE_CODES = frozenset({0, ACL_ERROR_THREAD_NOT_SUBSCRIBE, ACL_ERROR_WAIT_CALLBACK_TIMEOUT,
+                        ACL_ERROR_RT_THREAD_SUBSCRIBE, ACL_ERROR_RT_REPORT_TIMEOUT})
 
 
 class ReportThread:
@@ -47,7 +65,8 @@ class ReportThread:
         self._condition = threading.Condition()
         self._subscribed = 0
         self._stopping = False
-        self.errors: list[BackendError] = []
+        self.errors: list[BackendError] = []  #: the first :data:`MAX_ERRORS` failures
+        self.failures = 0  #: every failure, kept or not
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         # threading's ident is pthread_self() on POSIX: the id aclrtSubscribeReport expects.
@@ -72,14 +91,19 @@ class ReportThread:
         runtime = self._library.runtime
         code = runtime.aclrtSetCurrentContext(self._context)
         if code:
-            self.errors.append(self._library.error(code, "aclrtSetCurrentContext on the report thread"))
+            self._failed(code, "aclrtSetCurrentContext on the report thread")
             return
         while self._wait_for_streams():
             code = runtime.aclrtProcessReport(POLL_MS)
-            if code in (0, ACL_ERROR_WAIT_CALLBACK_TIMEOUT, ACL_ERROR_THREAD_NOT_SUBSCRIBE):
+            if code in IDLE_CODES:
                 continue  # a callback ran, none came, or the last stream just left
-            self.errors.append(self._library.error(code, "aclrtProcessReport"))
+            self._failed(code, "aclrtProcessReport")
             time.sleep(POLL_MS / 1000)  # do not spin on a persistent failure
+
+    def _failed(self, code: int, what: str) -> None:
+        self.failures += 1
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(self._library.error(code, what))
 
     def _wait_for_streams(self) -> bool:
         # Without a subscribed stream aclrtProcessReport returns at once: sleep instead.

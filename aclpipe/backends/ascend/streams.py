@@ -30,7 +30,17 @@ from .reports import ReportThread
 if TYPE_CHECKING:
     from .library import CannLibrary
 
-__all__ = ["AscendStream", "Streams"]
+__all__ = ["AscendStream", "Streams", "check_timeout"]
+
+
+def check_timeout(timeout_ms: int, what: str, context: dict[str, Any] | None = None) -> None:
+    """Refuse what the runtime refuses: a synchronize timeout is -1 or > 0 ms
+    (``ApiErrorDecorator::StreamSynchronize`` and ``::EventSynchronize`` in
+    ``src/runtime/api/impl/api_error.cc`` reject 0 with 107000).  Checked here too so that the
+    query-polling fallback (a CANN without the ``*WithTimeout`` calls) behaves the same."""
+    if timeout_ms == 0 or timeout_ms < -1:
+        raise error_from_code(107000, f"{what}: the timeout must be -1 (no limit) or greater than 0 ms, got "
+                                      f"{timeout_ms}; poll with a query instead", context)
 
 
 class AscendStream:
@@ -145,6 +155,7 @@ class Streams:
     # -- completion -------------------------------------------------------------------------
     def sync(self, stream: AscendStream, timeout_ms: int) -> None:
         self.check(stream)
+        check_timeout(timeout_ms, "aclrtSynchronizeStreamWithTimeout", {"stream": stream.name})
         if timeout_ms < 0:
             code = self._runtime.aclrtSynchronizeStream(stream.handle)
         elif self._library.has_stream_sync_timeout:

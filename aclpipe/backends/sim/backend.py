@@ -3,8 +3,9 @@
 See ARCHITECTURE.md 3.1 and the README table "How faithful is the simulator".  Everything a
 real device checks is checked here, each rule citing its page of the public ``hicann/runtime``
 docs: device addresses are opaque, bounds- and alignment-checked, and 64-byte aligned from
-``mem_alloc``; memory is poisoned; streams run on their own threads, each with its own
-host-function thread, and fail the way ``aclrtSetStreamFailureMode`` says; events come in the
+``mem_alloc``; memory is poisoned; streams run on their own threads, their host functions on
+the device's one host-function thread (one per context, as the runtime makes it), and fail
+the way ``aclrtSetStreamFailureMode`` says; events come in the
 two documented kinds within the product's event limit; graph capture follows ``aclmdlRI``;
 and the sanitizer (on by default) checks every access for happens-before at enqueue time.
 """
@@ -12,17 +13,20 @@ and the sanitizer (on by default) checks every access for happens-before at enqu
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import cffi
 
-from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, error_from_code
+from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, HazardError, error_from_code
 from ...tensor import TensorDesc
 from ..protocol import Capabilities, MemcpyKind, TraceRecord, sync_streams
+from .callbacks import CallbackThread, in_host_function
 from .capture import CaptureMode, Captures, CaptureStatus, SimModel, TaskGroup
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
@@ -36,6 +40,7 @@ from .stream import (
     CONTROL,
     COPY,
     HOST_FUNC,
+    KERNEL,
     LATCH,
     MEMSET,
     RECORD,
@@ -84,6 +89,59 @@ class BoundKernel:
         so a live allocation still holds what was checked)."""
         return all(allocation.alive for allocation in self.allocations)
 
+#: Default streams a simulated device holds: it stands for a device opened as the binding opens
+#: one, ``aclrtSetDevice`` (the primary context) and ``aclrtCreateContext`` (a context of its own),
+#: and each context has a default stream (``Context::Setup``, ``src/runtime/core/src/context/
+#: context.cc``) that counts against the product's limit (06_stream_management.md,
+#: ``aclrtCreateStream``: "N = the maximum - the streams that exist, the default stream included").
+DEFAULT_STREAMS = 2
+
+
+#: The longest op timeout is ``interval * 254`` (12_execution_control.md, aclrtGetOpTimeOutInterval).
+OP_TIMEOUT_STEPS = 254
+
+
+def effective_op_timeout(spec: DeviceSpec, requested: float | None) -> float:
+    """The op execute timeout in force, in seconds, as ``aclrtSetOpExecuteTimeOut`` sets it
+    (12_execution_control.md): ``None`` keeps the product's default, 0 asks for the maximum,
+    anything else is rounded up to a multiple of the hardware's interval (the maximum / 254),
+    at most the maximum."""
+    if requested is None:
+        return spec.op_execute_timeout
+    if requested < 0:
+        raise ValueError(f"op_execute_timeout must be >= 0 seconds (0: the maximum), got {requested}")
+    maximum = spec.op_execute_timeout_max
+    if requested == 0:
+        return maximum
+    interval = maximum / OP_TIMEOUT_STEPS
+    return min(math.ceil(requested / interval - 1e-9) * interval, maximum)
+
+
+def refuse_in_host_function(what: str) -> None:
+    """12_execution_control.md (``aclrtLaunchHostFunc`` and ``aclrtLaunchCallback``): a callback
+    "should not call resource allocation, resource release, stream synchronize, device
+    synchronize, task launch or task abort interfaces, or errors or deadlocks may follow" (it
+    runs on the context's one callback thread, which those calls may need).  The runtime has no
+    code of its own for it, so the simulator refuses every such call made from inside a host
+    function with :class:`~aclpipe.errors.HazardError` naming the call."""
+    if in_host_function():
+        raise HazardError(f"{what} called from inside a host function: 12_execution_control.md forbids "
+                          "allocating, freeing, synchronizing and launching there (it may deadlock or fail on the "
+                          "device); do it on the host after the stream passed the host function",
+                          first="a host function on the device's callback thread", second=what)
+
+
+def check_timeout(timeout_ms: int, what: str) -> None:
+    """The runtime's parameter check of every ``*WithTimeout`` synchronize: -1 (no limit) or
+    > 0 ms.  The docs (06_stream_management.md, 07_event_management.md) list only those two;
+    ``ApiErrorDecorator::StreamSynchronize``, ``::EventSynchronize`` and ``::DeviceSynchronize``
+    in ``src/runtime/api/impl/api_error.cc`` refuse 0 (and anything below -1) with
+    ``RT_ERROR_INVALID_VALUE``, which ACL reports as 107000.  A poll is a query, not a 0 ms sync."""
+    if timeout_ms == 0 or timeout_ms < -1:
+        raise error_from_code(107000, f"{what}: the timeout must be -1 (no limit) or greater than 0 ms, got "
+                                      f"{timeout_ms} (api_error.cc refuses 0); poll with a query instead")
+
+
 #: ``aclrtMemcpyAsync`` restriction in ``include/external/acl/acl_rt.h``: "for on-chip
 #: device-to-device memory copy, both the source and destination addresses must be 64-byte aligned".
 D2D_ALIGNMENT = 64
@@ -115,15 +173,22 @@ class SimBackend:
     sanitizer:
         Check every access for happens-before (default from ``ACLPIPE_SANITIZER``, else **on**;
         benchmarks switch it off).
+    op_execute_timeout:
+        Seconds of device time a kernel may run before it fails with 507014
+        (``ACL_ERROR_RT_AICORE_TIMEOUT``), as ``aclrtSetOpExecuteTimeOut`` sets it: ``None``
+        keeps the product's default (1091 s on A2, 547 on inference cards), 0 is the maximum,
+        other values are rounded up to the hardware's interval (the maximum / 254).  A kernel
+        held by a planted hang fails after it (in wall seconds times ``time_scale``).
     max_streams:
-        Streams this device allows (default: the spec's documented limit).
+        Streams this device lets you create (default, and at most: the spec's documented limit
+        less the :data:`DEFAULT_STREAMS` default streams, which count against it).
     """
 
     name = "sim"
 
     def __init__(self, index: int = 0, *, spec: DeviceSpec | str = ATLAS_A2, capacity: int | None = None,
                  timing: bool | None = None, time_scale: float = 1.0, sanitizer: bool | None = None,
-                 max_streams: int | None = None):
+                 max_streams: int | None = None, op_execute_timeout: float | None = None):
         count = self.device_count()
         if not 0 <= index < count:
             raise error_from_code(107001, f"sim device {index} does not exist: there are {count} "
@@ -141,18 +206,23 @@ class SimBackend:
         self.engines = Engines(spec, timing, time_scale)
         self.sanitizer: Sanitizer | None = Sanitizer() if sanitize else None
         self.faults = FaultInjector()
+        #: Seconds of device time a kernel may run before it fails with 507014.
+        self.op_execute_timeout = effective_op_timeout(spec, op_execute_timeout)
+        explicit = spec.max_streams - DEFAULT_STREAMS
         self.capabilities = Capabilities(
-            host_callbacks=True, event_timing=True, max_streams=max_streams or spec.max_streams, sanitizer=sanitize,
+            host_callbacks=True, event_timing=True, max_streams=min(max_streams or explicit, explicit),
+            device_streams=spec.max_streams, default_streams=DEFAULT_STREAMS, sanitizer=sanitize,
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=spec.graph_capture,
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
-            stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_stream=True,
-            peer_access=True)
+            stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_context=True,
+            peer_access=True, op_execute_timeout=self.op_execute_timeout)
         self.peers = PeerLinks(self)
         #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
         self.stop_on_failure = False
         self.captures = Captures(self)
         self._streams: list[SimStream] = []
         self._model_streams: list[SimStream] = []
+        self._callbacks: CallbackThread | None = None  # the context's host-function thread
         self._live_events = 0
         self._names = itertools.count()
         self._lock = threading.Lock()
@@ -180,6 +250,8 @@ class SimBackend:
         self.faults.clear()
         for stream in list(self._streams) + list(self._model_streams):
             self._stop_stream(stream)
+        if self._callbacks is not None:
+            self._callbacks.close()
         THREAD_LIMIT.release()
         release_window(self)
 
@@ -190,6 +262,7 @@ class SimBackend:
     # -- memory -----------------------------------------------------------------------------
     def mem_alloc(self, nbytes: int, label: str = "") -> int:
         self._check_open()
+        self.refuse_in_host_function("aclrtMalloc")
         rule = self.faults.check("alloc", label, None)
         if rule is not None:
             raise DeviceOutOfMemory(rule.code or 207001, requested=nbytes, in_use=self.memory.in_use,
@@ -198,6 +271,7 @@ class SimBackend:
 
     def mem_free(self, address: int) -> None:
         self._check_open()
+        self.refuse_in_host_function("aclrtFree")
         # Only a live allocation's start is checked: anything else (a double free, an interior
         # address) must fail in memory.free with ACL's free error, sanitizer on or off.
         allocation = self.memory.starting_at(address)
@@ -208,10 +282,12 @@ class SimBackend:
 
     def mem_alloc_host(self, nbytes: int, label: str = "") -> tuple[int, Any]:
         self._check_open()
+        self.refuse_in_host_function("aclrtMallocHost")
         allocation = self.memory.alloc_host(nbytes, label)
         return allocation.start, allocation.data
 
     def mem_free_host(self, address: int) -> None:
+        self.refuse_in_host_function("aclrtFreeHost")
         allocation = self.memory.starting_at(address, host=True)
         if self.sanitizer is not None and allocation is not None:
             self.sanitizer.host_access(allocation, allocation.start, allocation.size, write=True,
@@ -368,8 +444,17 @@ class SimBackend:
         if rule is None:
             return False
         if rule.hang:
+            # A hung kernel fails once it ran past the op execute timeout, as on the device
+            # (aclrtSetOpExecuteTimeOut, 12_execution_control.md); copies hang until released.
+            limit = self.op_execute_timeout * self.engines.time_scale if task.kind == KERNEL else math.inf
+            deadline = time.monotonic() + limit
             while not rule.released.wait(0.02):  # polled: an abort stops a hung task
                 if stream.interrupted():
+                    return True
+                if time.monotonic() >= deadline:
+                    stream._fail(task, error_from_code(507014, f"kernel {task.name} ran past the op execute timeout "
+                                                               f"of {self.op_execute_timeout:g} s "
+                                                               "(aclrtSetOpExecuteTimeOut, 12_execution_control.md)"))
                     return True
             return False
         detail = f"injected fault in {task.kind} {task.name}"
@@ -406,6 +491,7 @@ class SimBackend:
     def _submit(self, stream: SimStream, task: Task, reads: Sequence[Region] = (), writes: Sequence[Region] = (),
                 padding: Sequence[Region] = ()) -> None:
         task.writes = writes
+        self.refuse_in_host_function(f"a launch ({describe_task(task)})")
         if stream.capture is not None:
             self.captures.add(stream, task, reads, writes, padding)
             return
@@ -424,6 +510,7 @@ class SimBackend:
 
     def submit_control(self, stream: SimStream, name: str, run: Callable[[], None]) -> None:
         """Enqueue bookkeeping the stream performs in order (an event reset, a task update)."""
+        self.refuse_in_host_function(f"a launch ({name})")
         stream.check_submittable()
         if self.sanitizer is not None:
             task = Task(CONTROL, name, run, snapshot=self.sanitizer.enqueue(stream.name))
@@ -448,8 +535,10 @@ class SimBackend:
             live = len(self._streams) + len(self._model_streams)
             if live >= self.capabilities.max_streams:
                 limit = self.capabilities.max_streams
-                raise error_from_code(207008, f"sim:{self.index} ({self.spec.name}) allows {limit} streams "
-                                              "(06_stream_management.md, aclrtCreateStream); destroy unused "
+                raise error_from_code(207008, f"sim:{self.index} ({self.spec.name}) allows {limit} streams to be "
+                                              f"created ({self.spec.max_streams} per device, less the "
+                                              f"{DEFAULT_STREAMS} default streams of its contexts: "
+                                              "06_stream_management.md, aclrtCreateStream); destroy unused "
                                               "streams or models")
             stream = SimStream(self, name, priority)
             into.append(stream)
@@ -499,12 +588,15 @@ class SimBackend:
         if not self.spec.stream_abort:
             raise error_from_code(207000, f"{self.spec.name} has no aclrtStreamAbort (06_stream_management.md); "
                                           "synchronize the stream instead")
+        self.refuse_in_host_function(f"aclrtStreamAbort of stream {stream.name}")
         stream.abort()
 
     def stream_sync(self, stream: SimStream, timeout_ms: int = -1) -> None:
         self._check_stream(stream)
+        check_timeout(timeout_ms, f"aclrtSynchronizeStreamWithTimeout of stream {stream.name}")
+        self.refuse_in_host_function(f"aclrtSynchronizeStream of stream {stream.name}")
         if stream.capture is not None:
-            self.captures.forbid(stream.capture, 107041, f"a synchronize of stream {stream.name}")
+            self.captures.refuse(stream.capture, 107027, f"a synchronize of stream {stream.name}")
         if not self._wait_stream(stream, None if timeout_ms < 0 else timeout_ms / 1000):
             raise error_from_code(507046, f"stream {stream.name} did not finish within {timeout_ms} ms")
         self._raise_sticky(stream)
@@ -512,7 +604,7 @@ class SimBackend:
     def stream_query(self, stream: SimStream) -> bool:
         self._check_stream(stream)
         if stream.capture is not None:
-            self.captures.forbid(stream.capture, 107041, f"a query of stream {stream.name}")
+            self.captures.refuse(stream.capture, 107027, f"a query of stream {stream.name}")
         done = self._wait_stream(stream, 0)
         self._raise_sticky(stream)
         return done
@@ -609,7 +701,7 @@ class SimBackend:
     def _check_not_captured(self, event: SimEvent, what: str) -> None:
         session = event.capture
         if session is not None:
-            self.captures.forbid(session, 107028, f"a {what} of event {event.name}, recorded")
+            self.captures.refuse(session, 107028, f"a {what} of event {event.name}, recorded")
 
     def event_query(self, event: SimEvent) -> bool:
         self._check_event(event)
@@ -621,6 +713,8 @@ class SimBackend:
 
     def event_sync(self, event: SimEvent, timeout_ms: int = -1) -> None:
         self._check_event(event)
+        check_timeout(timeout_ms, f"aclrtSynchronizeEventWithTimeout of event {event.name}")
+        self.refuse_in_host_function(f"aclrtSynchronizeEvent of event {event.name}")
         self._check_not_captured(event, "synchronize")
         # The usual caller is a run's result, syncing its done event after the completion host
         # function behind it ran: a record that already completed.  That answer takes one look
@@ -643,6 +737,26 @@ class SimBackend:
         return (end.timestamp() - start.timestamp()) * 1000.0
 
     # -- host work --------------------------------------------------------------------------
+    @staticmethod
+    def refuse_in_host_function(what: str) -> None:
+        """Refuse ``what`` when called from inside a host function (see :func:`refuse_in_host_function`)."""
+        refuse_in_host_function(what)
+
+    def host_thread(self) -> CallbackThread:
+        """The device's host-function thread, started at the first host function: the runtime
+        creates one callback thread per context (``ApiImpl::LaunchHostFunc``,
+        ``src/runtime/api/impl/api_impl.cc``) and every stream's host functions run on it."""
+        with self._lock:
+            if self._callbacks is None:
+                self._callbacks = CallbackThread(f"aclpipe-sim{self.index}-hostfunc")
+            return self._callbacks
+
+    @property
+    def host_thread_ident(self) -> int | None:
+        """The host-function thread's id, once it was started."""
+        callbacks = self._callbacks
+        return callbacks.ident if callbacks is not None else None
+
     def host_func(self, stream: SimStream, fn: Callable[[], None], name: str = "") -> None:
         self._check_stream(stream)
         rule_name = name or getattr(fn, "__name__", "host_func")
@@ -688,6 +802,8 @@ class SimBackend:
         self._submit(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args), native=True))
 
     def device_sync(self, timeout_ms: int = -1) -> None:
+        check_timeout(timeout_ms, "aclrtSynchronizeDeviceWithTimeout")
+        self.refuse_in_host_function("aclrtSynchronizeDevice")
         self.captures.forbid_device_sync()
         sync_streams(self.stream_sync, list(self._streams) + list(self._model_streams), timeout_ms)
 
@@ -773,6 +889,7 @@ class SimBackend:
     def model_execute(self, model: SimModel, stream: SimStream, context: Mapping[str, Any] | None = None) -> None:
         """``aclmdlRIExecuteAsync``: replay ``model`` on ``stream``."""
         self._check_stream(stream)
+        self.refuse_in_host_function("aclmdlRIExecuteAsync")
         self.captures.execute(model, stream, context)
 
     def model_destroy(self, model: SimModel) -> None:

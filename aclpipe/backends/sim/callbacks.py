@@ -1,11 +1,19 @@
-"""A stream's host-function thread: its host functions run here, in order, never on the worker.
+"""A device's host-function thread: every host function of the device runs here, one at a time.
 
-Like ``aclrtLaunchHostFunc`` (``hicann/runtime`` ``docs/zh/api_ref/12_execution_control.md``:
-the function runs "on the thread registered for the stream, created inside the call" and
-blocks the stream's later tasks by default), a stream that reaches a host function hands it
-to its own thread and waits until it returns.  Each stream has its own thread, so host
-functions of different streams may run at the same time; one that synchronizes its own
-stream deadlocks here as it does on the device.
+``aclrtLaunchHostFunc`` (``hicann/runtime`` ``docs/zh/api_ref/12_execution_control.md``) runs
+the function on "the thread registered for the stream" and blocks the stream's later tasks by
+default.  The page leaves open whose thread that is; the runtime's source settles it:
+``ApiImpl::LaunchHostFunc`` (``src/runtime/api/impl/api_impl.cc``) creates the thread once per
+*context* (``Context::CreateContextCallBackThread``) and subscribes every stream that launches
+a host function to it.  So host functions of different streams of one device never overlap:
+they run one after another, in the order their streams reach them, and one that blocks holds
+back the host functions of every stream of the device.  One that synchronizes its own stream
+deadlocks here as it does on the device.
+
+aclpipe's compiled completion helper (``host_func_c``) runs on the stream's worker instead of
+hopping to this thread (which cannot be observed from C), but it holds :attr:`CallbackThread.lock`
+while it runs, as the Python functions do: it too waits for a blocked host function of another
+stream, as it would on the device.
 """
 
 from __future__ import annotations
@@ -14,7 +22,14 @@ import queue
 import threading
 from collections.abc import Callable
 
-__all__ = ["CallbackThread"]
+__all__ = ["CallbackThread", "in_host_function"]
+
+_RUNNING = threading.local()  # .fn: the host function this thread is running, if any
+
+
+def in_host_function() -> bool:
+    """Whether the calling thread is running a host function now (of any simulated device)."""
+    return getattr(_RUNNING, "fn", None) is not None
 
 
 class _Call:
@@ -27,13 +42,21 @@ class _Call:
 
 
 class CallbackThread:
-    """The thread that runs one stream's host functions, one call at a time, each blocking the
-    stream until it returns (``ACL_CALLBACK_BLOCK``)."""
+    """The thread that runs one device's host functions, one call at a time in the order they
+    arrive, each blocking its stream until it returns (``ACL_CALLBACK_BLOCK``)."""
+
     def __init__(self, name: str):
+        #: Held while any host function of the device runs (here, or a C one on a stream's worker).
+        self.lock = threading.Lock()
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self.ident = self._thread.ident
+
+    @property
+    def current(self) -> bool:
+        """Whether the calling thread is this one (a host function is calling back in)."""
+        return threading.get_ident() == self.ident
 
     def call(self, fn: Callable[[], object]) -> BaseException | None:
         """Run ``fn`` on the callback thread and wait; returns what it raised, if anything."""
@@ -42,13 +65,24 @@ class CallbackThread:
         item.done.wait()
         return item.error
 
+    def run_native(self, fn: Callable[[], object]) -> None:
+        """Run a C host function on the calling thread (a stream's worker), one at a time with
+        every other host function of the device."""
+        with self.lock:
+            fn()
+
     def _loop(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
                 return
             try:
-                item.fn()
+                with self.lock:
+                    _RUNNING.fn = item.fn
+                    try:
+                        item.fn()
+                    finally:
+                        _RUNNING.fn = None
             except BaseException as exc:  # noqa: BLE001 - a host function's failure belongs to its stream
                 item.error = exc
             finally:

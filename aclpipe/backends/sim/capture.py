@@ -351,6 +351,18 @@ class Captures:
                                     "invalidated (aclmdlRICaptureEnd will fail): synchronize before "
                                     "aclmdlRICaptureBegin or after aclmdlRICaptureEnd")
 
+    @staticmethod
+    def refuse(session: CaptureSession, code: int, what: str) -> None:
+        """A call the runtime's parameter check refuses during a capture before doing anything:
+        raise, and leave the capture as it is (it may still end and replay).
+
+        ``ApiErrorDecorator::StreamSynchronize``/``::StreamQuery`` (107027, the stream is
+        captured) and ``::EventSynchronize``/``::EventQueryStatus`` (107028, the event is
+        captured) in ``src/runtime/api/impl/api_error.cc`` return before reaching the stream."""
+        raise error_from_code(code, f"{what} inside the capture begun on {session.origin.name} (the runtime refuses "
+                                    "it and the capture goes on); synchronize before aclmdlRICaptureBegin or after "
+                                    "aclmdlRICaptureEnd")
+
     def forbid_device_sync(self) -> None:
         if self.active:
             for session in list(self.active):

@@ -55,6 +55,13 @@ class DeviceSpec:
     peer_bytes_per_s:
         One device-to-device peer link, per direction; 0 where the product has no peer access
         (``04_device_management.md``, ``aclrtDeviceEnablePeerAccess``: not on 200I/500 A2).
+    op_execute_timeout:
+        Seconds an AI Core kernel may run before it fails with 507014 when nobody called
+        ``aclrtSetOpExecuteTimeOut`` (``12_execution_control.md``, its constraints: 1091 on
+        A2/A3/950 and 200I/500 A2, 547 on Atlas inference cards, 68 on training products).
+    op_execute_timeout_max:
+        The longest timeout one may set, ``interval * 254`` (1091 s on A2/A3/950 and 200I/500 A2,
+        547 on inference cards); set timeouts are rounded up to a multiple of ``interval``.
     """
 
     name: str
@@ -75,6 +82,8 @@ class DeviceSpec:
     #: The default is the figure published for the 910B in an Atlas 800T A2: eight NPUs in an
     #: HCCS full mesh, 392 GB/s per NPU over seven links, so 56 GB/s between any two NPUs.
     peer_bytes_per_s: float = 56e9
+    op_execute_timeout: float = 1091.0
+    op_execute_timeout_max: float = 1091.0
 
 
 ATLAS_A2 = DeviceSpec(
@@ -108,6 +117,8 @@ ATLAS_310P = DeviceSpec(
     max_streams=1024,
     stream_abort=False,
     peer_bytes_per_s=25e9,  # cards reach each other over PCIe, at the host link's rate
+    op_execute_timeout=547.0,
+    op_execute_timeout_max=547.0,
 )
 
 #: Atlas 200I/500 A2 (Ascend 310B): a small inference module without graph capture, stream

@@ -20,9 +20,12 @@ synchronizations guarantee.  Rules (ARCHITECTURE.md 3.1):
 - an executor is a region of its own: its launches read it, ``aclDestroyAclOpExecutor``
   writes it from the host, so destroying one whose launch may still run is caught.
 
-Accesses are tracked per allocation and byte range.  A range keeps its last write and, per
-actor, its last read: a later read by the same actor is ordered after an earlier one, so
-the older record can go, which keeps the tables as small as the number of live ranges.
+Accesses are tracked per allocation and byte: bytes with the same history share one segment
+of a sorted map (:mod:`.intervals`), which keeps their last write and, per actor, their last
+read since: a later read by the same actor is ordered after an earlier one, so the older
+record can go.  A checked write is ordered after everything its bytes saw, so it replaces
+their history.  An access costs a bisection plus the segments it overlaps, not a scan of the
+allocation's every range, so checking a run grows linearly with the graph.
 
 Several devices.  The host is one: every device's sanitizer shares one host clock (and one
 lock), and stream names are unique in the process, so a clock may carry ticks of streams of
@@ -37,10 +40,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ...errors import HazardError
+from .intervals import Segment, SegmentMap
 from .memory import Allocation
 
 __all__ = ["HOST", "Clock", "Sanitizer"]
@@ -49,29 +52,26 @@ HOST = "host"
 Clock = dict[str, int]
 
 
-@dataclass(frozen=True)
 class Access:
-    start: int
-    end: int
-    write: bool
-    actor: str
-    tick: int
-    what: str
-    seq: int = 0  # checking order: for ordered accesses, a later one has a larger seq
-    padding: bool = False  # bytes past a kernel's output it may touch (the 32-byte rule)
+    """One recorded access.  A plain class with slots, not a dataclass: one is made per access
+    checked, and a frozen dataclass's ``__init__`` costs several times as much."""
+
+    __slots__ = ("actor", "end", "padding", "start", "tick", "what", "write")
+
+    def __init__(self, start: int, end: int, write: bool, actor: str, tick: int, what: str,
+                 padding: bool = False) -> None:
+        self.start = start
+        self.end = end
+        self.write = write
+        self.actor = actor
+        self.tick = tick
+        self.what = what
+        self.padding = padding  # bytes past a kernel's output it may touch (the 32-byte rule)
 
     def describe(self) -> str:
         kind = "padding write" if self.padding else "write" if self.write else "read"
         where = "on the host" if self.actor == HOST else f"on stream {self.actor}"
         return f"{kind} of bytes [{self.start:#x}, {self.end:#x}) by {self.what} {where} (tick {self.tick})"
-
-
-class _RangeState:
-    __slots__ = ("last_write", "reads")
-
-    def __init__(self) -> None:
-        self.last_write: Access | None = None
-        self.reads: dict[str, Access] = {}
 
 
 #: Shared by every device's sanitizer: the host's clock, the lock guarding all clocks, and the
@@ -87,6 +87,40 @@ def _merge(into: Clock, other: Clock) -> None:
             into[actor] = tick
 
 
+def _check(segment: Segment[Access], access: Access, clock: Clock, allocation: Allocation) -> None:
+    """Raise if ``access`` is not ordered after an earlier access of ``segment``'s bytes it
+    conflicts with (its last write; for a write, also its reads), or reads bytes that another
+    task last touched as padding.  The common case, an ordered access, returns after a few
+    comparisons: this runs for every access the simulator makes."""
+    last = segment.last_write
+    if last is not None and last.actor != access.actor and clock.get(last.actor, 0) < last.tick \
+            and last.actor not in _RETIRED:
+        raise _race(allocation, access, last)
+    if access.write:
+        for read in segment.reads.values():
+            if read.actor != access.actor and clock.get(read.actor, 0) < read.tick and read.actor not in _RETIRED:
+                raise _race(allocation, access, read)
+    elif last is not None and last.padding:
+        raise _garbage(allocation, access, last)
+
+
+def _race(allocation: Allocation, access: Access, previous: Access) -> HazardError:
+    return HazardError(
+        f"data race on {allocation.describe()}: {access.describe()} is not ordered after "
+        f"{previous.describe()}; add an event wait between the streams or synchronize first",
+        first=previous.describe(), second=access.describe())
+
+
+def _garbage(allocation: Allocation, access: Access, padding: Access) -> HazardError:
+    """A read of bytes another task last touched as padding reads garbage."""
+    lo, hi = max(padding.start, access.start), min(padding.end, access.end)
+    return HazardError(
+        f"{access.describe()} reads bytes [{lo:#x}, {hi:#x}) of {allocation.describe()} that {padding.what} "
+        f"on {padding.actor} may have overwritten: kernels touch up to ALIGN_UP(len, 32) + 32 bytes of each "
+        "output (CANN 11-01, aclrtMalloc), so pieces carved from one allocation need that padding",
+        first=padding.describe(), second=access.describe())
+
+
 class Sanitizer:
     """Vector-clock race detector for one device."""
 
@@ -94,7 +128,6 @@ class Sanitizer:
         self._lock = _LOCK
         self._clocks: dict[str, Clock] = {HOST: _HOST_CLOCK}
         self.checked = 0
-        self._seq = 0
 
     # -- clocks ------------------------------------------------------------------------------
     def add_stream(self, stream: str) -> None:
@@ -150,81 +183,30 @@ class Sanitizer:
 
         Nothing is remembered when any check fails, so a refused launch leaves no trace."""
         tick = clock.get(actor, 0)
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-        accesses = [(allocation, Access(start, start + nbytes, write, actor, tick, what, seq))
+        accesses = [(allocation, Access(start, start + nbytes, write, actor, tick, what))
                     for allocation, start, nbytes, write in regions if nbytes > 0]
-        accesses += [(allocation, Access(start, start + nbytes, True, actor, tick, what, seq, padding=True))
-                     for allocation, start, nbytes in padding if nbytes > 0]
+        if padding:
+            accesses += [(allocation, Access(start, start + nbytes, True, actor, tick, what, padding=True))
+                         for allocation, start, nbytes in padding if nbytes > 0]
         with self._lock:
+            self.checked += len(accesses)
             for allocation, access in accesses:
-                self.checked += 1
-                table: dict[tuple[int, int], _RangeState] = allocation.sanitizer_state or {}
-                for (lo, hi), state in table.items():
-                    if lo < access.end and access.start < hi:
-                        self._check(state, access, clock, allocation)
-                        if not access.write:
-                            self._check_padding(table, (lo, hi), state, access, allocation)
+                segments: SegmentMap[Access] | None = allocation.sanitizer_state
+                if segments is not None:
+                    for segment in segments.overlapping(access.start, access.end):
+                        _check(segment, access, clock, allocation)
             for allocation, access in accesses:
-                self._remember(allocation, access, clock)
-
-    def _remember(self, allocation: Allocation, access: Access, clock: Clock) -> None:
-        table: dict[tuple[int, int], _RangeState] | None = allocation.sanitizer_state
-        if table is None:
-            table = allocation.sanitizer_state = {}
-        key = (access.start, access.end)
-        state = table.get(key)
-        if state is None:
-            state = table[key] = _RangeState()
-        if access.write:
-            state.last_write = access
-            state.reads.clear()
-            self._forget_covered(table, access, clock)
-        else:
-            state.reads[access.actor] = access
-
-    def _check(self, state: _RangeState, access: Access, clock: Clock, allocation: Allocation) -> None:
-        earlier = [state.last_write] if state.last_write else []
-        if access.write:
-            earlier.extend(state.reads.values())
-        for previous in earlier:
-            if previous.actor == access.actor or clock.get(previous.actor, 0) >= previous.tick:
-                continue
-            if previous.actor in _RETIRED:
-                continue
-            raise HazardError(
-                f"data race on {allocation.describe()}: {access.describe()} is not ordered after "
-                f"{previous.describe()}; add an event wait between the streams or synchronize first",
-                first=previous.describe(), second=access.describe())
-
-    @staticmethod
-    def _check_padding(table: dict[tuple[int, int], _RangeState], key: tuple[int, int], state: _RangeState,
-                       access: Access, allocation: Allocation) -> None:
-        """A read of bytes another task last touched as padding reads garbage."""
-        padding = state.last_write
-        if padding is None or not padding.padding:
-            return
-        lo, hi = max(key[0], access.start), min(key[1], access.end)
-        for (start, end), other in table.items():
-            later = other.last_write
-            if later is not None and not later.padding and later.seq > padding.seq and start <= lo and hi <= end:
-                return  # rewritten since: the read sees real data
-        raise HazardError(
-            f"{access.describe()} reads bytes [{lo:#x}, {hi:#x}) of {allocation.describe()} that {padding.what} "
-            f"on {padding.actor} may have overwritten: kernels touch up to ALIGN_UP(len, 32) + 32 bytes of each "
-            "output (CANN 11-01, aclrtMalloc), so pieces carved from one allocation need that padding",
-            first=padding.describe(), second=access.describe())
-
-    @staticmethod
-    def _forget_covered(table: dict[tuple[int, int], _RangeState], write: Access, clock: Clock) -> None:
-        # Ranges inside this write whose accesses are all ordered before it can never race with
-        # anything the write does not already race with: drop them.
-        for key in [k for k in table if write.start <= k[0] and k[1] <= write.end and k != (write.start, write.end)]:
-            state = table[key]
-            accesses = list(state.reads.values()) + ([state.last_write] if state.last_write else [])
-            if all(clock.get(a.actor, 0) >= a.tick or a.actor == write.actor for a in accesses):
-                del table[key]
+                segments = allocation.sanitizer_state
+                if segments is None:
+                    segments = allocation.sanitizer_state = SegmentMap()
+                # Every earlier access to these bytes is ordered before a write that passed its
+                # check, and whatever is ordered after the write is after them too: the write's
+                # history replaces theirs.  Only a retired stream's accesses may be unordered,
+                # and those never race (see _check).
+                if access.write:
+                    segments.write(access.start, access.end, access)
+                else:
+                    segments.read(access.start, access.end, actor, access)
 
     def host_access(self, allocation: Allocation, start: int, nbytes: int, *, write: bool, what: str) -> None:
         self.access(allocation, start, nbytes, write=write, actor=HOST, clock=self.host_tick(), what=what)

@@ -15,9 +15,10 @@ Failures follow ``aclrtSetStreamFailureMode`` (``hicann/runtime``
   those streams too.
 
 Either way the first error is sticky: the next ``sync``, ``query`` or ``take_error`` reports
-and clears it.  Each stream runs its host functions on a thread of its own
-(``12_execution_control.md``, ``aclrtLaunchHostFunc``: "the thread registered on the
-stream"), so host functions of different streams may overlap.
+and clears it.  Host functions go to the device's one host-function thread
+(:mod:`.callbacks`: ``12_execution_control.md``, ``aclrtLaunchHostFunc``, and the runtime's
+``ApiImpl::LaunchHostFunc``, which creates one callback thread per context), so host functions
+of different streams run one at a time, never overlapping.
 """
 
 from __future__ import annotations
@@ -170,7 +171,6 @@ class SimStream:
         # and after the last of its state was reset (the count itself comes earlier, inside the
         # entry's last record, so that whoever sees the record done sees the stream past it).
         self._finished = 0
-        self._callbacks: CallbackThread | None = None
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"aclpipe-{name}", daemon=True)
         self._thread.start()
@@ -259,16 +259,9 @@ class SimStream:
             return error
 
     def host_thread(self) -> CallbackThread:
-        """This stream's host-function thread, started on first use (aclrtLaunchHostFunc creates
-        and registers it inside the call)."""
-        with self._cond:
-            if self._callbacks is None:
-                self._callbacks = CallbackThread(f"aclpipe-{self.name}-hostfunc")
-            return self._callbacks
-
-    @property
-    def host_thread_ident(self) -> int | None:
-        return self._callbacks.ident if self._callbacks is not None else None
+        """The device's host-function thread, started on first use (aclrtLaunchHostFunc creates
+        the context's thread inside the first call): shared by every stream of the device."""
+        return self.backend.host_thread()
 
     def abort(self) -> None:
         """``aclrtStreamAbort``: discard every task submitted so far and stop the one running
@@ -285,8 +278,6 @@ class SimStream:
         self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
-        if self._callbacks is not None:
-            self._callbacks.close()
 
     # -- device side -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -445,9 +436,10 @@ class SimStream:
             backend.sanitizer.host_learns(task.snapshot)
         if task.native:
             # A C function (aclpipe's completion helper) cannot observe which host thread runs
-            # it, cannot raise and cannot synchronize: the stream's worker stands for its
-            # registered thread, with the same order and blocking, one thread hop sooner.
-            task.run()
+            # it, cannot raise and cannot synchronize: the stream's worker stands for the
+            # device's callback thread, one thread hop sooner, and like it runs one host
+            # function of the device at a time.
+            self.host_thread().run_native(task.run)
             return
         raised = self.host_thread().call(task.run)
         if raised is not None:

@@ -90,6 +90,38 @@ def test_an_inference_card_has_1023_events_and_the_limit_is_enforced(product: De
     stream.sync(TIMEOUT)
 
 
+# -- synchronize timeouts (api_error.cc, ApiErrorDecorator::StreamSynchronize/EventSynchronize) --------
+def test_a_zero_timeout_is_refused_by_the_runtime_and_polls_use_queries(any_ascend: Device):
+    backend, stream = any_ascend.backend, any_ascend.create_stream()
+    event = stream.record()
+    stream.sync(TIMEOUT)
+    runtime = backend.library.runtime
+    if backend.library.has_stream_sync_timeout:  # the fake itself, below the binding
+        assert runtime.aclrtSynchronizeStreamWithTimeout(stream.handle.handle, 0) == 107000
+        assert runtime.aclrtSynchronizeEventWithTimeout(event.handle.handle, 0) == 107000
+        assert runtime.aclrtSynchronizeStreamWithTimeout(stream.handle.handle, 1) == 0
+    for call, handle in ((backend.stream_sync, stream.handle), (backend.event_sync, event.handle)):
+        with pytest.raises(BackendError) as caught:
+            call(handle, 0)
+        assert caught.value.code == 107000
+    with pytest.raises(BackendError) as caught:
+        backend.device_sync(0)
+    assert caught.value.code == 107000
+    with latch(stream):
+        held = stream.record()
+        with pytest.raises(DeviceFault) as caught:
+            stream.sync(0)
+        assert caught.value.code == 507046
+        with pytest.raises(DeviceFault) as caught:
+            held.sync(0)
+        assert caught.value.code == 507047
+    stream.sync(TIMEOUT)
+    stream.sync(1e-4)  # idle: a sub-millisecond timeout is 1 ms, not the refused 0
+    held.sync(1e-4)
+    held.sync(0)
+    any_ascend.sync(1e-4)
+
+
 # -- streams (06_stream_management.md) -----------------------------------------------------------
 def test_continue_on_failure_runs_later_work(any_ascend: Device):
     stream, target, later = any_ascend.create_stream(), any_ascend.alloc(64), any_ascend.alloc(64)
@@ -122,6 +154,40 @@ def test_stop_on_failure_drops_and_refuses_and_abort_releases_waiters(ascend: De
     assert (ascend.download(later, "uint8", (64,)) == 0x11).all()
 
 
+def _streams_until_refused(runtime, ffi) -> list:
+    handles = []
+    while True:
+        handle = ffi.new("aclrtStream *")
+        code = runtime.aclrtCreateStreamWithConfig(handle, 0, 0)
+        if code:
+            assert code == 207008
+            return handles
+        handles.append(handle[0])
+
+
+@pytest.mark.parametrize("product", ["200i-a2"], indirect=True)
+def test_the_default_streams_of_each_context_count_against_the_stream_limit(product: Device):
+    """06_stream_management.md, aclrtCreateStream: N = the maximum - the streams that exist, the
+    default stream included; one per context (context.cc, Context::Setup)."""
+    from aclpipe.backends.ascend.cdefs import ffi
+
+    capabilities = product.capabilities
+    assert (capabilities.device_streams, capabilities.default_streams, capabilities.max_streams) == (512, 2, 510)
+    runtime = product.backend.library.runtime
+    handles = _streams_until_refused(runtime, ffi)  # below the binding: the fake's own count
+    assert len(handles) == 510  # aclrtSetDevice's primary context and the binding's own
+    assert runtime.aclrtDestroyStream(handles.pop()) == 0
+    context = ffi.new("aclrtContext *")
+    assert runtime.aclrtCreateContext(context, 0) == 0  # one more context: one more default stream
+    try:
+        assert _streams_until_refused(runtime, ffi) == []
+    finally:
+        assert runtime.aclrtDestroyContext(context[0]) == 0
+        assert runtime.aclrtSetCurrentContext(product.backend._context) == 0
+    for handle in handles:
+        assert runtime.aclrtDestroyStream(handle) == 0
+
+
 @pytest.mark.parametrize("product", ["310p"], indirect=True)
 def test_abort_is_refused_where_the_product_lacks_it(product: Device):
     with pytest.raises(BackendError, match="cannot abort"):
@@ -131,15 +197,60 @@ def test_abort_is_refused_where_the_product_lacks_it(product: Device):
     assert caught.value.code == 207000
 
 
-def test_host_functions_of_two_streams_overlap(ascend: Device):
-    """12_execution_control.md: aclrtLaunchHostFunc runs them on the stream's own thread."""
-    assert ascend.capabilities.host_thread_per_stream
-    first, second = ascend.create_stream(), ascend.create_stream()
-    both = threading.Barrier(2, timeout=TIMEOUT)
-    first.host_func(both.wait)
-    second.host_func(both.wait)
+def test_host_functions_of_two_streams_run_one_at_a_time_on_the_contexts_thread(any_ascend: Device):
+    """ApiImpl::LaunchHostFunc (src/runtime/api/impl/api_impl.cc) makes one callback thread per
+    context; the report-thread fallback has one per device too."""
+    assert any_ascend.capabilities.host_thread_per_context
+    first, second, order, threads = any_ascend.create_stream(), any_ascend.create_stream(), [], set()
+    started, overlapped = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        threads.add(threading.get_ident())
+        order.append("first")
+        started.set()
+        overlapped.wait(0.2)
+
+    first.host_func(hold)
+    first.host_func(lambda: order.append("first again"))
+    assert started.wait(TIMEOUT)
+    second.host_func(lambda: (threads.add(threading.get_ident()), overlapped.set(), order.append("second")))
     first.sync(TIMEOUT)
     second.sync(TIMEOUT)
+    assert order == ["first", "second", "first again"] and len(threads) == 1
+
+
+def test_a_host_function_may_not_allocate_free_synchronize_or_launch(any_ascend: Device):
+    """12_execution_control.md: the binding refuses with HazardError before making the context
+    current on the runtime's thread, and the fake refuses the C calls themselves."""
+    from aclpipe.backends.ascend.cdefs import ffi
+    from aclpipe.errors import HazardError
+
+    backend = any_ascend.backend
+    stream, other = any_ascend.create_stream(), any_ascend.create_stream()
+    address, runtime, seen, codes = backend.mem_alloc(64), backend.library.runtime, [], {}
+    calls = {"alloc": lambda: backend.mem_alloc(64), "free": lambda: backend.mem_free(address),
+             "sync": lambda: other.sync(TIMEOUT), "memset": lambda: backend.memset_async(address, 0, 64, other.handle)}
+
+    def calls_back_in() -> None:
+        for call in calls.values():
+            try:
+                call()
+            except HazardError as error:
+                seen.append(error)
+        codes["context"] = runtime.aclrtSetCurrentContext(backend._context)  # what the binding no longer does
+        pointer = ffi.new("void **")
+        codes["aclrtMalloc"] = runtime.aclrtMalloc(pointer, 64, 0)
+        codes["aclrtFree"] = runtime.aclrtFree(ffi.cast("void *", address))
+        codes["aclrtSynchronizeStream"] = runtime.aclrtSynchronizeStream(other.handle.handle)
+        codes["aclrtMemsetAsync"] = runtime.aclrtMemsetAsync(ffi.cast("void *", address), 64, 0, 64,
+                                                             other.handle.handle)
+
+    stream.host_func(calls_back_in)
+    stream.sync(TIMEOUT)
+    assert len(seen) == len(calls) and all("from inside host function" in str(error) for error in seen)
+    assert codes == {"context": 0, "aclrtMalloc": 107000, "aclrtFree": 107000, "aclrtSynchronizeStream": 107000,
+                     "aclrtMemsetAsync": 107000}
+    backend.mem_free(address)
 
 
 # -- memory (11-01, 11-03, acl_rt.h) ---------------------------------------------------------------
@@ -204,7 +315,7 @@ def test_capture_from_an_origin_with_a_joined_stream_replays_on_one_stream(ascen
     backend.op_destroy(executor)
 
 
-def test_an_unjoined_stream_or_a_sync_inside_fails_the_capture(ascend: Device):
+def test_an_unjoined_stream_fails_the_capture(ascend: Device):
     backend = ascend.backend
     origin, side = ascend.create_stream(), ascend.create_stream()
     data = ascend.upload(np.ones(16, np.float32))
@@ -216,14 +327,29 @@ def test_an_unjoined_stream_or_a_sync_inside_fails_the_capture(ascend: Device):
     with pytest.raises(BackendError) as caught:
         backend.capture_end(origin.handle)
     assert caught.value.code == 107025
+    backend.op_destroy(executor)
+
+
+def test_a_sync_or_query_of_a_capturing_stream_is_refused_and_the_capture_goes_on(ascend: Device):
+    """api_error.cc, ApiErrorDecorator::StreamSynchronize/StreamQuery: 107027 before anything is done."""
+    backend = ascend.backend
+    origin, runner = ascend.create_stream(), ascend.create_stream()
+    data = ascend.upload(np.ones(16, np.float32))
+    event = ascend.create_event()
     backend.capture_begin(origin.handle)
-    with pytest.raises(BackendError) as caught:
-        origin.sync(TIMEOUT)
-    assert caught.value.code == 107041
-    assert backend.capture_get_info(origin.handle)[0] == CaptureStatus.INVALIDATED
-    with pytest.raises(BackendError) as caught:
-        backend.capture_end(origin.handle)
-    assert caught.value.code == 507903
+    backend.event_record(event.handle, origin.handle)
+    for call, code in ((lambda: origin.sync(TIMEOUT), 107027), (lambda: origin.is_done, 107027),
+                       (lambda: event.sync(TIMEOUT), 107028), (lambda: event.is_done, 107028)):
+        with pytest.raises(BackendError) as caught:
+            call()
+        assert caught.value.code == code
+        assert backend.capture_get_info(origin.handle)[0] == CaptureStatus.ACTIVE
+    executor = _double(ascend, origin, data.address, 16)
+    model = backend.capture_end(origin.handle)
+    backend.model_execute(model, runner.handle)
+    runner.sync(TIMEOUT)
+    assert (ascend.download(data, "float32", (16,)) == 2).all()
+    backend.model_destroy(model)
     backend.op_destroy(executor)
 
 
@@ -300,3 +426,25 @@ def test_without_capture_a_run_walks_each_slots_launch_table(product: Device):
     expected = np.exp(doubled - doubled.max(-1, keepdims=True))
     for result in anyio.run(run):
         np.testing.assert_allclose(result, expected / expected.sum(-1, keepdims=True), rtol=1e-5)
+
+
+# -- op execute timeout (12_execution_control.md, aclrtSetOpExecuteTimeOut[V2]) ----------------------
+@pytest.mark.parametrize("product, requested, effective", [
+    ("a2", None, 1091.0), ("310p", None, 547.0), ("a2", 0, 1091.0), ("a2", 1, 4.295275), ("a2", 5, 8.59055),
+], indirect=["product"])
+def test_the_op_execute_timeout_is_the_products_default_or_what_the_runtime_rounded_to(
+        product: Device, requested, effective, hooks):
+    product.close()
+    hooks.clear_trace()
+    with aclpipe.open_device("ascend:0", op_execute_timeout=requested) as device:
+        assert device.capabilities.op_execute_timeout == pytest.approx(effective)
+    set_calls = [line for line in hooks.trace() if line.startswith("aclrtSetOpExecuteTimeOutV2")]
+    assert len(set_calls) == (requested is not None)
+
+
+def test_a_negative_op_execute_timeout_is_refused_and_leaves_nothing_open(fake_lib: Path, hooks):
+    hooks.clear_trace()
+    with pytest.raises(ValueError, match="op_execute_timeout must be >= 0"):
+        aclpipe.open_device("ascend:0", op_execute_timeout=-1)
+    trace = hooks.trace()
+    assert trace[-1] == "aclFinalize" and "aclrtResetDevice 0" in trace

@@ -137,23 +137,42 @@ def test_relaxed_mode_ends_on_any_thread(device):
     assert models and models[0].size == 1
 
 
-@pytest.mark.parametrize("forbidden", ["stream_sync", "device_sync", "event_sync", "host_func"])
+@pytest.mark.parametrize("forbidden", ["device_sync", "host_func"])
 def test_forbidden_calls_invalidate_the_capture(device, forbidden):
     origin = device.create_stream()
     event = device.create_event()
     backend = device.backend
     backend.capture_begin(origin.handle)
     backend.event_record(event.handle, origin.handle)
-    call = {"stream_sync": origin.sync, "device_sync": device.sync, "event_sync": event.sync,
-            "host_func": lambda: origin.host_func(lambda: None)}[forbidden]
+    call = {"device_sync": device.sync, "host_func": lambda: origin.host_func(lambda: None)}[forbidden]
     with pytest.raises(BackendError) as caught:
         call()
-    assert caught.value.code in (107041, 107028, 507009)
+    assert caught.value.code in (107041, 507009)
     assert backend.capture_get_info(origin.handle)[0] == CaptureStatus.INVALIDATED
     with pytest.raises(BackendError) as caught:
         backend.capture_end(origin.handle)
     assert caught.value.code == 507903  # ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
     origin.sync()  # the stream left the capture
+
+
+@pytest.mark.parametrize("refused, code", [("stream_sync", 107027), ("stream_query", 107027),
+                                           ("event_sync", 107028), ("event_query", 107028)])
+def test_a_sync_or_query_inside_a_capture_is_refused_and_the_capture_goes_on(device, refused, code):
+    """api_error.cc: ApiErrorDecorator::StreamSynchronize/StreamQuery return 107027 and
+    ::EventSynchronize/EventQueryStatus 107028 before doing anything."""
+    origin = device.create_stream()
+    event = device.create_event()
+    backend = device.backend
+    backend.capture_begin(origin.handle)
+    backend.event_record(event.handle, origin.handle)
+    call = {"stream_sync": origin.sync, "stream_query": lambda: origin.is_done, "event_sync": event.sync,
+            "event_query": lambda: event.is_done}[refused]
+    with pytest.raises(BackendError) as caught:
+        call()
+    assert caught.value.code == code
+    assert backend.capture_get_info(origin.handle)[0] == CaptureStatus.ACTIVE
+    backend.model_destroy(backend.capture_end(origin.handle))
+    origin.sync()
 
 
 def test_a_captured_wait_needs_a_captured_record(device):

@@ -84,3 +84,46 @@ def test_bad_fault_rules_are_value_errors(device):
         device.inject_fault("disk")
     with pytest.raises(ValueError, match="cannot hang"):
         device.inject_fault("alloc", hang=True)
+
+
+@pytest.mark.parametrize("requested, spec, effective", [
+    (None, "atlas-a2", 1091.0), (None, "atlas-310p", 547.0), (0, "atlas-a2", 1091.0), (5000, "atlas-a2", 1091.0),
+    (1, "atlas-a2", 1091.0 / 254), (5, "atlas-a2", 2 * 1091.0 / 254), (1091.0 / 254, "atlas-a2", 1091.0 / 254),
+])
+def test_the_op_execute_timeout_is_the_products_default_or_rounded_up_to_its_interval(requested, spec, effective):
+    """12_execution_control.md, aclrtSetOpExecuteTimeOut: 1091 s on A2, 547 on inference cards; 0 is
+    the maximum; a set timeout is rounded up to interval x N, N <= 254."""
+    import aclpipe
+
+    with aclpipe.open_device("sim", spec=spec, op_execute_timeout=requested, sanitizer=False) as device:
+        assert device.capabilities.op_execute_timeout == pytest.approx(effective)
+
+
+def test_a_hung_kernel_fails_with_an_aicore_timeout_after_the_op_execute_timeout():
+    import aclpipe
+
+    # 1 s rounds up to A2's interval (1091 / 254 s); time_scale makes that 43 ms of wall time.
+    with aclpipe.open_device("sim", op_execute_timeout=1, time_scale=0.01, sanitizer=False) as device:
+        stream, ran = device.create_stream(), []
+        device.inject_fault("kernel", "stuck", hang=True)
+        kernel(device, stream, "stuck", ran)
+        kernel(device, stream, "after", ran)
+        with pytest.raises(DeviceFault) as caught:
+            stream.sync(10)
+        assert caught.value.code == 507014 and "op execute timeout of 4.29" in str(caught.value)
+        assert ran == ["after"]  # continue on failure: the next kernel ran
+        device.inject_fault("copy", hang=True)  # copies have no op timeout: they hang until released
+        target = device.alloc(64)
+        stream.memset(target, 0)
+        with pytest.raises(DeviceFault) as caught:
+            stream.sync(0.2)
+        assert caught.value.code == 507046
+        device.release_hangs()
+        stream.sync(10)
+
+
+def test_a_negative_op_execute_timeout_is_refused():
+    import aclpipe
+
+    with pytest.raises(ValueError, match="op_execute_timeout must be >= 0"):
+        aclpipe.open_device("sim", op_execute_timeout=-1)

@@ -1,4 +1,4 @@
-"""Host functions: on their stream's own thread, in stream order, blocking their stream."""
+"""Host functions: on the device's one host-function thread, in stream order, blocking their stream."""
 
 from __future__ import annotations
 
@@ -6,29 +6,60 @@ import threading
 
 import pytest
 
+import aclpipe
 from aclpipe import DeviceFault
 from aclpipe.backends.sim.engines import Cost
 
 
-def test_each_stream_runs_its_host_functions_on_a_thread_of_its_own(device):
+def test_every_stream_of_a_device_runs_its_host_functions_on_the_devices_one_thread(device):
+    """ApiImpl::LaunchHostFunc (src/runtime/api/impl/api_impl.cc): one callback thread per context."""
     first, second, threads = device.create_stream(), device.create_stream(), {}
     for stream in (first, second):
         for _ in range(2):
             stream.host_func(lambda stream=stream: threads.setdefault(stream.name, set()).add(threading.get_ident()))
         stream.sync()
-    assert threads[first.name] == {first.handle.host_thread_ident}
-    assert threads[second.name] == {second.handle.host_thread_ident}
-    assert first.handle.host_thread_ident != second.handle.host_thread_ident
+    assert threads[first.name] == threads[second.name] == {device.backend.host_thread_ident}
+    with aclpipe.open_device("sim:1") as other:
+        other_stream = other.create_stream()
+        other_stream.host_func(lambda: None)
+        other_stream.sync()
+        assert other.backend.host_thread_ident != device.backend.host_thread_ident
 
 
-def test_host_functions_of_different_streams_overlap(device):
-    """12_execution_control.md: each stream's host functions run on the thread registered for it."""
-    first, second = device.create_stream(), device.create_stream()
-    both = threading.Barrier(2, timeout=10)
-    first.host_func(both.wait)
-    second.host_func(both.wait)  # would deadlock on one thread per device
+def test_host_functions_of_different_streams_run_one_at_a_time_in_the_order_reached(device):
+    first, second, order = device.create_stream(), device.create_stream(), []
+    started, overlapped = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        order.append("first")
+        started.set()
+        overlapped.wait(0.2)  # a second stream's host function, run at the same time, would set it
+
+    first.host_func(hold)
+    first.host_func(lambda: order.append("first again"))
+    assert started.wait(10)
+    second.host_func(lambda: (overlapped.set(), order.append("second")))  # reached while hold runs
     first.sync()
     second.sync()
+    assert order == ["first", "second", "first again"]
+
+
+def test_a_c_host_function_of_another_stream_waits_for_a_blocked_host_function(device):
+    """The completion helper runs on its stream's worker, yet one at a time with the Python ones."""
+    from aclpipe.runtime.timeline import Timeline
+
+    blocked, other = device.create_stream(), device.create_stream()
+    gate, started = threading.Event(), threading.Event()
+    blocked.host_func(lambda: (started.set(), gate.wait(10)))
+    assert started.wait(10)
+    timeline = Timeline(1, wake=False)
+    value = timeline.enqueue_advance(device.backend, other.handle, 0)
+    assert not timeline.wait_blocking(0, value, 0.2)  # held behind the other stream's host function
+    gate.set()
+    assert timeline.wait_blocking(0, value, 10)
+    blocked.sync()
+    other.sync()
+    timeline.close()
 
 
 def test_host_functions_run_in_stream_order_between_kernels(device):
@@ -97,5 +128,34 @@ def test_a_c_host_function_runs_when_its_stream_reaches_it_and_blocks_what_follo
     gate.set()
     stream.sync()
     assert order == [value] and timeline.value(0) == value
-    assert stream.handle.host_thread_ident is not None  # the Python one went to the stream's host thread
+    assert device.backend.host_thread_ident is not None  # the Python one went to the device's host thread
     timeline.close()
+
+
+@pytest.mark.parametrize("call", ["alloc", "free", "alloc_host", "stream_sync", "event_sync", "device_sync",
+                                  "memset", "record", "host_func"])
+def test_a_host_function_may_not_allocate_free_synchronize_or_launch(device, call):
+    """12_execution_control.md: a callback must not call resource allocation or release, stream or
+    device synchronize, or task launch interfaces (the context's one thread may deadlock)."""
+    from aclpipe.errors import HazardError
+
+    stream, other = device.create_stream(), device.create_stream()
+    backend, buffer, seen = device.backend, device.alloc(64), []
+    event = other.record()
+    calls = {"alloc": lambda: backend.mem_alloc(64), "free": lambda: backend.mem_free(buffer.address),
+             "alloc_host": lambda: backend.mem_alloc_host(64), "stream_sync": lambda: other.sync(10),
+             "event_sync": lambda: event.sync(10), "device_sync": lambda: device.sync(10),
+             "memset": lambda: other.memset(buffer, 0), "record": lambda: other.record(),
+             "host_func": lambda: other.host_func(lambda: None)}
+
+    def calls_back_in() -> None:
+        try:
+            calls[call]()
+        except HazardError as error:
+            seen.append(error)
+
+    stream.host_func(calls_back_in)
+    stream.sync()
+    assert len(seen) == 1 and "from inside a host function" in str(seen[0])
+    other.sync()
+    buffer.close()  # the refused free left it allocated

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from aclpipe import ClosedResourceError, DeviceFault
+from aclpipe import ClosedResourceError, DeviceFault, InvalidArgumentError
 from aclpipe.backends.sim.engines import Cost
 from aclpipe.testing import latch
 
@@ -130,3 +130,33 @@ def test_tasks_made_without_the_constructor_read_like_constructed_ones():
     assert first.snapshot is not second.snapshot  # each task its own clock, as default_factory gives
     with pytest.raises(TypeError, match="no field 'generaton'"):
         bare_task(RECORD, "typo", generaton=1)
+
+
+@pytest.mark.parametrize("timeout_ms", [0, -2])
+def test_a_synchronize_timeout_is_minus_one_or_positive(device, timeout_ms):
+    """api_error.cc, ApiErrorDecorator::StreamSynchronize/EventSynchronize/DeviceSynchronize: a
+    0 ms (or below -1) timeout is an invalid value, not a poll."""
+    backend, stream = device.backend, device.create_stream()
+    event = stream.record()
+    for call, args in ((backend.stream_sync, (stream.handle,)), (backend.event_sync, (event.handle,)),
+                       (backend.device_sync, ())):
+        with pytest.raises(InvalidArgumentError) as caught:
+            call(*args, timeout_ms)
+        assert caught.value.code == 107000 and "poll with a query" in str(caught.value)
+    backend.stream_sync(stream.handle, 1)
+
+
+def test_the_default_streams_count_against_the_products_stream_limit():
+    """06_stream_management.md, aclrtCreateStream: N = the maximum - the streams that exist, the
+    default stream included; a device holds two (context.cc, Context::Setup per context)."""
+    import aclpipe
+
+    with aclpipe.open_device("sim", spec="atlas-200i-a2", sanitizer=False) as device:
+        capabilities = device.capabilities
+        assert (capabilities.device_streams, capabilities.default_streams, capabilities.max_streams) == (512, 2, 510)
+        streams = [device.backend.stream_create() for _ in range(510)]
+        with pytest.raises(aclpipe.BackendError, match="less the 2 default streams") as caught:
+            device.backend.stream_create()
+        assert caught.value.code == 207008
+        for stream in streams:
+            device.backend.stream_destroy(stream)

@@ -8,7 +8,7 @@ import pytest
 
 from aclpipe.backends.protocol import LaunchKind, LaunchRecord, MemcpyKind, launch_tables
 from aclpipe.errors import BackendError, ClosedResourceError
-from aclpipe.pipeline.launches import LaunchTable
+from aclpipe.runtime.launches import LaunchTable
 from aclpipe.tensor import TensorDesc
 
 
