@@ -112,11 +112,11 @@ async def _pipeline_host_cost(device: aclpipe.Device, graph: Graph, runs: int) -
         for _ in range(runs):
             inside[0] = 0.0
             started, cpu_started = time.perf_counter(), time.thread_time()
-            accepted = pipe._accept({"x": x})  # what run() does, timed in two parts
-            ticket = await pipe._start(*accepted)
+            accepted = pipe.accept({"x": x})  # what run() does, timed in two parts
+            ticket = await pipe.start(*accepted)
             enqueued = time.perf_counter()
             backend_part.append(inside[0])
-            await pipe._finish(ticket)
+            await pipe.finish(ticket)
             whole.append(time.perf_counter() - started)
             enqueue.append(enqueued - started)
             cpu.append(time.thread_time() - cpu_started)
@@ -768,10 +768,10 @@ async def _workspace_cost(device: aclpipe.Device, graph: Graph, strategy: str, r
         enqueue, whole = [], []
         for _ in range(runs):
             started = time.perf_counter()
-            accepted = pipe._accept({"x": x})
-            ticket = await pipe._start(*accepted)
+            accepted = pipe.accept({"x": x})
+            ticket = await pipe.start(*accepted)
             enqueue.append(time.perf_counter() - started)
-            await pipe._finish(ticket)
+            await pipe.finish(ticket)
             whole.append(time.perf_counter() - started)
         stats = pipe.stats().workspace
         captured = next(iter(pipe._res.cache)).program.slots[0].graph is not None

@@ -15,8 +15,11 @@ import aclpipe
 
 PACKAGE = Path(aclpipe.__file__).resolve().parent
 #: Layers from the top down (ARCHITECTURE.md 2): a module may import only its own layer and those below.
-LAYERS = ("ray", "cli", "pipeline", "onnx", "eager", "trace", "plan", "graph", "testing", "runtime", "backends",
+LAYERS = ("ray", "cli", "pipeline", "eager", "onnx", "trace", "plan", "graph", "testing", "runtime", "backends",
           "ops")
+#: The two columns under ``pipeline`` (ARCHITECTURE.md 2.2): the data column never imports the execution column.
+DATA_COLUMN = ("onnx", "graph", "plan")
+EXECUTION_COLUMN = ("eager", "testing", "runtime", "backends")
 #: Modules shared by every layer.
 BASE = ("errors", "dtypes", "tensor", "gc_pause")
 
@@ -77,6 +80,8 @@ def _imports(path: Path, module: str) -> set[str]:
             else:
                 target = node.module or ""
             found.add(target)
+            if node.module is None:  # ``from . import several``: the modules named
+                found.update(f"{target}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
     return {name for name in found if name.startswith("aclpipe")}
@@ -97,12 +102,39 @@ def test_no_import_goes_up_a_layer():
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_data_column_never_touches_a_device():
+    # onnx/ imported eager/ and runtime/ while it held the eager evaluator (now eager/onnx_eval.py).
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = "aclpipe." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        if _layer(module) not in DATA_COLUMN:
+            continue
+        wrong.extend(f"{module} imports {target}" for target in _imports(path, module)
+                     if _layer(target) in EXECUTION_COLUMN)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_pipeline_stands_below_its_several_devices_wing():
+    # pipeline.py imported replicas.py and stages.py, which import it: a circle, closed when they
+    # moved to pipeline/several/ and registered themselves by split (ARCHITECTURE.md 2.1).  Only
+    # the package's facade re-exports the wing.
+    wrong = []
+    for path in sorted((PACKAGE / "pipeline").glob("*.py")):
+        module = f"aclpipe.pipeline.{path.stem}"
+        if path.stem != "__init__":
+            wrong.extend(f"{module} imports {target}" for target in _imports(path, module)
+                         if target.startswith("aclpipe.pipeline.several"))
+    assert not wrong, "\n".join(wrong)
+
+
 def test_every_pipeline_module_and_the_workspaces_have_their_own_test_file():
     tests = Path(__file__).resolve().parent
     missing = []
-    for path in sorted((PACKAGE / "pipeline").glob("*.py")):
-        if path.stem != "__init__" and not list((tests / "pipeline").glob(f"test_{path.stem}*.py")):
-            missing.append(f"aclpipe/pipeline/{path.name}")
+    for path in sorted((PACKAGE / "pipeline").rglob("*.py")):
+        folder = tests / "pipeline" / path.parent.relative_to(PACKAGE / "pipeline")  # several/: tests/pipeline/several/
+        if path.stem != "__init__" and not list(folder.glob(f"test_{path.stem}*.py")):
+            missing.append(str(path.relative_to(PACKAGE.parent)))
     if not (tests / "runtime" / "test_workspaces.py").exists():
         missing.append("aclpipe/runtime/workspaces")
     assert not missing, f"no test file for {missing}"

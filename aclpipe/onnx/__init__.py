@@ -1,12 +1,14 @@
-"""ONNX support: the op mapping (the core of the model importer) and an eager evaluator.
+"""ONNX import: the op mapping (the core of the model importer), folding, fusing, validation.
 
 ``mapping`` holds the table ONNX op type -> converter per operator-set version; converters
 emit catalog ops through a small :class:`~aclpipe.onnx.context.BuildContext` interface that
-both :class:`~aclpipe.onnx.eager.EagerContext` (runs each op at once) and a graph-building
-context implement.  Importing this package registers every converter; it needs the ``onnx``
-package (``pip install 'aclpipe[onnx]'``; without it, the import fails with one line saying
-so).  :class:`OnnxLimits` bounds what loading an untrusted model may cost;
-:class:`HostValueNeeded` is how a specialization asks for host values.
+both a graph-building context and the eager evaluator
+(:class:`aclpipe.eager.onnx_eval.EagerContext`, which runs each op at once) implement.  The
+importer never touches a device: it imports nothing of :mod:`aclpipe.eager` or
+:mod:`aclpipe.runtime` (ARCHITECTURE.md 2.2).  Importing this package registers every
+converter; it needs the ``onnx`` package (``pip install 'aclpipe[onnx]'``; without it, the
+import fails with one line saying so).  :class:`OnnxLimits` bounds what loading an untrusted
+model may cost; :class:`HostValueNeeded` is how a specialization asks for host values.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from . import (  # noqa: F401  (registers the converters)
 )
 from .context import BuildContext, OnnxNode, UnsupportedFeature
 from .convert_dynamic import DataDependentShapeError
-from .eager import EagerContext
 from .graph_context import HostValueNeeded
 from .mapping import (
     MIN_OPSET,
@@ -57,7 +58,6 @@ __all__ = [
     "MIN_OPSET",
     "BuildContext",
     "DataDependentShapeError",
-    "EagerContext",
     "HostValueNeeded",
     "OnnxLimits",
     "OnnxNode",

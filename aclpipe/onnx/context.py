@@ -3,7 +3,7 @@
 A converter turns one ONNX node into catalog ops.  It never touches a device or a graph
 directly; it talks to a :class:`BuildContext`, whose small interface two implementations share:
 
-- :class:`aclpipe.onnx.eager.EagerContext` evaluates every op at once through
+- :class:`aclpipe.eager.onnx_eval.EagerContext` evaluates every op at once through
   :class:`~aclpipe.eager.OpRunner` (values are numpy arrays); the conformance tests use it;
 - a graph-building context (the model importer) adds nodes to an :class:`aclpipe.graph.Graph`
   (values are graph values with known shapes).

@@ -1,6 +1,8 @@
 """The pipeline: a graph prepared up front and run asynchronously on a device.
 
 - :mod:`.pipeline`: the public :class:`Pipeline` (orchestration: accept, start, finish, close).
+- :mod:`.engine`: those steps named once (:class:`~aclpipe.pipeline.engine.Engine`), for pipelines
+  that drive pipelines.
 - :mod:`.prepare`: bind -> plan -> upload constants -> :class:`Program` -> reserve -> capture.
 - :mod:`.program`: prepared programs (per slot: arena, staging, events, bound executors).
 - :mod:`.slots`: the slot queue, the FIFO enqueue lock, run tickets.
@@ -11,9 +13,9 @@
 - :mod:`.affinity`: one thread and event loop at a time; others get :class:`~aclpipe.EventLoopError`.
 - :mod:`.oneshot`: :func:`run`, the blocking one-shot for scripts (``aclpipe.run(graph, x=batch)``).
 - :mod:`.stats`: :class:`PipelineStats`.
-- :mod:`.replicas`: one graph on several devices, runs to the least loaded (``device=[...]``).
-- :mod:`.devices`: what pipelines over several devices share (opening them, adding up counters).
-- :mod:`.stages`, :mod:`.stage_program`: one graph cut across devices (``split="stages"``).
+- :mod:`.several`: several devices: :mod:`~.several.replicas` (one graph on each, runs to the least
+  loaded: ``device=[...]``), :mod:`~.several.stages` and :mod:`~.several.stage_program` (one graph
+  cut across devices: ``split="stages"``), :mod:`~.several.devices` (what both share).
 """
 
 from .affinity import LoopAffinity
@@ -24,10 +26,9 @@ from .oneshot import load_model, run
 from .pipeline import Pipeline
 from .prepare import Preparer
 from .program import Program, Slot, Step
-from .replicas import DeviceStats, ReplicaPipeline, ReplicaStats
 from .resources import Resources
+from .several import DeviceStats, ReplicaPipeline, ReplicaStats, StagePipeline, StageStats
 from .slots import FifoLock, SlotQueue, Ticket
-from .stages import StagePipeline, StageStats
 from .stats import PipelineStats
 
 __all__ = ["CacheEntry", "DeviceStats", "Fault", "FaultLog", "FifoLock", "LoopAffinity", "LruDict", "Pipeline",

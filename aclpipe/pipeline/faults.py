@@ -47,10 +47,11 @@ class Touched:
     Asking a stream costs a runtime query (``aclrtStreamQuery``) that contends with the
     runtime's own threads, and a captured run puts work on two streams only (it replays its
     model on its slot's replay stream, which adopts the model's failures, and completes on
-    the D2H stream), so the other streams need not be asked at the end of every run.  A stream stays on the list from the moment a run
-    (or preparation) puts work on it until it was found clean after every run that touched
-    it had completed: completions pass in enqueue order on the D2H stream, which waits for
-    every stream a run used, so nothing enqueued up to that run can still fail then.
+    the D2H stream), so the other streams need not be asked at the end of every run.  A
+    stream stays on the list from the moment a run (or preparation) puts work on it until it
+    was found clean after every run that touched it had completed: completions pass in
+    enqueue order on the D2H stream, which waits for every stream a run used, so nothing
+    enqueued up to that run can still fail then.
     """
 
     def __init__(self, streams: int):

@@ -39,7 +39,7 @@ import time
 import warnings
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any, Self, cast
+from typing import Any, ClassVar, Self, cast
 
 import anyio
 import numpy as np
@@ -55,6 +55,7 @@ from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
 from .budget import StreamBudget, StreamBudgetWarning
 from .cache import CacheEntry, ProgramCache, check_capacity
+from .engine import POOL_BATCH, Accepted, each_batch
 from .faults import FaultLog, Touched
 from .prepare import Preparer
 from .program import Program, Slot
@@ -72,14 +73,7 @@ SPLITS = ("replicas", "stages")
 #: ACL_ERROR_RT_NO_STREAM_RESOURCE: the device has no stream left.
 _NO_STREAM_RESOURCE = 207008
 
-#: Host functions that return pool blocks: one per this many releases per stream (and one at
-#: the end of each run), so streams do not stall after every node.
-_POOL_BATCH = 8
-
-#: An accepted batch: its cache entry (pinned), the arrays to write, the real row count when
-#: the batch was padded to a bucket (else None).
 _Entry = CacheEntry[Program, Slot]
-_Accepted = tuple[_Entry, dict[str, np.ndarray], int | None]
 
 
 class Pipeline:
@@ -112,8 +106,9 @@ class Pipeline:
         Batch sizes to pad batches up to (see :mod:`aclpipe.pipeline.batches`), so that a
         server meets a few input signatures instead of one per batch size.
     split:
-        With several devices: ``"replicas"`` (default; :class:`~aclpipe.pipeline.replicas.ReplicaPipeline`)
-        or ``"stages"`` (:class:`~aclpipe.pipeline.stages.StagePipeline`).
+        With several devices: ``"replicas"`` (default;
+        :class:`~aclpipe.pipeline.several.replicas.ReplicaPipeline`) or ``"stages"``
+        (:class:`~aclpipe.pipeline.several.stages.StagePipeline`).
 
     Notes
     -----
@@ -122,6 +117,16 @@ class Pipeline:
     API serves one event loop at a time and refuses calls from another one meanwhile with
     :class:`EventLoopError` (see :mod:`aclpipe.pipeline.affinity`).
     """
+
+    #: The pipelines over several devices by ``split`` (pipeline.several), each registered by
+    #: its class statement (``class ReplicaPipeline(Pipeline, split="replicas")``): this module
+    #: stays below them and imports none of them.
+    _splits: ClassVar[dict[str, type[Pipeline]]] = {}
+
+    def __init_subclass__(cls, split: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if split is not None:
+            Pipeline._splits[split] = cls
 
     def __new__(cls, graph: Graph, device: object = None, *args: Any, **options: Any) -> Self:
         # Several devices: the same API, carried out by a subclass that drives one engine per device.
@@ -179,7 +184,7 @@ class Pipeline:
         self._finishing = 0  # callers between awaiting completion and having their result
         self._finished: anyio.Event | None = None
         self._closing: anyio.Event | None = None  # set once aclose has settled
-        #: The last signature ``_accept`` computed, with the array shapes and the graph's host
+        #: The last signature ``accept`` computed, with the array shapes and the graph's host
         #: inputs it was computed for (see :meth:`_signature`).
         self._last_signature: tuple[tuple[tuple[str, tuple[int, ...]], ...], frozenset[str], Signature] | None = None
 
@@ -191,7 +196,7 @@ class Pipeline:
             timeline.assign(stream, lane)
         # The pool is sized by the programs it serves unless pool_bytes fixes it, and reports
         # its releases in batches: a host function per node would stall the streams.
-        options: dict[str, Any] = ({"limit": pool_bytes or None, "batch": _POOL_BATCH}
+        options: dict[str, Any] = ({"limit": pool_bytes or None, "batch": POOL_BATCH}
                                    if self.workspace == "pool" else {})
         try:
             workspaces: WorkspaceStrategy = make_workspace_strategy(self.device, self.workspace, timeline=timeline,
@@ -241,6 +246,12 @@ class Pipeline:
         for stream in streams:
             stream.close()
         budget.release(len(streams))
+
+    def own_device(self) -> None:
+        """Close the device once this pipeline's resources are freed (also when they are
+        parked), as for a device it opened itself: for a device another pipeline opened for
+        this one (a replica's, :mod:`aclpipe.pipeline.several.replicas`)."""
+        self._res.owns_device = True
 
     # -- planning and preparing ----------------------------------------------------------------
     def plan_for(self, **inputs: Any) -> Plan:
@@ -330,8 +341,8 @@ class Pipeline:
             empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
             if empty is not None:
                 return empty
-            accepted = self._accept(arrays)
-            return await self._finish(await self._start(*accepted))
+            accepted = self.accept(arrays)
+            return await self.finish(await self.start(*accepted))
         finally:
             self._affinity.leave()
 
@@ -366,21 +377,21 @@ class Pipeline:
         pending: collections.deque[Ticket] = collections.deque()
         self._affinity.enter("stream")
         try:
-            async for batch in _batches(batches):
+            async for batch in each_batch(batches):
                 try:
                     if isinstance(batch, Exception):
                         raise batch
                     arrays = self._check_inputs(batch)
                     empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
-                    accepted = self._accept(arrays) if empty is None else None
+                    accepted = self.accept(arrays) if empty is None else None
                 except Exception:
                     # In order: the runs ahead of a bad batch are delivered before its error.
                     while pending:
-                        yield await self._finish(pending.popleft())
+                        yield await self.finish(pending.popleft())
                     raise
                 if empty is not None:  # nothing to enqueue: in order after the runs ahead of it
                     while pending:
-                        yield await self._finish(pending.popleft())
+                        yield await self.finish(pending.popleft())
                     yield empty
                     continue
                 assert accepted is not None
@@ -389,25 +400,26 @@ class Pipeline:
                 # wait for the other's.
                 try:
                     while pending and not accepted[0].queue.ready:
-                        yield await self._finish(pending.popleft())
+                        yield await self.finish(pending.popleft())
                 except BaseException:
-                    self._unpin(accepted[0])
+                    self.unpin(accepted[0])
                     raise
-                pending.append(await self._start(*accepted))
+                pending.append(await self.start(*accepted))
                 if len(pending) >= self.depth:
-                    yield await self._finish(pending.popleft())
+                    yield await self.finish(pending.popleft())
             while pending:
-                yield await self._finish(pending.popleft())
+                yield await self.finish(pending.popleft())
         finally:
             try:
                 with anyio.CancelScope(shield=True):
                     while pending:
-                        await self._abandon(pending.popleft())
+                        await self.abandon(pending.popleft())
             finally:
                 self._affinity.leave()
 
-    def _accept(self, arrays: dict[str, np.ndarray]) -> _Accepted:
-        """Pad to a bucket and find (or prepare) the program; nothing is enqueued.  Host values
+    def accept(self, arrays: dict[str, np.ndarray]) -> Accepted[_Entry]:
+        """Engine step (:mod:`~aclpipe.pipeline.engine`): pad to a bucket and find (or prepare)
+        the program; nothing is enqueued.  Host values
         (see :mod:`aclpipe.graph.signature`) pick the program and are not copied.  The entry is
         pinned (never evicted) until the run finishes or is abandoned."""
         rows = None
@@ -421,7 +433,7 @@ class Pipeline:
                 self.buckets.check_once(entry.checked, (entry.program.plan,), rows)
             self._trim()
         except BaseException:
-            self._unpin(entry)
+            self.unpin(entry)
             raise
         if not key.host_values:
             return entry, arrays, rows
@@ -448,25 +460,25 @@ class Pipeline:
         self._last_signature = (shapes, host_inputs, key)
         return key
 
-    async def _start(self, entry: _Entry, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> Ticket:
-        """Take a slot (awaiting one: backpressure) and enqueue a run on it."""
+    async def start(self, entry: _Entry, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> Ticket:
+        """Engine step: take a slot (awaiting one: backpressure) and enqueue a run on it."""
         queue, program = entry.queue, entry.program
         try:
             slot = await queue.acquire()
         except BaseException:
-            self._unpin(entry)
+            self.unpin(entry)
             raise
         try:
             program.write_inputs(slot, arrays)
             await self._enqueue_lock.acquire()
         except BaseException:
             queue.release(slot)
-            self._unpin(entry)
+            self.unpin(entry)
             raise
         try:
             if self._closed or self.device.closed:  # closed while this run waited for the lock
                 queue.release(slot)
-                self._unpin(entry)
+                self.unpin(entry)
                 self._check_open()
             self._runs += 1
             ticket = Ticket(self._runs, program, slot, 0, entry=entry, rows=rows)
@@ -481,7 +493,7 @@ class Pipeline:
         if failure is not None:
             # Part of the run may be on the device: the slot comes back once the device passed it.
             with anyio.CancelScope(shield=True):
-                await self._abandon(ticket)
+                await self.abandon(ticket)
             raise failure
         return ticket
 
@@ -511,7 +523,8 @@ class Pipeline:
     def _d2h_lane(self) -> int:
         return len(self._res.streams) - 1
 
-    async def _finish(self, ticket: Ticket) -> dict[str, np.ndarray]:
+    async def finish(self, ticket: Ticket) -> dict[str, np.ndarray]:
+        """Engine step: await the run's completion; its outputs."""
         if self._completion.due:  # the previous results' latencies, looked up before this wait
             self._completion.settle(self._res.timeline, self._d2h_lane)
         self._finishing += 1
@@ -532,7 +545,7 @@ class Pipeline:
             raise ClosedResourceError(f"run {ticket.run} was abandoned: {error}") from error
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._abandon(ticket)
+                await self.abandon(ticket)
             raise
         try:
             with res.lock:
@@ -550,8 +563,9 @@ class Pipeline:
         self._completion.resumed(ticket.value, time.monotonic_ns())
         return outputs
 
-    async def _abandon(self, ticket: Ticket) -> None:
-        """Give the slot back once the device has passed the ticket's work (shielded caller)."""
+    async def abandon(self, ticket: Ticket) -> None:
+        """Engine step: give the slot back once the device has passed the ticket's work
+        (shielded caller)."""
         try:
             with anyio.move_on_after(self.cancel_grace) as scope:
                 await self._res.timeline.wait(self._d2h_lane, ticket.value)
@@ -575,9 +589,10 @@ class Pipeline:
             return
         if slot_back:
             ticket.entry.queue.release(ticket.slot)
-        self._unpin(ticket.entry)
+        self.unpin(ticket.entry)
 
-    def _unpin(self, entry: _Entry) -> None:
+    def unpin(self, entry: _Entry) -> None:
+        """Engine step: let an accepted entry go (trimming the cache if it is now idle)."""
         self._res.cache.unpin(entry)
         if not entry.pins and not self._closed and not self._res.released:
             self._trim()
@@ -734,14 +749,9 @@ class Pipeline:
 
 
 def _several_devices_class(split: object) -> type[Pipeline]:
-    # Imported here: both modules build on this one.
-    if split == "stages":
-        from .stages import StagePipeline
-
-        return StagePipeline
-    from .replicas import ReplicaPipeline
-
-    return ReplicaPipeline
+    # Registered when aclpipe.pipeline (whose __init__ imports pipeline.several) is imported,
+    # which any import of this module does first.  An unknown split was refused by __init__.
+    return Pipeline._splits["stages" if split == "stages" else "replicas"]
 
 
 def _holds_streams(program: Program) -> bool:
@@ -755,23 +765,3 @@ def _same_host_values(key: Signature, arrays: Mapping[str, np.ndarray]) -> bool:
         if array is None or not value.matches(array):
             return False
     return True
-
-
-async def _batches(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[dict[str, Any] | Exception]:
-    """``stream()``'s batches, each as a dict, or last the exception that ended them (the
-    iterator's own, or a ``TypeError`` for an item that is not a dict): a stream delivers the
-    runs ahead of that point before raising it, as a loop of ``run()`` calls would."""
-    source = batches if isinstance(batches, AsyncIterable) else _async(batches)
-    try:
-        async for batch in source:
-            if not isinstance(batch, Mapping):
-                yield TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
-                return
-            yield dict(batch)
-    except Exception as error:  # noqa: BLE001 - handed to the stream, which raises it in order
-        yield error
-
-
-async def _async(batches: Iterable[Any]) -> AsyncIterator[Any]:
-    for batch in batches:
-        yield batch

@@ -627,7 +627,7 @@ class Program:
             desc = self.plan.values[name].desc
             slot.staging_in[name].numpy(desc.dtype, desc.shape)[...] = array
 
-    # -- stage boundaries (pipeline/stages.py) ---------------------------------------------------
+    # -- stage boundaries (pipeline/several/stages.py) ---------------------------------------------------
     def push_output(self, slot: Slot, output: str, address: int, sent: Event) -> None:
         """Send ``output`` to another device instead of the host: the slot's copy of it becomes a
         device-to-device copy to ``address`` (a peer's memory, over the link this device enabled),

@@ -134,9 +134,10 @@ class Plan:
         """A readable account: per stream its nodes, waits and records; memory vs the bound."""
         return plan_summary(self)
 
-    def to_dot(self) -> str:
-        """Graphviz DOT: one cluster per stream, data edges solid, event waits dashed."""
-        return plan_dot(self)
+    def to_dot(self, notes: Mapping[str, str] | None = None) -> str:
+        """Graphviz DOT: one cluster per stream, data edges solid, event waits dashed; ``notes``
+        (node name -> text) adds a last line to those nodes' labels."""
+        return plan_dot(self, notes)
 
 
 #: A node before ordering: (name, op, inputs, outputs, attrs).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -83,8 +84,18 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def plan_dot(plan: Plan) -> str:
-    """The plan as Graphviz DOT: a cluster per stream, data edges solid, event waits dashed."""
+def _dot_label(node: PlannedNode, note: str | None) -> str:
+    lines = [node.name, node.op] if note is None else [node.name, node.op, note]
+    return '"' + "\\n".join(_quote(line)[1:-1] for line in lines) + '"'  # DOT's own line break
+
+
+def plan_dot(plan: Plan, notes: Mapping[str, str] | None = None) -> str:
+    """The plan as Graphviz DOT: a cluster per stream, data edges solid, event waits dashed.
+
+    ``notes`` (node name -> text) adds a last line to those nodes' labels: how a reader of the
+    plan annotates it (:func:`aclpipe.trace.plan_dot` puts each node's measured time there)
+    without editing the DOT text."""
+    notes = notes or {}
     lines = [f"digraph {_quote(plan.name)} {{", "  rankdir=TB;", '  node [shape=box, style="rounded,filled", '
              'fontname="Helvetica", fontsize=10];']
     for stream in range(plan.stream_count):
@@ -92,7 +103,7 @@ def plan_dot(plan: Plan) -> str:
         lines.append(f"  subgraph cluster_{stream} {{")
         lines.append(f"    label={_quote(_stream_label(plan, stream))}; color={_quote(colour)};")
         for node in plan.nodes_on(stream):
-            label = _quote(node.name)[:-1] + "\\n" + _quote(node.op)[1:]  # DOT's own line break
+            label = _dot_label(node, notes.get(node.name))
             lines.append(f"    n{node.index} [label={label}, "
                          f"fillcolor={_quote(colour + '40')}, color={_quote(colour)}];")
         lines.append("  }")

@@ -32,7 +32,7 @@ from ..backends import DEFAULT_DEVICE, parse_device
 from ..graph import Graph
 from ..pipeline import Pipeline
 from ..pipeline.batches import as_input, check_inputs
-from ..pipeline.replicas import ReplicaPipeline
+from ..pipeline.several.replicas import ReplicaPipeline
 from ..plan import BatchVerdict, batchable
 from .bundle import GraphBundle
 

@@ -27,7 +27,8 @@ import pytest
 
 import aclpipe
 from aclpipe.dtypes import DType
-from aclpipe.onnx import EagerContext, UnsupportedFeature, model_opsets, supported_ops, unsupported_nodes
+from aclpipe.eager.onnx_eval import EagerContext
+from aclpipe.onnx import UnsupportedFeature, model_opsets, supported_ops, unsupported_nodes
 from aclpipe.onnx.context import ONNX_TO_DTYPE
 
 #: group -> Counter of "passed" / "skipped" / "failed"; skip reasons -> count (read by conftest).

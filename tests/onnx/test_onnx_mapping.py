@@ -13,8 +13,9 @@ from onnx.reference import ReferenceEvaluator
 
 import aclpipe
 from aclpipe.dtypes import as_dtype
+from aclpipe.eager.onnx_eval import EagerContext
 from aclpipe.errors import UnsupportedOpError
-from aclpipe.onnx import EagerContext, UnsupportedFeature, check_model, emit_graph, lookup, model_opsets, supported_ops
+from aclpipe.onnx import UnsupportedFeature, check_model, emit_graph, lookup, model_opsets, supported_ops
 from aclpipe.onnx.context import DTYPE_TO_ONNX
 from aclpipe.ops import get_op
 from aclpipe.tensor import TensorDesc

@@ -34,7 +34,7 @@ async def test_a_dropped_pipeline_parks_its_resources_until_the_device_passed_th
     await pipe.run(x=np.ones((4, 32), np.float32))  # prepared
     resources = pipe._res
     gate = device.backend.latch(resources.streams[-1].handle)  # the next run (replayed from D2H) stays on the device
-    ticket = await pipe._start(*pipe._accept({"x": np.ones((4, 32), np.float32)}))
+    ticket = await pipe.start(*pipe.accept({"x": np.ones((4, 32), np.float32)}))
     del pipe, ticket
     gc.collect()  # the finalizer parks the bundle: nothing may be freed under the held run
     assert resources.parked and not resources.released

@@ -112,3 +112,15 @@ def test_dot_has_a_cluster_per_stream_and_dashed_waits() -> None:
     assert dot.count("subgraph cluster_") == plan.stream_count
     assert dot.count("style=dashed") == plan.num_waits
     assert dot.count("{") == dot.count("}")
+
+
+def test_dot_notes_add_a_last_label_line_to_the_nodes_they_name() -> None:
+    plan = make_plan(towers(3, 2), streams=3)
+    node = plan.nodes[1]
+    dot = plan.to_dot({node.name: 'took "long"', "not a node": "ignored"})
+    assert f'n{node.index} [label="{node.name}\\n{node.op}\\ntook \\"long\\"", fillcolor' in dot
+    assert "ignored" not in dot
+    # Only the labels of the nodes named change.
+    plain = plan.to_dot()
+    assert [a for a, b in zip(dot.splitlines(), plain.splitlines()) if a != b] == [
+        line for line in dot.splitlines() if line.startswith(f"    n{node.index} [label=")]

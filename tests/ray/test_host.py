@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import aclpipe
-from aclpipe.pipeline.replicas import ReplicaPipeline
+from aclpipe.pipeline.several.replicas import ReplicaPipeline
 from aclpipe.ray import GraphBundle, PipelineHost
 
 pytestmark = pytest.mark.anyio

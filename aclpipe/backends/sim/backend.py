@@ -254,6 +254,7 @@ class SimBackend:
             self._callbacks.close()
         THREAD_LIMIT.release()
         release_window(self)
+        self.memory.drop_storage()  # the backend and its satellites refer to each other
 
     def _check_open(self) -> None:
         if self.closed:

@@ -91,6 +91,9 @@ class Allocation:
         return f"{kind}{label} at {self.start:#x} ({self.size} bytes)"
 
 
+_NO_BYTES = np.zeros(0, np.uint8)  # what a closed device's allocations hold
+
+
 def _round(nbytes: int) -> int:
     return ((nbytes + ALIGNMENT - 1) // ALIGNMENT) * ALIGNMENT + ALIGNMENT
 
@@ -289,6 +292,17 @@ class DeviceMemory:
         """The live allocation (pinned host buffer if ``host``) that starts at ``address``, if any."""
         with self._lock:
             return (self._host if host else self._by_start).get(address)
+
+    def drop_storage(self) -> None:
+        """Let go of every allocation's bytes (the device closed: nothing reads them any more).
+        The allocations stay listed, for whoever checks what was left open; their storage goes
+        now, not when the backend's objects are next collected (they refer to each other)."""
+        with self._lock:
+            for allocation in [*self._by_start.values(), *self._host.values()]:
+                allocation.data = _NO_BYTES
+                allocation.sanitizer_state = None
+            self._last = None
+            self._recent = []
 
     def live_allocations(self) -> list[Allocation]:
         with self._lock:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..backends import parse_device_list
-from ..runtime import Device, open_device
+from ...backends import parse_device_list
+from ...runtime import Device, open_device
 
 __all__ = ["open_devices", "sum_counters"]
 

@@ -24,7 +24,8 @@ the node; the stages after it inherit the failure through the boundary events in
 computing on garbage; later runs run normally.  ``aclose()`` is cancellable and a pipeline
 dropped without it frees its devices' memory once they passed it
 (:mod:`.stage_resources`); the async API serves one event loop at a time
-(:mod:`.affinity`), the blocking one any number of threads (:mod:`.sync`).
+(:mod:`~aclpipe.pipeline.affinity`), the blocking one any number of threads
+(:mod:`~aclpipe.pipeline.sync`).
 """
 
 from __future__ import annotations
@@ -38,21 +39,23 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..errors import AclpipeError, BackendError, ClosedResourceError, PlanError
-from ..graph import Graph, Signature
-from ..plan import Plan, make_plan
-from ..plan.partition import Partition
-from ..runtime import Device, DeviceBuffer, Stream
-from ..runtime.completion.timeline import Timeline
-from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
-from .affinity import LoopAffinity
-from .batches import ShapeBuckets
-from .cache import CacheEntry, LruDict, ProgramCache, check_capacity
+from ...errors import AclpipeError, BackendError, ClosedResourceError, PlanError
+from ...graph import Graph, Signature
+from ...plan import Plan, make_plan
+from ...plan.partition import Partition
+from ...runtime import Device, DeviceBuffer, Stream
+from ...runtime.completion.timeline import Timeline
+from ...runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
+from ..affinity import LoopAffinity
+from ..batches import ShapeBuckets
+from ..cache import CacheEntry, LruDict, ProgramCache, check_capacity
+from ..engine import POOL_BATCH, Accepted, each_batch
+from ..faults import FaultLog
+from ..pipeline import Pipeline
+from ..prepare import with_room
+from ..slots import FifoLock
+from ..stats import PipelineStats
 from .devices import open_devices, sum_counters
-from .faults import FaultLog
-from .pipeline import _POOL_BATCH, Pipeline, PipelineStats, _batches
-from .prepare import with_room
-from .slots import FifoLock
 from .stage_program import StageProgram, StageSlot
 from .stage_resources import StageResources
 
@@ -84,11 +87,14 @@ class _Ticket:
         return self.entry.program
 
 
-class StagePipeline(Pipeline):
+class StagePipeline(Pipeline, split="stages"):
     """The graph cut into one stage per device; see the module docstring.
 
     Parameters are :class:`Pipeline`'s; ``depth`` defaults to twice the number of devices,
     and ``memory_fraction`` is the share of each device's free memory the cut may plan for.
+
+    It implements the :class:`~aclpipe.pipeline.engine.Engine` steps over stage programs and
+    stage tickets; they replace the single-device ones it inherits with the rest of the API.
     """
 
     def __init__(self, graph: Graph, device: str | Sequence[Device | str] | None = None, *, streams: int = 4,
@@ -119,7 +125,7 @@ class StagePipeline(Pipeline):
         for timeline, per_device in zip(self._timelines, self._stage_streams):
             for lane, stream in enumerate(per_device):
                 timeline.assign(stream, lane)
-        options: dict[str, Any] = {"limit": pool_bytes or None, "batch": _POOL_BATCH} if workspace == "pool" else {}
+        options: dict[str, Any] = {"limit": pool_bytes or None, "batch": POOL_BATCH} if workspace == "pool" else {}
         self._stage_workspaces: list[WorkspaceStrategy] = [
             make_workspace_strategy(d, workspace, timeline=t, **options) for d, t in zip(devices, self._timelines)]
         self._constants: list[dict[str, DeviceBuffer]] = [{} for _ in devices]
@@ -212,7 +218,7 @@ class StagePipeline(Pipeline):
         """Run the graph once through every stage; returns ``{output name: array}``."""
         self._affinity.enter("run")
         try:
-            return await self._complete(await self._begin(*self._stage_accept(inputs)))
+            return await self.finish(await self.start(*self.accept(self._check_inputs(inputs))))
         finally:
             self._affinity.leave()
 
@@ -225,39 +231,38 @@ class StagePipeline(Pipeline):
         pending: collections.deque[_Ticket] = collections.deque()
         self._affinity.enter("stream")
         try:
-            async for batch in _batches(batches):
+            async for batch in each_batch(batches):
                 try:
                     if isinstance(batch, Exception):
                         raise batch
-                    accepted = self._stage_accept(batch)
+                    accepted = self.accept(self._check_inputs(batch))
                 except Exception:  # in order, as Pipeline.stream: the runs ahead first, then the error
                     while pending:
-                        yield await self._complete(pending.popleft())
+                        yield await self.finish(pending.popleft())
                     raise
                 try:  # as Pipeline.stream: never wait for a slot while holding runs we could finish
                     while pending and not accepted[0].queue.ready:
-                        yield await self._complete(pending.popleft())
+                        yield await self.finish(pending.popleft())
                 except BaseException:
-                    self._cache.unpin(accepted[0])
+                    self.unpin(accepted[0])
                     raise
-                pending.append(await self._begin(*accepted))
+                pending.append(await self.start(*accepted))
                 if len(pending) >= self.depth:
-                    yield await self._complete(pending.popleft())
+                    yield await self.finish(pending.popleft())
             while pending:
-                yield await self._complete(pending.popleft())
+                yield await self.finish(pending.popleft())
         finally:
             try:
                 with anyio.CancelScope(shield=True):
                     while pending:
-                        await self._give_back(pending.popleft())
+                        await self.abandon(pending.popleft())
             finally:
                 self._affinity.leave()
 
-    def _stage_accept(self, inputs: Mapping[str, Any]) -> tuple[_Entry, dict[str, np.ndarray], int | None]:
-        """Check the inputs, pad them to a bucket and find (or prepare) their stages; host values
-        pick the program and are not copied (as :meth:`Pipeline._accept`).  The entry is pinned
-        (never evicted) until the run finishes or is abandoned."""
-        arrays = self._check_inputs(inputs)
+    def accept(self, arrays: dict[str, np.ndarray]) -> Accepted[_Entry]:  # type: ignore[override]
+        """Engine step: pad checked arrays to a bucket and find (or prepare) their stages; host
+        values pick the program and are not copied (as :meth:`Pipeline.accept`).  The entry is
+        pinned (never evicted) until the run finishes or is abandoned."""
         rows = None
         if self.buckets is not None:
             arrays, rows = self.buckets.pad(arrays, skip=self.graph.host_inputs, memory=self._largest_memory)
@@ -274,8 +279,13 @@ class StagePipeline(Pipeline):
         host = key.host
         return entry, {name: array for name, array in arrays.items() if name not in host}, rows
 
-    async def _begin(self, entry: _Entry, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> _Ticket:
-        """Take a slot on every stage (awaiting one: backpressure) and enqueue a run on it; the
+    def unpin(self, entry: _Entry) -> None:  # type: ignore[override]
+        """Engine step: let an accepted entry go without starting a run on it."""
+        self._cache.unpin(entry)
+
+    async def start(self, entry: _Entry, arrays: Mapping[str, np.ndarray],  # type: ignore[override]
+                    rows: int | None = None) -> _Ticket:
+        """Engine step: take a slot on every stage (awaiting one: backpressure) and enqueue a run on it; the
         entry's pin passes to the ticket (or is dropped when no run starts)."""
         queue = entry.queue
         try:
@@ -303,7 +313,7 @@ class StagePipeline(Pipeline):
             self._enqueue_lock.release()
         if failure is not None:
             with anyio.CancelScope(shield=True):
-                await self._give_back(ticket)
+                await self.abandon(ticket)
             raise failure
         return ticket
 
@@ -333,14 +343,15 @@ class StagePipeline(Pipeline):
         for timeline, value in zip(self._timelines, ticket.values):
             await timeline.wait(self._d2h_lane, value)
 
-    async def _complete(self, ticket: _Ticket) -> dict[str, np.ndarray]:
+    async def finish(self, ticket: _Ticket) -> dict[str, np.ndarray]:  # type: ignore[override]
+        """Engine step: await every stage's completion; the run's outputs."""
         self._finishing += 1
         try:
             try:
                 await self._wait_all(ticket)
             except BaseException:
                 with anyio.CancelScope(shield=True):
-                    await self._give_back(ticket)
+                    await self.abandon(ticket)
                 raise
             try:
                 with self._stage_res.lock:
@@ -358,8 +369,9 @@ class StagePipeline(Pipeline):
             if not self._finishing and self._finished is not None:
                 self._finished.set()
 
-    async def _give_back(self, ticket: _Ticket) -> None:
-        """Give the slot back once every stage passed the ticket's work (shielded caller)."""
+    async def abandon(self, ticket: _Ticket) -> None:  # type: ignore[override]
+        """Engine step: give the slot back once every stage passed the ticket's work (shielded
+        caller)."""
         with anyio.move_on_after(self.cancel_grace) as scope:
             await self._wait_all(ticket)
         self._faults.retire(ticket.run, self._runs)

@@ -18,8 +18,8 @@ constants, programs, slots and streams.  It keeps the Pipeline API; what it adds
   another device, so callers see an error only when no device is left.
 - **Closing and threads.**  ``aclose()`` closes every device's pipeline at once and, as on
   one device, is cancellable: what a hung device may still touch is then freed once it has
-  passed it.  The async API serves one event loop at a time (:mod:`.affinity`), the blocking
-  one any number of threads (:mod:`.sync`).
+  passed it.  The async API serves one event loop at a time (:mod:`~aclpipe.pipeline.affinity`),
+  the blocking one any number of threads (:mod:`~aclpipe.pipeline.sync`).
 - **Stats.**  :meth:`stats` sums the devices' figures and lists each device's
   (:class:`ReplicaStats`).
 """
@@ -35,16 +35,19 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..errors import ClosedResourceError, DeviceFault, DevicesUnavailableError, ExecutionError
-from ..graph import Graph, Signature
-from ..plan import Plan
-from ..runtime import Device
-from .affinity import LoopAffinity
-from .batches import check_inputs, empty_result, has_empty_input
-from .cache import LruDict
+from ...errors import ClosedResourceError, DeviceFault, DevicesUnavailableError, ExecutionError
+from ...graph import Graph, Signature
+from ...plan import Plan
+from ...runtime import Device
+from ..affinity import LoopAffinity
+from ..batches import check_inputs, empty_result, has_empty_input
+from ..cache import CacheEntry, LruDict
+from ..engine import Engine, each_batch
+from ..pipeline import Pipeline
+from ..program import Program, Slot
+from ..slots import Ticket
+from ..stats import PipelineStats
 from .devices import open_devices, sum_counters
-from .pipeline import Pipeline, PipelineStats, _batches
-from .slots import Ticket
 
 __all__ = ["DeviceStats", "ReplicaPipeline", "ReplicaStats"]
 
@@ -95,7 +98,7 @@ class ReplicaStats(PipelineStats):
 @dataclass
 class _Replica:
     name: str
-    pipeline: Pipeline
+    pipeline: Pipeline  # driven through its Engine steps (engine) and its public API only
     dispatched: int = 0
     outstanding_runs: int = 0
     outstanding_work: float = 0.0
@@ -111,7 +114,7 @@ def _closed_error(replica: _Replica) -> ClosedResourceError:
     return ClosedResourceError(f"device {replica.name} was closed; it is out of rotation for good")
 
 
-class ReplicaPipeline(Pipeline):
+class ReplicaPipeline(Pipeline, split="replicas"):
     """The whole graph on each of several devices; see the module docstring.
 
     Parameters are :class:`Pipeline`'s, per device: each device gets ``streams`` compute
@@ -136,7 +139,8 @@ class ReplicaPipeline(Pipeline):
                                   buckets=buckets)
                 # A device opened here goes with its pipeline's resources: closed after they are
                 # freed, also when they are parked (a cancelled aclose, a dropped pipeline).
-                engine._res.owns_device = any(each is made for made in self._opened)
+                if any(each is made for made in self._opened):
+                    engine.own_device()
                 self._replicas.append(_Replica(each.name, engine))
         except BaseException:
             for made in self._opened:
@@ -256,7 +260,7 @@ class ReplicaPipeline(Pipeline):
         limit = self.depth * len(self._replicas)
         self._affinity.enter("stream")
         try:
-            async for batch in _batches(batches):
+            async for batch in each_batch(batches):
                 try:
                     if isinstance(batch, Exception):
                         raise batch
@@ -273,10 +277,10 @@ class ReplicaPipeline(Pipeline):
                     continue
                 work = self._work_of(batch)
                 replica = self._dispatch(work)
-                engine = replica.pipeline
+                engine: Engine[CacheEntry[Program, Slot], Ticket] = replica.pipeline
                 accepted = None  # stays None when its device was closed: in its turn it runs elsewhere
                 try:
-                    accepted = engine._accept(arrays)
+                    accepted = engine.accept(arrays)
                 except BaseException as error:
                     if not (isinstance(error, ClosedResourceError) and self._lost(replica)):
                         self._done(replica, work)
@@ -292,10 +296,10 @@ class ReplicaPipeline(Pipeline):
                             while pending and not accepted[0].queue.ready:
                                 yield await self._finish_on(*pending.popleft())
                         except BaseException:
-                            engine._unpin(accepted[0])
+                            engine.unpin(accepted[0])
                             raise
                         try:
-                            ticket = await engine._start(*accepted)
+                            ticket = await engine.start(*accepted)
                         except ClosedResourceError:
                             if not self._lost(replica):
                                 raise
@@ -314,7 +318,7 @@ class ReplicaPipeline(Pipeline):
                         replica, ticket, work, _ = pending.popleft()
                         try:
                             if ticket is not None:
-                                await replica.pipeline._abandon(ticket)
+                                await replica.pipeline.abandon(ticket)
                         finally:
                             self._done(replica, work)
             finally:
@@ -327,7 +331,7 @@ class ReplicaPipeline(Pipeline):
         another device."""
         try:
             if ticket is not None:
-                return await replica.pipeline._finish(ticket)
+                return await replica.pipeline.finish(ticket)
         except DEVICE_FAULTS as error:
             raise self._failed(replica, error) from error
         except ClosedResourceError:

@@ -1,10 +1,13 @@
-"""EagerContext: a :class:`~aclpipe.onnx.context.BuildContext` that runs each op at once.
+"""ONNX models evaluated op by op: :class:`EagerContext`, a
+:class:`~aclpipe.onnx.context.BuildContext` that runs each op at once.
 
 Every ``ctx.op(...)`` is one :class:`~aclpipe.eager.OpRunner` run on the context's stream:
 inputs are uploaded, the op goes through phase one (cached), its workspace strategy and phase
 two, and the outputs come back as numpy arrays, which are the context's values.  It is the
 reference path the ONNX conformance tests use: slow (a device round trip per op) but with
-nothing between the converters and the catalog kernels.
+nothing between the converters and the catalog kernels.  It lives here, beside the runner it
+drives, and not in :mod:`aclpipe.onnx`, so that the importer never touches a device
+(ARCHITECTURE.md 2.2).  It needs the ``onnx`` extra; :mod:`aclpipe.eager` does not import it.
 
 .. code-block:: python
 
@@ -21,10 +24,10 @@ import numpy as np
 import onnx
 
 from ..dtypes import DType, as_dtype
-from ..eager import OpRunner
+from ..onnx import check_model, emit_graph, model_opsets
 from ..runtime import Device, Stream
 from ..runtime.workspaces import WorkspaceStrategy
-from .mapping import check_model, emit_graph, model_opsets
+from .runner import OpRunner
 
 __all__ = ["EagerContext"]
 

@@ -29,7 +29,7 @@ import aclpipe
 from aclpipe import ClosedResourceError, DeviceOutOfMemory, EventLoopError, ExecutionError, Pipeline, PlanError
 from aclpipe.backends.sim import ATLAS_A2
 from aclpipe.graph import Graph
-from aclpipe.pipeline.stages import StagePipeline, StageStats
+from aclpipe.pipeline.several.stages import StagePipeline, StageStats
 
 pytestmark = pytest.mark.anyio
 

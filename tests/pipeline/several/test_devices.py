@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import aclpipe
-from aclpipe.pipeline.devices import open_devices, sum_counters
+from aclpipe.pipeline.several.devices import open_devices, sum_counters
 
 
 def test_names_are_opened_and_given_devices_used_as_they_are(device):

@@ -24,7 +24,7 @@ from pipeline_graphs import (
 
 import aclpipe
 from aclpipe import ClosedResourceError, DevicesUnavailableError, ExecutionError, Pipeline
-from aclpipe.pipeline.replicas import ReplicaPipeline, ReplicaStats
+from aclpipe.pipeline.several.replicas import ReplicaPipeline, ReplicaStats
 
 pytestmark = pytest.mark.anyio
 

@@ -18,13 +18,13 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import AclpipeError
+from ...errors import AclpipeError
 
 if TYPE_CHECKING:
-    from ..runtime import Device, DeviceBuffer, Stream
-    from ..runtime.completion.timeline import Timeline
-    from ..runtime.workspaces import WorkspaceStrategy
-    from .cache import ProgramCache
+    from ...runtime import Device, DeviceBuffer, Stream
+    from ...runtime.completion.timeline import Timeline
+    from ...runtime.workspaces import WorkspaceStrategy
+    from ..cache import ProgramCache
     from .stage_program import StageProgram, StageSlot
 
 __all__ = ["StageResources"]

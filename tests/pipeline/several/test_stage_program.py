@@ -7,7 +7,7 @@ import numpy as np
 from pipeline_graphs import live_device_state, mlp
 
 import aclpipe
-from aclpipe.pipeline.stage_program import StageProgram
+from aclpipe.pipeline.several.stage_program import StageProgram
 
 
 def test_a_stage_program_wires_every_boundary_of_every_slot_and_frees_it_all():

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..plan import Plan, make_plan
-from ..plan.partition import Partition, boundary_key, partition_graph, stage_graph
-from .program import Program, Slot
+from ...plan import Plan, make_plan
+from ...plan.partition import Partition, boundary_key, partition_graph, stage_graph
+from ..program import Program, Slot
 
 if TYPE_CHECKING:
-    from ..graph import Graph, Signature
-    from ..runtime import Device, DeviceBuffer, Event, Stream
-    from ..runtime.workspaces import WorkspaceStrategy
+    from ...graph import Graph, Signature
+    from ...runtime import Device, DeviceBuffer, Event, Stream
+    from ...runtime.workspaces import WorkspaceStrategy
 
 __all__ = ["StageProgram", "StageSlot"]
 

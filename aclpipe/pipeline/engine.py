@@ -1,0 +1,84 @@
+"""The engine interface: how a pipeline runs one batch, in four steps, named once.
+
+A run is *accepted* (inputs padded to a bucket, the program for their signature found or
+prepared and pinned; nothing enqueued), *started* (a slot taken, awaiting one when all are
+busy, and the run enqueued with its completion), then *finished* (its completion awaited
+and its outputs read) or, when its caller is cancelled or leaves a stream early,
+*abandoned* (its slot given back once the device has passed its work).  An accepted batch
+that will not start is *unpinned*.
+
+:class:`~aclpipe.pipeline.Pipeline` (one device) and
+:class:`~aclpipe.pipeline.several.stages.StagePipeline` (one graph cut across devices)
+implement :class:`Engine`; :class:`~aclpipe.pipeline.several.replicas.ReplicaPipeline`
+drives one single-device engine per device through it and through nothing else.  Users call
+``run``/``stream``; the engine steps are for pipelines that drive other pipelines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from .cache import CacheEntry
+
+__all__ = ["POOL_BATCH", "Accepted", "Engine", "each_batch"]
+
+#: Host functions that return pool blocks: one per this many releases per stream (and one at
+#: the end of each run), so streams do not stall after every node.
+POOL_BATCH = 8
+
+EntryT = TypeVar("EntryT", bound=CacheEntry[Any, Any])
+TicketT = TypeVar("TicketT")
+
+#: An accepted batch: its cache entry (pinned), the arrays to write, the real row count when
+#: the batch was padded to a bucket (else None).
+Accepted = tuple[EntryT, dict[str, np.ndarray], int | None]
+
+
+class Engine(Protocol[EntryT, TicketT]):
+    """What a pipeline does with one batch (see the module docstring): accept, start, then
+    finish or abandon; ``unpin`` an accepted batch that will not start."""
+
+    def accept(self, arrays: dict[str, np.ndarray]) -> Accepted[EntryT]:
+        """Pad checked ``arrays`` to a bucket and find (or prepare) their program, pinned;
+        nothing is enqueued."""
+        ...
+
+    def unpin(self, entry: EntryT) -> None:
+        """Let an accepted entry go without starting a run on it."""
+        ...
+
+    async def start(self, entry: EntryT, arrays: Mapping[str, np.ndarray], rows: int | None = None) -> TicketT:
+        """Take a slot (awaiting one: backpressure) and enqueue a run on it; the entry's pin
+        passes to the ticket."""
+        ...
+
+    async def finish(self, ticket: TicketT) -> dict[str, np.ndarray]:
+        """Await the run's completion and return its outputs."""
+        ...
+
+    async def abandon(self, ticket: TicketT) -> None:
+        """Give the run's slot back once the device has passed its work (a shielded caller)."""
+        ...
+
+
+async def each_batch(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[dict[str, Any] | Exception]:
+    """``stream()``'s batches, each as a dict, or last the exception that ended them (the
+    iterator's own, or a ``TypeError`` for an item that is not a dict): a stream delivers the
+    runs ahead of that point before raising it, as a loop of ``run()`` calls would."""
+    source = batches if isinstance(batches, AsyncIterable) else _async(batches)
+    try:
+        async for batch in source:
+            if not isinstance(batch, Mapping):
+                yield TypeError(f"stream() takes dicts of inputs, got {type(batch).__name__}")
+                return
+            yield dict(batch)
+    except Exception as error:  # noqa: BLE001 - handed to the stream, which raises it in order
+        yield error
+
+
+async def _async(batches: Iterable[Any]) -> AsyncIterator[Any]:
+    for batch in batches:
+        yield batch
