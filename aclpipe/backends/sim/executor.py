@@ -234,16 +234,19 @@ class SimExecutor:
 # -- the Backend protocol's op_* calls (SimBackend's methods, bound as they are: see .core) --
 def op_prepare(device: SimDevice, op: str, inputs: Sequence[TensorDesc | None],
                outputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> SimExecutor:
+    """``aclnnXxxGetWorkspaceSize``: phase one, an executor for ``op`` on these tensors."""
     device._check_open()
     return prepare_executor(op, inputs, outputs, attrs)
 
 
 def op_set_repeatable(device: SimDevice, executor: SimExecutor) -> None:
+    """``aclSetAclOpExecutorRepeatable``: right after phase one, before any launch."""
     executor.set_repeatable()
 
 
 def op_set_tensor_address(device: SimDevice, executor: SimExecutor, index: int, *, output: bool,
                           address: int) -> None:
+    """``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr`` on a repeatable executor."""
     executor.set_address(index, output=output, address=address)
 
 
@@ -260,6 +263,7 @@ def op_destroy(device: SimDevice, executor: SimExecutor) -> None:
 
 def op_launch(device: SimDevice, executor: SimExecutor, workspace: int, workspace_size: int, stream: SimStream,
               context: Mapping[str, Any] | None = None) -> None:
+    """``aclnnXxx``: phase two, the executor's kernel enqueued on ``stream``."""
     executor.launch(device, workspace, workspace_size, stream, context)
 
 

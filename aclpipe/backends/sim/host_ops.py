@@ -25,6 +25,8 @@ _FFI = cffi.FFI()
 
 
 def host_func(device: SimDevice, stream: SimStream, fn: Callable[[], None], name: str = "") -> None:
+    """``aclrtLaunchHostFunc``: run ``fn`` on the device's host-function thread when the stream
+    reaches it, blocking the stream's later tasks until it returns."""
     device._check_stream(stream)
     rule_name = name or getattr(fn, "__name__", "host_func")
     _check_host_func_allowed(device, stream)

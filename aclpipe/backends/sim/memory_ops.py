@@ -28,6 +28,7 @@ D2D_ALIGNMENT = 64
 
 
 def mem_alloc(device: SimDevice, nbytes: int, label: str = "") -> int:
+    """``aclrtMalloc``: ``nbytes`` of device memory; its opaque address."""
     device._check_open()
     device.refuse_in_host_function("aclrtMalloc")
     rule = device.faults.check("alloc", label, None)
@@ -38,6 +39,7 @@ def mem_alloc(device: SimDevice, nbytes: int, label: str = "") -> int:
 
 
 def mem_free(device: SimDevice, address: int) -> None:
+    """``aclrtFree``: the sanitizer refuses a free the host has not ordered after the last use."""
     device._check_open()
     device.refuse_in_host_function("aclrtFree")
     # Only a live allocation's start is checked: anything else (a double free, an interior
@@ -50,6 +52,7 @@ def mem_free(device: SimDevice, address: int) -> None:
 
 
 def mem_alloc_host(device: SimDevice, nbytes: int, label: str = "") -> tuple[int, Any]:
+    """``aclrtMallocHost``: a pinned host buffer; its address and numpy bytes."""
     device._check_open()
     device.refuse_in_host_function("aclrtMallocHost")
     allocation = device.memory.alloc_host(nbytes, label)
@@ -57,6 +60,7 @@ def mem_alloc_host(device: SimDevice, nbytes: int, label: str = "") -> tuple[int
 
 
 def mem_free_host(device: SimDevice, address: int) -> None:
+    """``aclrtFreeHost``, checked like :func:`mem_free`."""
     device.refuse_in_host_function("aclrtFreeHost")
     allocation = device.memory.starting_at(address, host=True)
     if device.sanitizer is not None and allocation is not None:
@@ -66,14 +70,17 @@ def mem_free_host(device: SimDevice, address: int) -> None:
 
 
 def mem_info(device: SimDevice) -> tuple[int, int]:
+    """``aclrtGetMemInfo``: ``(free, total)`` device bytes."""
     return device.memory.capacity - device.memory.in_use, device.memory.capacity
 
 
 def mem_peak(device: SimDevice) -> int | None:
+    """The most device bytes allocated at once since the device opened."""
     return device.memory.peak
 
 
 def host_access(device: SimDevice, address: int, nbytes: int, *, write: bool, what: str) -> None:
+    """Check a host read or write of a pinned buffer for happens-before (sanitizer on only)."""
     if device.sanitizer is None:
         return
     allocation, _ = device.memory.find(address, nbytes, what=what)
@@ -82,6 +89,8 @@ def host_access(device: SimDevice, address: int, nbytes: int, *, write: bool, wh
 
 def memcpy_async(device: SimDevice, dst: int, src: int, nbytes: int, kind: MemcpyKind, stream: SimStream,
                  context: Mapping[str, Any] | None = None) -> None:
+    """``aclrtMemcpyAsync``: the kind must match the buffers; a copy to or from another
+    device's memory goes over the peer link (:mod:`.peer`)."""
     device._check_stream(stream)
     kind = MemcpyKind(kind)
     if kind == MemcpyKind.DEVICE_TO_DEVICE and device.peers.crosses(dst, src):
@@ -127,6 +136,7 @@ def check_copy_rules(device: SimDevice, dst: int, src: int, kind: MemcpyKind, wh
 
 
 def memset_async(device: SimDevice, address: int, value: int, nbytes: int, stream: SimStream) -> None:
+    """``aclrtMemsetAsync``: ``nbytes`` of device memory set to ``value``'s low byte."""
     device._check_stream(stream)
     allocation = device.memory.find_device(address, nbytes, what="memset")
     offset = address - allocation.start

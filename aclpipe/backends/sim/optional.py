@@ -153,4 +153,5 @@ def inject_fault(device: SimDevice, kind: str, match: str | None = None, *, code
 
 
 def release_hangs(device: SimDevice) -> None:
+    """Let every task held by a planted hang go on."""
     device.faults.release()

@@ -59,6 +59,7 @@ def stream_abort(device: SimDevice, stream: SimStream) -> None:
 
 
 def stream_sync(device: SimDevice, stream: SimStream, timeout_ms: int = -1) -> None:
+    """``aclrtSynchronizeStreamWithTimeout``: wait for the stream, then raise its sticky error."""
     device._check_stream(stream)
     check_timeout(timeout_ms, f"aclrtSynchronizeStreamWithTimeout of stream {stream.name}")
     device.refuse_in_host_function(f"aclrtSynchronizeStream of stream {stream.name}")
@@ -70,6 +71,7 @@ def stream_sync(device: SimDevice, stream: SimStream, timeout_ms: int = -1) -> N
 
 
 def stream_query(device: SimDevice, stream: SimStream) -> bool:
+    """``aclrtStreamQuery``: whether the stream is done, raising its sticky error."""
     device._check_stream(stream)
     if stream.capture is not None:
         device.captures.refuse(stream.capture, 107027, f"a query of stream {stream.name}")
@@ -89,6 +91,7 @@ def _wait_stream(device: SimDevice, stream: SimStream, timeout: float | None) ->
 
 
 def stream_take_error(device: SimDevice, stream: SimStream) -> BackendError | None:
+    """The stream's sticky error, consumed (None when it has none)."""
     return stream.take_error()
 
 
@@ -99,6 +102,7 @@ def _raise_sticky(stream: SimStream) -> None:
 
 
 def stream_wait_event(device: SimDevice, stream: SimStream, event: SimEvent) -> None:
+    """``aclrtStreamWaitEvent``: the stream's later tasks wait for the event's last record."""
     device._check_stream(stream)
     device._check_event(event)
     if device.captures.wait(stream, event):
@@ -110,6 +114,7 @@ def stream_wait_event(device: SimDevice, stream: SimStream, event: SimEvent) -> 
 
 
 def device_sync(device: SimDevice, timeout_ms: int = -1) -> None:
+    """``aclrtSynchronizeDeviceWithTimeout``: every stream of the device, models' own included."""
     check_timeout(timeout_ms, "aclrtSynchronizeDeviceWithTimeout")
     device.refuse_in_host_function("aclrtSynchronizeDevice")
     device.captures.forbid_device_sync()
@@ -118,6 +123,7 @@ def device_sync(device: SimDevice, timeout_ms: int = -1) -> None:
 
 # -- events -------------------------------------------------------------------------------------
 def event_record(device: SimDevice, event: SimEvent, stream: SimStream) -> None:
+    """``aclrtRecordEvent``: the event completes when the stream reaches this point."""
     device._check_stream(stream)
     device._check_event(event)
     event.check_recordable()
@@ -148,6 +154,7 @@ def _check_not_captured(device: SimDevice, event: SimEvent, what: str) -> None:
 
 
 def event_query(device: SimDevice, event: SimEvent) -> bool:
+    """``aclrtQueryEventStatus``: whether the event's last record completed."""
     device._check_event(event)
     _check_not_captured(device, event, "query")
     done = event.is_done()
@@ -157,6 +164,7 @@ def event_query(device: SimDevice, event: SimEvent) -> bool:
 
 
 def event_sync(device: SimDevice, event: SimEvent, timeout_ms: int = -1) -> None:
+    """``aclrtSynchronizeEventWithTimeout``: wait for the event's last record, raising its error."""
     device._check_event(event)
     check_timeout(timeout_ms, f"aclrtSynchronizeEventWithTimeout of event {event.name}")
     device.refuse_in_host_function(f"aclrtSynchronizeEvent of event {event.name}")
@@ -178,6 +186,7 @@ def event_sync(device: SimDevice, event: SimEvent, timeout_ms: int = -1) -> None
 
 
 def event_elapsed(device: SimDevice, start: SimEvent, end: SimEvent) -> float:
+    """``aclrtEventElapsedTime``: milliseconds between two completed records."""
     device._check_event(start)
     device._check_event(end)
     return (end.timestamp() - start.timestamp()) * 1000.0
