@@ -128,6 +128,30 @@ def test_the_pipeline_stands_below_its_several_devices_wing():
     assert not wrong, "\n".join(wrong)
 
 
+def _imports_sim_backend(path: Path) -> bool:
+    """Whether a module of ``aclpipe/backends/sim/`` imports ``backend.py`` (``from .backend import
+    ...``, ``from . import backend`` or absolutely), type-checking-only imports too."""
+    facade = "aclpipe.backends.sim.backend"
+    if facade in _imports(path, "aclpipe.backends.sim." + path.stem):
+        return True
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module in (None, "aclpipe.backends.sim"):
+            if any(alias.name == "backend" for alias in node.names):
+                return True
+    return False
+
+
+def test_no_part_of_the_simulator_imports_its_facade():
+    """ARCHITECTURE.md 3.1: the simulator's parts see the device through ``sim/core.py``'s protocols,
+    and only ``sim/__init__.py`` imports ``sim/backend.py`` (which imports them all), so the circle
+    it once closed with ``capture``, ``executor``, ``peer`` and ``stream`` stays open."""
+    sim = PACKAGE / "backends" / "sim"
+    wrong = [path.name for path in sorted(sim.glob("*.py"))
+             if path.name not in ("backend.py", "__init__.py") and _imports_sim_backend(path)]
+    assert not wrong, (f"these modules of aclpipe/backends/sim/ import backend.py: {wrong}; type against "
+                       "sim/core.py's SimCore or SimDevice instead")
+
+
 def test_every_pipeline_module_and_the_workspaces_have_their_own_test_file():
     tests = Path(__file__).resolve().parent
     missing = []

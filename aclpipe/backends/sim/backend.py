@@ -8,86 +8,46 @@ the device's one host-function thread (one per context, as the runtime makes it)
 the way ``aclrtSetStreamFailureMode`` says; events come in the
 two documented kinds within the product's event limit; graph capture follows ``aclmdlRI``;
 and the sanitizer (on by default) checks every access for happens-before at enqueue time.
+
+:class:`SimBackend` is a facade.  It owns the device's state (its memory, engines, sanitizer,
+faults, and the registries of its streams and events) and creates and destroys streams and
+events itself; its other methods are the functions of the modules by concept, bound as they
+are (no call layer on the task path): :mod:`.memory_ops` (allocations, host access, copies),
+:mod:`.stream_ops` (synchronize, query, waits, records), :mod:`.kernels` (bound kernels),
+:mod:`.executor` (the ``op_*`` calls), :mod:`.host_ops` (host functions), :mod:`.tasks` (how a
+task is submitted, faulted and executed) and :mod:`.optional` (capture, peer access, the latch,
+tracing, faults).  They, and the satellites, see the device through :mod:`.core`'s protocols;
+none imports this module.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-import cffi
-
-from ...errors import BackendError, ClosedResourceError, DeviceOutOfMemory, HazardError, error_from_code
-from ...tensor import TensorDesc
-from ..protocol import Capabilities, MemcpyKind, TraceRecord, sync_streams
-from .callbacks import CallbackThread, in_host_function
-from .capture import CaptureMode, Captures, CaptureStatus, SimModel, TaskGroup
+from ...errors import ClosedResourceError, error_from_code
+from ..protocol import Capabilities
+from . import executor, host_ops, kernels, memory_ops, optional, stream_ops, tasks
+from .callbacks import CallbackThread, refuse_in_host_function
+from .capture import Captures, SimModel
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
 from .event import SimEvent
-from .executor import SimExecutor, prepare_executor
-from .faults import FaultInjector, FaultRule
-from .memory import POISON_BYTE, Allocation, DeviceMemory
+from .faults import FaultInjector
+from .kernels import BoundKernel
+from .memory import Access, DeviceMemory, live_bytes
 from .peer import WINDOW_BYTES, PeerLinks, claim_window, release_window
 from .recorder import TraceRecorder
 from .sanitizer import Sanitizer
-from .stream import (
-    CONTROL,
-    COPY,
-    HOST_FUNC,
-    KERNEL,
-    LATCH,
-    MEMSET,
-    RECORD,
-    WAIT,
-    FailureMode,
-    SimStream,
-    Task,
-    describe_task,
-    kernel_task,
-)
+from .stream import SimStream
 from .threads import LIMIT as THREAD_LIMIT
 
-__all__ = ["Access", "BoundKernel", "SimBackend", "SimModel"]
-
-_NO_COST = Cost()
-
-#: Casts a C function address to something callable (ABI mode: nothing is compiled).
-_FFI = cffi.FFI()
+__all__ = ["DEFAULT_STREAMS", "Access", "BoundKernel", "SimBackend", "SimModel"]
 
 #: Stream and event names are unique in the process: one sanitizer clock may hold several devices'
 #: streams, and a stream may wait on another device's event.
 _STREAM_NAMES = itertools.count()
 _EVENT_NAMES = itertools.count()
-
-#: ``(address, nbytes)`` of one region a kernel reads or writes.
-Access = tuple[int, int]
-#: ``(allocation, address, nbytes)``.
-Region = tuple[Allocation, int, int]
-
-
-@dataclass(eq=False, slots=True)
-class BoundKernel:
-    """A kernel whose regions were checked once (:meth:`SimBackend.bind_kernel`): its guarded
-    body, the regions the sanitizer and failures need, and its modelled time."""
-
-    run: Callable[[], None]
-    reads: tuple[Region, ...]
-    writes: tuple[Region, ...]
-    padding: tuple[Region, ...]
-    seconds: float
-    cores: int
-    allocations: tuple[Allocation, ...]
-
-    def alive(self) -> bool:
-        """Whether every region still lies in a live allocation (addresses are never reused,
-        so a live allocation still holds what was checked)."""
-        return all(allocation.alive for allocation in self.allocations)
 
 #: Default streams a simulated device holds: it stands for a device opened as the binding opens
 #: one, ``aclrtSetDevice`` (the primary context) and ``aclrtCreateContext`` (a context of its own),
@@ -95,56 +55,6 @@ class BoundKernel:
 #: context.cc``) that counts against the product's limit (06_stream_management.md,
 #: ``aclrtCreateStream``: "N = the maximum - the streams that exist, the default stream included").
 DEFAULT_STREAMS = 2
-
-
-#: The longest op timeout is ``interval * 254`` (12_execution_control.md, aclrtGetOpTimeOutInterval).
-OP_TIMEOUT_STEPS = 254
-
-
-def effective_op_timeout(spec: DeviceSpec, requested: float | None) -> float:
-    """The op execute timeout in force, in seconds, as ``aclrtSetOpExecuteTimeOut`` sets it
-    (12_execution_control.md): ``None`` keeps the product's default, 0 asks for the maximum,
-    anything else is rounded up to a multiple of the hardware's interval (the maximum / 254),
-    at most the maximum."""
-    if requested is None:
-        return spec.op_execute_timeout
-    if requested < 0:
-        raise ValueError(f"op_execute_timeout must be >= 0 seconds (0: the maximum), got {requested}")
-    maximum = spec.op_execute_timeout_max
-    if requested == 0:
-        return maximum
-    interval = maximum / OP_TIMEOUT_STEPS
-    return min(math.ceil(requested / interval - 1e-9) * interval, maximum)
-
-
-def refuse_in_host_function(what: str) -> None:
-    """12_execution_control.md (``aclrtLaunchHostFunc`` and ``aclrtLaunchCallback``): a callback
-    "should not call resource allocation, resource release, stream synchronize, device
-    synchronize, task launch or task abort interfaces, or errors or deadlocks may follow" (it
-    runs on the context's one callback thread, which those calls may need).  The runtime has no
-    code of its own for it, so the simulator refuses every such call made from inside a host
-    function with :class:`~aclpipe.errors.HazardError` naming the call."""
-    if in_host_function():
-        raise HazardError(f"{what} called from inside a host function: 12_execution_control.md forbids "
-                          "allocating, freeing, synchronizing and launching there (it may deadlock or fail on the "
-                          "device); do it on the host after the stream passed the host function",
-                          first="a host function on the device's callback thread", second=what)
-
-
-def check_timeout(timeout_ms: int, what: str) -> None:
-    """The runtime's parameter check of every ``*WithTimeout`` synchronize: -1 (no limit) or
-    > 0 ms.  The docs (06_stream_management.md, 07_event_management.md) list only those two;
-    ``ApiErrorDecorator::StreamSynchronize``, ``::EventSynchronize`` and ``::DeviceSynchronize``
-    in ``src/runtime/api/impl/api_error.cc`` refuse 0 (and anything below -1) with
-    ``RT_ERROR_INVALID_VALUE``, which ACL reports as 107000.  A poll is a query, not a 0 ms sync."""
-    if timeout_ms == 0 or timeout_ms < -1:
-        raise error_from_code(107000, f"{what}: the timeout must be -1 (no limit) or greater than 0 ms, got "
-                                      f"{timeout_ms} (api_error.cc refuses 0); poll with a query instead")
-
-
-#: ``aclrtMemcpyAsync`` restriction in ``include/external/acl/acl_rt.h``: "for on-chip
-#: device-to-device memory copy, both the source and destination addresses must be 64-byte aligned".
-D2D_ALIGNMENT = 64
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -207,7 +117,7 @@ class SimBackend:
         self.sanitizer: Sanitizer | None = Sanitizer() if sanitize else None
         self.faults = FaultInjector()
         #: Seconds of device time a kernel may run before it fails with 507014.
-        self.op_execute_timeout = effective_op_timeout(spec, op_execute_timeout)
+        self.op_execute_timeout = tasks.effective_op_timeout(spec, op_execute_timeout)
         explicit = spec.max_streams - DEFAULT_STREAMS
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=min(max_streams or explicit, explicit),
@@ -224,11 +134,10 @@ class SimBackend:
         self._model_streams: list[SimStream] = []
         self._callbacks: CallbackThread | None = None  # the context's host-function thread
         self._live_events = 0
-        self._names = itertools.count()
         self._lock = threading.Lock()
         #: Cost -> (modelled seconds, cores) on this device's spec (a program binds a kernel per node
         #: and slot; the same op on the same shapes costs the same every time).
-        self._timings: dict[Cost, tuple[float, int]] = {}
+        self.kernel_timings: dict[Cost, tuple[float, int]] = {}
         #: Installed by trace_begin; stream workers record every task while it is set.
         self.recorder: TraceRecorder | None = None
         THREAD_LIMIT.acquire()  # numpy's BLAS pools: one thread while a simulated device is open
@@ -248,7 +157,7 @@ class SimBackend:
             return
         self.closed = True
         self.faults.clear()
-        for stream in list(self._streams) + list(self._model_streams):
+        for stream in self.all_streams():
             self._stop_stream(stream)
         if self._callbacks is not None:
             self._callbacks.close()
@@ -260,266 +169,7 @@ class SimBackend:
         if self.closed:
             raise ClosedResourceError(f"sim:{self.index} is closed; open a new device")
 
-    # -- memory -----------------------------------------------------------------------------
-    def mem_alloc(self, nbytes: int, label: str = "") -> int:
-        self._check_open()
-        self.refuse_in_host_function("aclrtMalloc")
-        rule = self.faults.check("alloc", label, None)
-        if rule is not None:
-            raise DeviceOutOfMemory(rule.code or 207001, requested=nbytes, in_use=self.memory.in_use,
-                                    limit=self.memory.capacity)
-        return self.memory.alloc(nbytes, label).start
-
-    def mem_free(self, address: int) -> None:
-        self._check_open()
-        self.refuse_in_host_function("aclrtFree")
-        # Only a live allocation's start is checked: anything else (a double free, an interior
-        # address) must fail in memory.free with ACL's free error, sanitizer on or off.
-        allocation = self.memory.starting_at(address)
-        if self.sanitizer is not None and allocation is not None:
-            self.sanitizer.host_access(allocation, allocation.start, allocation.size, write=True,
-                                       what=f"free of {allocation.describe()}")
-        self.memory.free(address)
-
-    def mem_alloc_host(self, nbytes: int, label: str = "") -> tuple[int, Any]:
-        self._check_open()
-        self.refuse_in_host_function("aclrtMallocHost")
-        allocation = self.memory.alloc_host(nbytes, label)
-        return allocation.start, allocation.data
-
-    def mem_free_host(self, address: int) -> None:
-        self.refuse_in_host_function("aclrtFreeHost")
-        allocation = self.memory.starting_at(address, host=True)
-        if self.sanitizer is not None and allocation is not None:
-            self.sanitizer.host_access(allocation, allocation.start, allocation.size, write=True,
-                                       what=f"free of {allocation.describe()}")
-        self.memory.free_host(address)
-
-    def mem_info(self) -> tuple[int, int]:
-        return self.memory.capacity - self.memory.in_use, self.memory.capacity
-
-    def mem_peak(self) -> int | None:
-        return self.memory.peak
-
-    def host_access(self, address: int, nbytes: int, *, write: bool, what: str) -> None:
-        if self.sanitizer is None:
-            return
-        allocation, _ = self.memory.find(address, nbytes, what=what)
-        self.sanitizer.host_access(allocation, address, nbytes, write=write, what=what)
-
-    def memcpy_async(self, dst: int, src: int, nbytes: int, kind: MemcpyKind, stream: SimStream,
-                     context: Mapping[str, Any] | None = None) -> None:
-        self._check_stream(stream)
-        kind = MemcpyKind(kind)
-        if kind == MemcpyKind.DEVICE_TO_DEVICE and self.peers.crosses(dst, src):
-            self.peers.copy(dst, src, nbytes, stream, context)
-            return
-        what = f"memcpy {kind.name}"
-        self._check_copy_rules(dst, src, kind, what)
-        src_device, dst_device = kind in (MemcpyKind.DEVICE_TO_HOST, MemcpyKind.DEVICE_TO_DEVICE), kind in (
-            MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_DEVICE)
-        for address, on_device, role in ((src, src_device, "source"), (dst, dst_device, "destination")):
-            if self.memory.is_device(address) != on_device:
-                expected = "device memory" if on_device else "a pinned host buffer"
-                raise error_from_code(107000, f"{what}: the {role} {address:#x} is not {expected}; "
-                                              "the kind must match the buffers")
-        src_alloc, src_off = self.memory.find(src, nbytes, what=f"{what} source")
-        dst_alloc, dst_off = self.memory.find(dst, nbytes, what=f"{what} destination")
-        engine = {MemcpyKind.HOST_TO_DEVICE: "h2d", MemcpyKind.DEVICE_TO_HOST: "d2h"}.get(kind, "compute")
-        name = f"{engine} copy of {nbytes} bytes"
-
-        def run() -> None:
-            source = self._live_bytes(src_alloc, src_off, nbytes, f"{what} source")
-            target = self._live_bytes(dst_alloc, dst_off, nbytes, f"{what} destination")
-            target[...] = source
-
-        task = Task(COPY, name, run, engine=engine, seconds=self.engines.copy_seconds(nbytes, engine),
-                    context=dict(context or {}))
-        self._submit(stream, task, reads=[(src_alloc, src, nbytes)], writes=[(dst_alloc, dst, nbytes)])
-
-    def _check_copy_rules(self, dst: int, src: int, kind: MemcpyKind, what: str) -> None:
-        if kind == MemcpyKind.HOST_TO_HOST and not self.spec.async_host_copies:
-            # 11-03_memory_copy_and_set.md, aclrtMemcpyAsync constraints: in the EP form an async
-            # host-to-host copy returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT.
-            raise error_from_code(207000, f"{what}: {self.spec.name} (EP form) has no asynchronous host-to-host "
-                                          "copy (11-03_memory_copy_and_set.md); copy on the host with numpy")
-        if kind == MemcpyKind.DEVICE_TO_DEVICE and (dst % D2D_ALIGNMENT or src % D2D_ALIGNMENT):
-            raise error_from_code(107008, f"{what}: on-chip device-to-device copies need 64-byte aligned source and "
-                                          f"destination (acl_rt.h, aclrtMemcpyAsync), got src {src:#x}, dst {dst:#x}")
-
-    @staticmethod
-    def _live_bytes(allocation: Allocation, offset: int, nbytes: int, what: str) -> Any:
-        """The bytes a copy or memset touches; a freed allocation is the DMA engine's fault."""
-        if not allocation.alive:
-            # 25-01_aclError.md: ACL_ERROR_RT_SYS_DMA; 507053 is an uncorrectable memory error (UCE).
-            raise error_from_code(507013, f"{what}: {allocation.describe()} was freed while the device still used "
-                                          "it (use after free)")
-        return allocation.data[offset:offset + nbytes]
-
-    def memset_async(self, address: int, value: int, nbytes: int, stream: SimStream) -> None:
-        self._check_stream(stream)
-        allocation = self.memory.find_device(address, nbytes, what="memset")
-        offset = address - allocation.start
-
-        def run() -> None:
-            self._live_bytes(allocation, offset, nbytes, "memset")[...] = value & 0xFF
-
-        task = Task(MEMSET, f"memset of {nbytes} bytes", run,
-                    seconds=Cost(bytes=nbytes).seconds(self.spec, self.spec.ai_cores))
-        self._submit(stream, task, reads=[], writes=[(allocation, address, nbytes)])
-
-    # -- kernels ----------------------------------------------------------------------------
-    def launch_kernel(self, stream: SimStream, name: str, run: Callable[[], None], *,
-                      reads: Sequence[Access] = (), writes: Sequence[Access] = (),
-                      cost: Cost = _NO_COST, context: Mapping[str, Any] | None = None,
-                      executor: Allocation | None = None) -> None:
-        """Enqueue a kernel: ``run`` executes on the stream's worker after the declared regions
-        are checked (live, in bounds, 32-byte aligned) and, with the sanitizer on, ordered.
-
-        As on the device, the kernel may touch the bytes after each region it writes, up to
-        ``ALIGN_UP(len, 32) + 32`` (11-01, ``aclrtMalloc``): they are overwritten with poison
-        after it ran, so a neighbour placed without that padding is clobbered (and the
-        sanitizer reports the read that would see it)."""
-        self._check_stream(stream)
-        label = (context or {}).get("node") or name
-        bound = self.bind_kernel(run, reads=reads, writes=writes, cost=cost, label=label, executor=executor)
-        self.submit_kernel(stream, name, bound, dict(context) if context else {})
-
-    def bind_kernel(self, run: Callable[[], None], *, reads: Sequence[Access] = (), writes: Sequence[Access] = (),
-                    cost: Cost = _NO_COST, label: str = "kernel", executor: Allocation | None = None) -> BoundKernel:
-        """Check a kernel's regions (live, in bounds, 32-byte aligned) once; the result may be
-        submitted again and again while :meth:`BoundKernel.alive` (a repeatable executor's
-        launches), which checks each region in constant time."""
-        # Tuples, not lists: a program keeps one bound kernel per node and slot, and a capture
-        # stores these as they are (``tuple()`` of a tuple makes no copy).
-        resolved_writes = self.memory.kernel_regions(writes, label, "write")
-        resolved_reads = self.memory.kernel_regions(reads, label, "read")
-        if executor is not None:
-            resolved_reads += ((executor, executor.start, 1),)
-        padding = self._padding(resolved_writes)
-        timing = self._timings.get(cost)
-        if timing is None:  # per cost: the same op and shapes cost the same on every launch
-            cores = cost.tiling(self.spec)
-            timing = self._timings[cost] = (cost.seconds(self.spec, cores), cores)
-        # Each allocation once (a kernel's regions mostly share a few): checked before every run.
-        allocations = tuple({id(a): a for a, _, _ in resolved_reads + resolved_writes}.values())
-        return BoundKernel(_Guarded(run, resolved_reads, resolved_writes, padding, label, allocations),
-                           resolved_reads, resolved_writes, padding, timing[0], timing[1], allocations)
-
-    def submit_kernel(self, stream: SimStream, name: str, bound: BoundKernel, context: dict[str, Any]) -> None:
-        """Enqueue a kernel bound by :meth:`bind_kernel` (the caller checked it is still alive);
-        the task keeps ``context`` as it is (the callers make a new one per launch)."""
-        self._check_stream(stream)
-        task = kernel_task(name, bound.run, bound.seconds, bound.cores, context)
-        self._submit(stream, task, reads=bound.reads, writes=bound.writes, padding=bound.padding)
-
-    @staticmethod
-    def _padding(writes: Sequence[Region]) -> tuple[Region, ...]:
-        """The bytes past each region a kernel writes that it may touch: up to
-        ``ALIGN_UP(len, 32) + 32`` (11-01, ``aclrtMalloc`` constraints), within the allocation."""
-        padding = []
-        for allocation, address, nbytes in writes:
-            # align_up(max(nbytes, 1), 32) + 32, inline: this runs for every output of every kernel bound
-            end = min(address + ((nbytes if nbytes > 1 else 1) + 31) // 32 * 32 + 32,
-                      allocation.start + allocation.data.nbytes)
-            if end > address + nbytes:
-                padding.append((allocation, address + nbytes, end - address - nbytes))
-        return tuple(padding)
-
-    def latch(self, stream: SimStream) -> threading.Event:
-        """Hold ``stream`` at this point until the returned event is set (a test helper)."""
-        self._check_stream(stream)
-        if stream.capture is not None:
-            self.captures.forbid(stream.capture, 507009, "a latch")
-        gate = threading.Event()
-        self._submit(stream, Task(LATCH, "latch", latch=gate))
-        return gate
-
-    def run_faults(self, task: Task, stream: SimStream) -> bool:
-        """Apply a planted fault to ``task``; True when the task must not run."""
-        context = task.context
-        replay = stream.graph_context  # a model's task: its replay's run context too
-        if replay:
-            context = {**(context or {}), **replay}
-        rule = self.faults.check(task.kind if task.kind != MEMSET else "copy", task.name, context)
-        if rule is None:
-            return False
-        if rule.hang:
-            # A hung kernel fails once it ran past the op execute timeout, as on the device
-            # (aclrtSetOpExecuteTimeOut, 12_execution_control.md); copies hang until released.
-            limit = self.op_execute_timeout * self.engines.time_scale if task.kind == KERNEL else math.inf
-            deadline = time.monotonic() + limit
-            while not rule.released.wait(0.02):  # polled: an abort stops a hung task
-                if stream.interrupted():
-                    return True
-                if time.monotonic() >= deadline:
-                    stream._fail(task, error_from_code(507014, f"kernel {task.name} ran past the op execute timeout "
-                                                               f"of {self.op_execute_timeout:g} s "
-                                                               "(aclrtSetOpExecuteTimeOut, 12_execution_control.md)"))
-                    return True
-            return False
-        detail = f"injected fault in {task.kind} {task.name}"
-        stream._fail(task, error_from_code(rule.code or 507015, detail))
-        return True
-
-    def execute(self, task: Task) -> None:
-        assert task.run is not None
-        engines = self.engines
-        if not engines.timing:
-            task.run()
-            return
-        if task.engine == "compute":
-            engines.cores.acquire(task.cores)
-            try:
-                self._mark_began(task)
-                engines.hold("compute", task.seconds, task.run)
-            finally:
-                engines.cores.release(task.cores)
-            return
-        if task.engine.startswith("peer:"):
-            lock = self.peers.link(int(task.engine[len("peer:"):]))
-        else:
-            lock = engines.h2d if task.engine == "h2d" else engines.d2h
-        with lock:
-            self._mark_began(task)
-            engines.hold(task.engine, task.seconds, task.run)
-
-    def _mark_began(self, task: Task) -> None:
-        # Only a trace needs to tell waiting for an engine from holding it.
-        if self.recorder is not None:
-            task.began = self.engines.now()
-
-    def _submit(self, stream: SimStream, task: Task, reads: Sequence[Region] = (), writes: Sequence[Region] = (),
-                padding: Sequence[Region] = ()) -> None:
-        task.writes = writes
-        self.refuse_in_host_function(f"a launch ({describe_task(task)})")
-        if stream.capture is not None:
-            self.captures.add(stream, task, reads, writes, padding)
-            return
-        if stream.update is not None:
-            self.captures.update_add(stream, task, reads, writes, padding)
-            return
-        stream.check_submittable()
-        if self.sanitizer is not None:
-            clock = self.sanitizer.enqueue(stream.name)
-            task.snapshot = clock
-            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in reads]
-            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in writes]
-            self.sanitizer.access_all(regions, actor=stream.name, clock=clock, what=describe_task(task),
-                                      padding=padding)
-        stream.submit(task)
-
-    def submit_control(self, stream: SimStream, name: str, run: Callable[[], None]) -> None:
-        """Enqueue bookkeeping the stream performs in order (an event reset, a task update)."""
-        self.refuse_in_host_function(f"a launch ({name})")
-        stream.check_submittable()
-        if self.sanitizer is not None:
-            task = Task(CONTROL, name, run, snapshot=self.sanitizer.enqueue(stream.name))
-        else:
-            task = Task(CONTROL, name, run)
-        stream.submit(task)
-
-    # -- streams ----------------------------------------------------------------------------
+    # -- streams: the registry ------------------------------------------------------------------
     def stream_create(self, priority: int = 0) -> SimStream:
         self._check_open()
         if not 0 <= priority <= 7:
@@ -571,74 +221,17 @@ class SimBackend:
         if stream.destroyed:
             raise ClosedResourceError(f"stream {stream.name} was destroyed")
 
-    def stream_set_failure_mode(self, stream: SimStream, mode: int) -> None:
-        """``aclrtSetStreamFailureMode``: once per stream; STOP applies to the whole context."""
-        self._check_stream(stream)
-        mode = FailureMode(mode)
-        if stream.mode_set:
-            raise error_from_code(107000, f"stream {stream.name} already has a failure mode: aclrtSetStreamFailureMode "
-                                          "may be called once per stream (06_stream_management.md)")
-        stream.mode_set = True
-        stream.mode = mode
-        if mode == FailureMode.STOP:
-            self.stop_on_failure = True
+    def all_streams(self) -> list[SimStream]:
+        """The streams alive on the device, captured models' own included (a copy)."""
+        return list(self._streams) + list(self._model_streams)
 
-    def stream_abort(self, stream: SimStream) -> None:
-        """``aclrtStreamAbort``: discard the stream's submitted tasks (A2/A3/950 only)."""
-        self._check_stream(stream)
-        if not self.spec.stream_abort:
-            raise error_from_code(207000, f"{self.spec.name} has no aclrtStreamAbort (06_stream_management.md); "
-                                          "synchronize the stream instead")
-        self.refuse_in_host_function(f"aclrtStreamAbort of stream {stream.name}")
-        stream.abort()
+    @property
+    def live_streams(self) -> int:
+        """Streams alive on the device, captured models' own included (what the limit counts)."""
+        with self._lock:
+            return len(self._streams) + len(self._model_streams)
 
-    def stream_sync(self, stream: SimStream, timeout_ms: int = -1) -> None:
-        self._check_stream(stream)
-        check_timeout(timeout_ms, f"aclrtSynchronizeStreamWithTimeout of stream {stream.name}")
-        self.refuse_in_host_function(f"aclrtSynchronizeStream of stream {stream.name}")
-        if stream.capture is not None:
-            self.captures.refuse(stream.capture, 107027, f"a synchronize of stream {stream.name}")
-        if not self._wait_stream(stream, None if timeout_ms < 0 else timeout_ms / 1000):
-            raise error_from_code(507046, f"stream {stream.name} did not finish within {timeout_ms} ms")
-        self._raise_sticky(stream)
-
-    def stream_query(self, stream: SimStream) -> bool:
-        self._check_stream(stream)
-        if stream.capture is not None:
-            self.captures.refuse(stream.capture, 107027, f"a query of stream {stream.name}")
-        done = self._wait_stream(stream, 0)
-        self._raise_sticky(stream)
-        return done
-
-    def _wait_stream(self, stream: SimStream, timeout: float | None) -> bool:
-        """Wait for what is enqueued now; once it is done the host knows all of it."""
-        # The snapshot is taken before the target so it never covers work the wait did not.
-        snapshot = self.sanitizer.snapshot(stream.name) if self.sanitizer else None
-        done = stream.wait_position(stream.position(), timeout)
-        if done and snapshot is not None and self.sanitizer is not None:
-            self.sanitizer.host_learns(snapshot)
-        return done
-
-    def stream_take_error(self, stream: SimStream) -> BackendError | None:
-        return stream.take_error()
-
-    @staticmethod
-    def _raise_sticky(stream: SimStream) -> None:
-        error = stream.take_error()
-        if error is not None:
-            raise error
-
-    def stream_wait_event(self, stream: SimStream, event: SimEvent) -> None:
-        self._check_stream(stream)
-        self._check_event(event)
-        if self.captures.wait(stream, event):
-            return
-        event.check_waitable()
-        if self.sanitizer is not None:
-            self.sanitizer.wait(stream.name, event.snapshot)
-        self._submit(stream, Task(WAIT, f"wait {event.name}", event=event, generation=event.generation))
-
-    # -- events -----------------------------------------------------------------------------
+    # -- events: the registry -------------------------------------------------------------------
     def event_create(self, timing: bool = False, reusable: bool = True) -> SimEvent:
         """``aclrtCreateEventExWithFlag`` (reusable) or ``aclrtCreateEventWithFlag`` (single-use).
 
@@ -665,83 +258,15 @@ class SimBackend:
     def live_events(self) -> int:
         return self._live_events
 
-    @property
-    def live_streams(self) -> int:
-        """Streams alive on the device, captured models' own included (what the limit counts)."""
-        with self._lock:
-            return len(self._streams) + len(self._model_streams)
-
     def _check_event(self, event: SimEvent) -> None:
         if not isinstance(event, SimEvent):
             raise error_from_code(107017, f"{event!r} is not an event of this device")
         if event.destroyed:
             raise ClosedResourceError(f"event {event.name} was destroyed")
 
-    def event_record(self, event: SimEvent, stream: SimStream) -> None:
-        self._check_stream(stream)
-        self._check_event(event)
-        event.check_recordable()
-        if stream.capture is not None:
-            self.captures.record(stream, event)
-            return
-        if stream.update is not None:
-            raise error_from_code(507009, "only single-op tasks may update a task group, got an event record")
-        stream.check_submittable()
-        snapshot = self.sanitizer.snapshot(stream.name) if self.sanitizer else {}
-        generation = event.begin_record(snapshot)
-        self._submit(stream, Task(RECORD, f"record {event.name}", event=event, generation=generation,
-                                  consumed=stream.consumed))
-
-    def event_reset(self, event: SimEvent, stream: SimStream) -> None:
-        """``aclrtResetEvent``: single-use events only; takes effect in ``stream``'s order."""
-        self._check_stream(stream)
-        self._check_event(event)
-        event.reset()
-        self.submit_control(stream, f"reset {event.name}", lambda: None)
-
-    def _check_not_captured(self, event: SimEvent, what: str) -> None:
-        session = event.capture
-        if session is not None:
-            self.captures.refuse(session, 107028, f"a {what} of event {event.name}, recorded")
-
-    def event_query(self, event: SimEvent) -> bool:
-        self._check_event(event)
-        self._check_not_captured(event, "query")
-        done = event.is_done()
-        if done and self.sanitizer is not None:
-            self.sanitizer.host_learns(event.snapshot)
-        return done
-
-    def event_sync(self, event: SimEvent, timeout_ms: int = -1) -> None:
-        self._check_event(event)
-        check_timeout(timeout_ms, f"aclrtSynchronizeEventWithTimeout of event {event.name}")
-        self.refuse_in_host_function(f"aclrtSynchronizeEvent of event {event.name}")
-        self._check_not_captured(event, "synchronize")
-        # The usual caller is a run's result, syncing its done event after the completion host
-        # function behind it ran: a record that already completed.  That answer takes one look
-        # under the event's lock (the result path runs cold after each wait).
-        generation, snapshot = event.generation, event.snapshot
-        done, error = event.outcome(generation)
-        if not done:
-            timeout = None if timeout_ms < 0 else timeout_ms / 1000
-            if not event.wait_done(generation, timeout):
-                raise error_from_code(507047, f"event {event.name} did not complete within {timeout_ms} ms")
-            error = event.error_of(generation)
-        if self.sanitizer is not None:
-            self.sanitizer.host_learns(snapshot)
-        if error is not None:
-            raise error
-
-    def event_elapsed(self, start: SimEvent, end: SimEvent) -> float:
-        self._check_event(start)
-        self._check_event(end)
-        return (end.timestamp() - start.timestamp()) * 1000.0
-
-    # -- host work --------------------------------------------------------------------------
-    @staticmethod
-    def refuse_in_host_function(what: str) -> None:
-        """Refuse ``what`` when called from inside a host function (see :func:`refuse_in_host_function`)."""
-        refuse_in_host_function(what)
+    # -- host work ------------------------------------------------------------------------------
+    #: Refuse a call made from inside a host function (see :func:`.callbacks.refuse_in_host_function`).
+    refuse_in_host_function = staticmethod(refuse_in_host_function)
 
     def host_thread(self) -> CallbackThread:
         """The device's host-function thread, started at the first host function: the runtime
@@ -758,228 +283,72 @@ class SimBackend:
         callbacks = self._callbacks
         return callbacks.ident if callbacks is not None else None
 
-    def host_func(self, stream: SimStream, fn: Callable[[], None], name: str = "") -> None:
-        self._check_stream(stream)
-        rule_name = name or getattr(fn, "__name__", "host_func")
-        self._check_host_func_allowed(stream)
-        planted = self.faults.check("host_func", rule_name, None)
-        run = fn
-        if planted is not None:
-            code = planted.code or 507000
+    # -- everything else: the functions of the modules by concept, bound as they are -------------
+    # Memory (.memory_ops); _check_copy_rules and _live_bytes are hooks the conformance kit's
+    # broken backends override, so the copies reach them through the device.
+    mem_alloc = memory_ops.mem_alloc
+    mem_free = memory_ops.mem_free
+    mem_alloc_host = memory_ops.mem_alloc_host
+    mem_free_host = memory_ops.mem_free_host
+    mem_info = memory_ops.mem_info
+    mem_peak = memory_ops.mem_peak
+    host_access = memory_ops.host_access
+    memcpy_async = memory_ops.memcpy_async
+    memset_async = memory_ops.memset_async
+    _check_copy_rules = memory_ops.check_copy_rules
+    _live_bytes = staticmethod(live_bytes)
 
-            def run() -> None:
-                raise error_from_code(code, f"injected fault in host function {rule_name}")
+    # Streams and events (.stream_ops).
+    stream_set_failure_mode = stream_ops.stream_set_failure_mode
+    stream_abort = stream_ops.stream_abort
+    stream_sync = stream_ops.stream_sync
+    stream_query = stream_ops.stream_query
+    stream_take_error = stream_ops.stream_take_error
+    stream_wait_event = stream_ops.stream_wait_event
+    device_sync = stream_ops.device_sync
+    event_record = stream_ops.event_record
+    event_reset = stream_ops.event_reset
+    event_query = stream_ops.event_query
+    event_sync = stream_ops.event_sync
+    event_elapsed = stream_ops.event_elapsed
 
-        stream.host_thread()
-        self._submit(stream, Task(HOST_FUNC, rule_name, run))
+    # The task path (.tasks): every copy, kernel and event passes here.
+    submit_task = tasks.submit_task
+    submit_control = tasks.submit_control
+    run_faults = tasks.run_faults
+    execute = tasks.execute
 
-    def _check_host_func_allowed(self, stream: SimStream) -> None:
-        if stream.capture is not None:
-            self.captures.forbid(stream.capture, 507009, "a host function")
-        if stream.update is not None:
-            raise error_from_code(507009, "only single-op tasks may update a task group, got a host function")
+    # Kernels (.kernels) and the aclnn executor's calls (.executor); _padding is a kit hook.
+    launch_kernel = kernels.launch_kernel
+    bind_kernel = kernels.bind_kernel
+    submit_kernel = kernels.submit_kernel
+    _padding = staticmethod(kernels.padding_of)
+    op_prepare = executor.op_prepare
+    op_set_repeatable = executor.op_set_repeatable
+    op_set_tensor_address = executor.op_set_tensor_address
+    op_destroy = executor.op_destroy
+    op_launch = executor.op_launch
 
-    def host_func_c(self, stream: SimStream, fn_address: int, args_address: int) -> None:
-        """Run a C ``void fn(void *)`` when the stream reaches it, blocking the stream's later tasks
-        until it returns, as ``aclrtLaunchHostFunc`` does.  It runs on the stream's worker (no
-        Python of the caller's runs, so which thread calls it is not observable); a planted fault
-        still fails the stream first."""
-        function = _FFI.cast("void (*)(void *)", fn_address)
-        args = _FFI.cast("void *", args_address)
-        self._check_stream(stream)
-        self._check_host_func_allowed(stream)
-        planted = self.faults.check("host_func", "host_func_c", None)
-        if planted is not None:
-            # C cannot raise: a planted fault is the runtime reporting the callback failed.  The
-            # stream fails first and the function still runs, so whoever it wakes (completion
-            # counters) sees the error, instead of waiting for ever for a call that never comes.
-            code = planted.code or 507000
+    # Host functions (.host_ops).
+    host_func = host_ops.host_func
+    host_func_c = host_ops.host_func_c
 
-            def fail() -> None:
-                raise error_from_code(code, "injected fault in host function host_func_c")
-
-            stream.host_thread()
-            self._submit(stream, Task(HOST_FUNC, "host_func_c", fail))
-        self._submit(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args), native=True))
-
-    def device_sync(self, timeout_ms: int = -1) -> None:
-        check_timeout(timeout_ms, "aclrtSynchronizeDeviceWithTimeout")
-        self.refuse_in_host_function("aclrtSynchronizeDevice")
-        self.captures.forbid_device_sync()
-        sync_streams(self.stream_sync, list(self._streams) + list(self._model_streams), timeout_ms)
-
-    # -- peer access (several devices) ----------------------------------------------------------
-    def device_can_access_peer(self, peer: int) -> bool:
-        """``aclrtDeviceCanAccessPeer(&can, self.index, peer)``; see :mod:`.peer`."""
-        self._check_open()
-        return self.peers.can_access(peer)
-
-    def device_enable_peer_access(self, peer: int, flags: int = 0) -> None:
-        """``aclrtDeviceEnablePeerAccess(peer, flags)`` with this device current: one way, this
-        device's streams may then copy to and from ``peer``'s memory."""
-        self._check_open()
-        self.peers.enable(peer, flags)
-
-    def device_disable_peer_access(self, peer: int) -> None:
-        """``aclrtDeviceDisablePeerAccess(peer)`` with this device current."""
-        self._check_open()
-        self.peers.disable(peer)
-
-    # -- operators --------------------------------------------------------------------------
-    def op_prepare(self, op: str, inputs: Sequence[TensorDesc | None], outputs: Sequence[TensorDesc | None],
-                   attrs: Mapping[str, Any]) -> SimExecutor:
-        self._check_open()
-        return prepare_executor(op, inputs, outputs, attrs)
-
-    def op_set_repeatable(self, executor: SimExecutor) -> None:
-        executor.set_repeatable()
-
-    def op_set_tensor_address(self, executor: SimExecutor, index: int, *, output: bool, address: int) -> None:
-        executor.set_address(index, output=output, address=address)
-
-    def op_destroy(self, executor: SimExecutor) -> None:
-        """``aclDestroyAclOpExecutor``.  Destroying an executor whose launch may still run is a
-        use-after-free on the device (acl_meta.h): the sanitizer refuses it (the host has not
-        learned the launch finished); without the sanitizer the launch fails when it runs."""
-        if self.sanitizer is not None and not executor.destroyed:
-            region = executor.region
-            self.sanitizer.host_access(region, region.start, 1, write=True,
-                                       what=f"aclDestroyAclOpExecutor of aclnn{executor.op}")
-        executor.destroy()
-
-    def op_launch(self, executor: SimExecutor, workspace: int, workspace_size: int, stream: SimStream,
-                  context: Mapping[str, Any] | None = None) -> None:
-        executor.launch(self, workspace, workspace_size, stream, context)
-
-    # -- graph capture: model runtime instances (aclmdlRI, see .capture) ---------------------
-    def capture_begin(self, stream: SimStream, mode: int = CaptureMode.GLOBAL) -> None:
-        """``aclmdlRICaptureBegin``."""
-        self._check_stream(stream)
-        self.captures.begin(stream, CaptureMode(mode))
-
-    def capture_get_info(self, stream: SimStream) -> tuple[CaptureStatus, SimModel | None]:
-        """``aclmdlRICaptureGetInfo``."""
-        self._check_stream(stream)
-        return self.captures.get_info(stream)
-
-    def capture_end(self, stream: SimStream) -> SimModel:
-        """``aclmdlRICaptureEnd``: the model, ready to replay."""
-        self._check_stream(stream)
-        return self.captures.end(stream)
-
-    def capture_task_group_begin(self, stream: SimStream) -> None:
-        """``aclmdlRICaptureTaskGrpBegin``."""
-        self._check_stream(stream)
-        self.captures.group_begin(stream)
-
-    def capture_task_group_end(self, stream: SimStream) -> TaskGroup:
-        """``aclmdlRICaptureTaskGrpEnd``."""
-        self._check_stream(stream)
-        return self.captures.group_end(stream)
-
-    def capture_task_update_begin(self, stream: SimStream, group: TaskGroup) -> None:
-        """``aclmdlRICaptureTaskUpdateBegin``."""
-        self._check_stream(stream)
-        self.captures.update_begin(stream, group)
-
-    def capture_task_update_end(self, stream: SimStream) -> None:
-        """``aclmdlRICaptureTaskUpdateEnd``."""
-        self._check_stream(stream)
-        self.captures.update_end(stream)
-
-    def model_execute(self, model: SimModel, stream: SimStream, context: Mapping[str, Any] | None = None) -> None:
-        """``aclmdlRIExecuteAsync``: replay ``model`` on ``stream``."""
-        self._check_stream(stream)
-        self.refuse_in_host_function("aclmdlRIExecuteAsync")
-        self.captures.execute(model, stream, context)
-
-    def model_destroy(self, model: SimModel) -> None:
-        """``aclmdlRIDestroy``."""
-        self.captures.destroy(model)
-
-    # -- timeline trace (sim only) ----------------------------------------------------------------
-    def trace_begin(self) -> None:
-        """Start recording a :class:`TraceRecord` for every task any stream executes from now on
-        (see :mod:`aclpipe.trace`).  A trace already recording is discarded."""
-        self._check_open()
-        self.recorder = TraceRecorder()
-
-    def trace_end(self, timeout: float = 10.0) -> list[TraceRecord]:
-        """Stop recording and return the records, ordered by start time.
-
-        Waits (up to ``timeout`` seconds) for the work already enqueued to finish first, so a
-        trace ended right after a run completed also holds that run's last tasks; it does not
-        consume sticky stream errors."""
-        recorder = self.recorder
-        if recorder is None:
-            raise error_from_code(107000, "trace_end without trace_begin")
-        for stream in list(self._streams) + list(self._model_streams):
-            stream.wait_position(stream.position(), timeout)
-        self.recorder = None
-        return recorder.records()
-
-    def trace_modelled_time(self) -> bool:
-        """Trace timestamps are modelled device time when the timing model is on."""
-        return self.engines.timing
-
-    # -- fault injection (sim only) ------------------------------------------------------------
-    def inject_fault(self, kind: str, match: str | None = None, *, code: int | None = None, skip: int = 0,
-                     times: int | None = 1, hang: bool = False, run: int | None = None) -> FaultRule:
-        """Plant a fault; see :class:`aclpipe.backends.sim.faults.FaultRule`."""
-        return self.faults.add(FaultRule(kind, match, code, skip, times, hang, run))
-
-    def release_hangs(self) -> None:
-        self.faults.release()
-
-
-_POISON = bytes([POISON_BYTE])
-
-
-def _bytes_of(allocation: Allocation, address: int, nbytes: int) -> memoryview:
-    """The bytes ``[address, address + nbytes)`` of ``allocation``, writable in place."""
-    offset = address - allocation.start
-    return allocation.data.data[offset:offset + nbytes]
-
-
-class _Guarded:
-    """A kernel body refusing freed memory (AI-core read/write traps, 25-01_aclError.md) and
-    scribbling over the padding it may touch once it ran.
-
-    A class rather than a closure: a prepared program holds one per node and slot, and one
-    object with slots is what the cyclic collector then traverses instead of a function, its
-    cells and the lists they hold."""
-
-    __slots__ = ("_allocations", "_scribbles", "label", "padding", "reads", "run", "writes")
-
-    def __init__(self, run: Callable[[], None], reads: tuple[Region, ...], writes: tuple[Region, ...],
-                 padding: tuple[Region, ...], label: str, allocations: tuple[Allocation, ...]):
-        self.run = run
-        self.reads = reads
-        self.writes = writes
-        self.padding = padding
-        self.label = label
-        self._allocations = allocations  # those of ``reads`` and ``writes``, each once
-        # The padding's bytes and their poison, made at first run.  A memoryview slice assigned a
-        # bytes object of its length: 0.25 µs where ndarray.fill took 0.33 (run after every kernel).
-        self._scribbles: list[tuple[Allocation, memoryview, bytes]] | None = None
-
-    def __call__(self) -> None:
-        for allocation in self._allocations:
-            if not allocation.alive:
-                self._trap()
-        self.run()
-        scribbles = self._scribbles
-        if scribbles is None:
-            scribbles = self._scribbles = [(allocation, _bytes_of(allocation, address, nbytes), _POISON * nbytes)
-                                           for allocation, address, nbytes in self.padding]
-        for allocation, scribble, poison in scribbles:
-            if allocation.alive:
-                scribble[:] = poison
-
-    def _trap(self) -> None:
-        """Raise the trap for the first region (reads first) in freed memory."""
-        for regions, code, kind in ((self.reads, 507042, "reads"), (self.writes, 507043, "writes")):
-            for allocation, _, _ in regions:
-                if not allocation.alive:
-                    raise error_from_code(code, f"{self.label} {kind} {allocation.describe()}, freed while the "
-                                                "kernel was queued (use after free)")
+    # The optional sub-protocols (.optional): capture, peer access, the latch, tracing, faults.
+    capture_begin = optional.capture_begin
+    capture_get_info = optional.capture_get_info
+    capture_end = optional.capture_end
+    capture_task_group_begin = optional.capture_task_group_begin
+    capture_task_group_end = optional.capture_task_group_end
+    capture_task_update_begin = optional.capture_task_update_begin
+    capture_task_update_end = optional.capture_task_update_end
+    model_execute = optional.model_execute
+    model_destroy = optional.model_destroy
+    device_can_access_peer = optional.device_can_access_peer
+    device_enable_peer_access = optional.device_enable_peer_access
+    device_disable_peer_access = optional.device_disable_peer_access
+    latch = optional.latch
+    trace_begin = optional.trace_begin
+    trace_end = optional.trace_end
+    trace_modelled_time = optional.trace_modelled_time
+    inject_fault = optional.inject_fault
+    release_hangs = optional.release_hangs

@@ -22,7 +22,9 @@ import queue
 import threading
 from collections.abc import Callable
 
-__all__ = ["CallbackThread", "in_host_function"]
+from ...errors import HazardError
+
+__all__ = ["CallbackThread", "in_host_function", "refuse_in_host_function"]
 
 _RUNNING = threading.local()  # .fn: the host function this thread is running, if any
 
@@ -30,6 +32,20 @@ _RUNNING = threading.local()  # .fn: the host function this thread is running, i
 def in_host_function() -> bool:
     """Whether the calling thread is running a host function now (of any simulated device)."""
     return getattr(_RUNNING, "fn", None) is not None
+
+
+def refuse_in_host_function(what: str) -> None:
+    """12_execution_control.md (``aclrtLaunchHostFunc`` and ``aclrtLaunchCallback``): a callback
+    "should not call resource allocation, resource release, stream synchronize, device
+    synchronize, task launch or task abort interfaces, or errors or deadlocks may follow" (it
+    runs on the context's one callback thread, which those calls may need).  The runtime has no
+    code of its own for it, so the simulator refuses every such call made from inside a host
+    function with :class:`~aclpipe.errors.HazardError` naming the call."""
+    if in_host_function():
+        raise HazardError(f"{what} called from inside a host function: 12_execution_control.md forbids "
+                          "allocating, freeing, synchronizing and launching there (it may deadlock or fail on the "
+                          "device); do it on the host after the stream passed the host function",
+                          first="a host function on the device's callback thread", second=what)
 
 
 class _Call:

@@ -57,16 +57,13 @@ from typing import TYPE_CHECKING, Any
 from ...errors import BackendError, error_from_code
 from ..protocol import CaptureMode, CaptureStatus
 from .event import SimEvent
-from .memory import Allocation
+from .memory import Region
 from .stream import CONTROL, GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, bare_task, describe_task, sync_task
 
 if TYPE_CHECKING:
-    from .backend import SimBackend
+    from .core import SimCore
 
 __all__ = ["CaptureMode", "CaptureSession", "CaptureStatus", "Captures", "SimModel", "TaskGroup"]
-
-#: ``(allocation, address, nbytes)`` of one region a task reads, writes or may touch.
-Region = tuple[Allocation, int, int]
 
 
 @dataclass(eq=False, slots=True)
@@ -172,7 +169,7 @@ class _Update:
 class Captures:
     """The captures, models and task groups of one simulated device."""
 
-    def __init__(self, backend: SimBackend):
+    def __init__(self, backend: SimCore):
         self.backend = backend
         self.active: list[CaptureSession] = []
         self._names = itertools.count()
@@ -487,7 +484,7 @@ class Captures:
             (first, generation), rest = joins[0], joins[1:]
             replaying.append(bare_task(WAIT, f"join {model.name}", event=first, generation=generation,
                                        adopt_error=True, joins=rest))
-        backend._submit(stream, bare_task(GRAPH, replay, tasks=replaying, context=context))
+        backend.submit_task(stream, bare_task(GRAPH, replay, tasks=replaying, context=context))
         if sanitizer is not None:
             for inner in parts:
                 sanitizer.wait(stream.name, model.ends[inner].snapshot)

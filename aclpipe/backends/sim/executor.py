@@ -4,6 +4,9 @@ An executor is single-use unless made repeatable right after phase one; repeatab
 take new tensor addresses and must be destroyed.  Launch checks, before anything is
 enqueued: the executor is alive and not used up, the workspace is there and big enough,
 and every tensor lies in live device memory, 32-byte aligned (via ``launch_kernel``).
+
+The ``op_*`` functions are :class:`~aclpipe.backends.sim.backend.SimBackend`'s methods of the
+same name, bound as they are (see :mod:`.core`).
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from .engines import Cost
 from .memory import Allocation, DeviceMemory
 
 if TYPE_CHECKING:
-    from .backend import BoundKernel, SimBackend
+    from .core import SimCore, SimDevice
+    from .kernels import BoundKernel
     from .stream import SimStream
 
-__all__ = ["ExecutorRegion", "KernelClock", "SimExecutor", "kernel_clock", "kernels_skipped", "prepare_executor"]
+__all__ = ["ExecutorRegion", "KernelClock", "SimExecutor", "kernel_clock", "kernels_skipped", "op_destroy", "op_launch",
+           "op_prepare", "op_set_repeatable", "op_set_tensor_address", "prepare_executor"]
 
 _REGIONS = itertools.count(1)
 #: The byte every executor region stands for: only ever read (launches) or written in the
@@ -176,7 +181,7 @@ class SimExecutor:
                     raise self._error(161002, f"{kind} {index} changed since phase one: prepared for {old}, "
                                               f"launched with {new}; run phase one again for the new shape")
 
-    def _bind(self, backend: SimBackend, workspace: int, label: str) -> BoundKernel:
+    def _bind(self, backend: SimCore, workspace: int, label: str) -> BoundKernel:
         """Check the tensors and workspace and build their numpy views: once per address set
         (views of device memory stay valid while it is live; addresses are never reused)."""
         inputs, outputs, plan = self.inputs, self.outputs, self.plan
@@ -205,7 +210,7 @@ class SimExecutor:
         self.destroyed = True
         self.region.alive = False  # a launch still queued now fails as a use after free
 
-    def launch(self, backend: SimBackend, workspace: int, workspace_size: int, stream: SimStream,
+    def launch(self, backend: SimCore, workspace: int, workspace_size: int, stream: SimStream,
                context: Mapping[str, Any] | None) -> None:
         if self.destroyed:
             raise self._error(561103, "the executor was destroyed")
@@ -226,11 +231,47 @@ class SimExecutor:
         self.used = True
 
 
+# -- the Backend protocol's op_* calls (SimBackend's methods, bound as they are: see .core) --
+def op_prepare(device: SimDevice, op: str, inputs: Sequence[TensorDesc | None],
+               outputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> SimExecutor:
+    """``aclnnXxxGetWorkspaceSize``: phase one, an executor for ``op`` on these tensors."""
+    device._check_open()
+    return prepare_executor(op, inputs, outputs, attrs)
+
+
+def op_set_repeatable(device: SimDevice, executor: SimExecutor) -> None:
+    """``aclSetAclOpExecutorRepeatable``: right after phase one, before any launch."""
+    executor.set_repeatable()
+
+
+def op_set_tensor_address(device: SimDevice, executor: SimExecutor, index: int, *, output: bool,
+                          address: int) -> None:
+    """``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr`` on a repeatable executor."""
+    executor.set_address(index, output=output, address=address)
+
+
+def op_destroy(device: SimDevice, executor: SimExecutor) -> None:
+    """``aclDestroyAclOpExecutor``.  Destroying an executor whose launch may still run is a
+    use-after-free on the device (acl_meta.h): the sanitizer refuses it (the host has not
+    learned the launch finished); without the sanitizer the launch fails when it runs."""
+    if device.sanitizer is not None and not executor.destroyed:
+        region = executor.region
+        device.sanitizer.host_access(region, region.start, 1, write=True,
+                                     what=f"aclDestroyAclOpExecutor of aclnn{executor.op}")
+    executor.destroy()
+
+
+def op_launch(device: SimDevice, executor: SimExecutor, workspace: int, workspace_size: int, stream: SimStream,
+              context: Mapping[str, Any] | None = None) -> None:
+    """``aclnnXxx``: phase two, the executor's kernel enqueued on ``stream``."""
+    executor.launch(device, workspace, workspace_size, stream, context)
+
+
 class _KernelRun:
     """One bound launch's kernel: its numpy views are built by the first run, on the stream's
     worker (preparing stays cheap), then reused, bound by the plan's ``bind`` when it has one
     (what depends only on the views, prepared once per node and slot).  A class rather than a
-    closure for the reason :class:`~aclpipe.backends.sim.backend._Guarded` gives (one object
+    closure for the reason :class:`~aclpipe.backends.sim.kernels._Guarded` gives (one object
     per node and slot)."""
 
     __slots__ = ("inputs", "label", "memory", "outputs", "plan", "run", "workspace")

@@ -27,7 +27,7 @@ import numpy as np
 from ...errors import DeviceOutOfMemory, error_from_code
 from ...tensor import TensorDesc
 
-__all__ = ["ALIGNMENT", "DEVICE_BASE", "POISON_BYTE", "Allocation", "DeviceMemory"]
+__all__ = ["ALIGNMENT", "DEVICE_BASE", "POISON_BYTE", "Access", "Allocation", "DeviceMemory", "Region", "live_bytes"]
 
 DEVICE_BASE = 0x12C0_0000_0000  # an NPU-like range far from host heap and mmap addresses
 ALIGNMENT = 32
@@ -92,6 +92,21 @@ class Allocation:
 
 
 _NO_BYTES = np.zeros(0, np.uint8)  # what a closed device's allocations hold
+
+
+#: ``(address, nbytes)`` of one region a kernel reads or writes.
+Access = tuple[int, int]
+#: ``(allocation, address, nbytes)``: a region checked against its allocation.
+Region = tuple[Allocation, int, int]
+
+
+def live_bytes(allocation: Allocation, offset: int, nbytes: int, what: str) -> Any:
+    """The bytes a copy or memset touches; a freed allocation is the DMA engine's fault."""
+    if not allocation.alive:
+        # 25-01_aclError.md: ACL_ERROR_RT_SYS_DMA; 507053 is an uncorrectable memory error (UCE).
+        raise error_from_code(507013, f"{what}: {allocation.describe()} was freed while the device still used "
+                                      "it (use after free)")
+    return allocation.data[offset:offset + nbytes]
 
 
 def _round(nbytes: int) -> int:
@@ -238,7 +253,7 @@ class DeviceMemory:
         return self.find(address, nbytes, what=what)[0]
 
     def kernel_regions(self, accesses: Iterable[tuple[int, int]], label: str,
-                       kind: str) -> tuple[tuple[Allocation, int, int], ...]:
+                       kind: str) -> tuple[Region, ...]:
         """``(allocation, address, nbytes)`` for each ``(address, nbytes)`` a kernel declares:
         :meth:`find_device` with ``aligned=True`` (an empty region counts as one byte), whose
         errors say ``"<label> <kind>"``.

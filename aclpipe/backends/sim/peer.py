@@ -34,7 +34,7 @@ from .memory import DEVICE_BASE
 from .stream import COPY, Task
 
 if TYPE_CHECKING:
-    from .backend import SimBackend
+    from .core import SimCore
     from .stream import SimStream
 
 __all__ = ["WINDOW_BYTES", "PeerLinks", "claim_window", "owner_of", "release_window"]
@@ -42,11 +42,11 @@ __all__ = ["WINDOW_BYTES", "PeerLinks", "claim_window", "owner_of", "release_win
 #: Device addresses each open device may use (1 TiB); windows sit below the host's mmap range.
 WINDOW_BYTES = 1 << 40
 _MAX_WINDOWS = 96
-_WINDOWS: weakref.WeakValueDictionary[int, SimBackend] = weakref.WeakValueDictionary()
+_WINDOWS: weakref.WeakValueDictionary[int, SimCore] = weakref.WeakValueDictionary()
 _WINDOWS_LOCK = threading.Lock()
 
 
-def claim_window(backend: SimBackend) -> int:
+def claim_window(backend: SimCore) -> int:
     """The first free address window, now ``backend``'s; returns its base address."""
     with _WINDOWS_LOCK:
         for slot in range(_MAX_WINDOWS):
@@ -56,7 +56,7 @@ def claim_window(backend: SimBackend) -> int:
     raise error_from_code(207004, f"{_MAX_WINDOWS} simulated devices are open in this process; close some first")
 
 
-def release_window(backend: SimBackend) -> None:
+def release_window(backend: SimCore) -> None:
     """Give ``backend``'s window back (its device was closed)."""
     with _WINDOWS_LOCK:
         for slot, owner in list(_WINDOWS.items()):
@@ -64,7 +64,7 @@ def release_window(backend: SimBackend) -> None:
                 del _WINDOWS[slot]
 
 
-def owner_of(address: int) -> SimBackend | None:
+def owner_of(address: int) -> SimCore | None:
     """The open simulated device whose window holds ``address``, if any."""
     if address < DEVICE_BASE:
         return None
@@ -76,7 +76,7 @@ def owner_of(address: int) -> SimBackend | None:
 class PeerLinks:
     """One device's peer access: which peers it enabled, and its outgoing links."""
 
-    def __init__(self, backend: SimBackend):
+    def __init__(self, backend: SimCore):
         self.backend = backend
         self.enabled: set[int] = set()
         self._links: dict[int, threading.Lock] = {}
@@ -124,7 +124,7 @@ class PeerLinks:
         own = self.backend.memory
         return any(not own.is_device(a) and owner_of(a) is not None for a in addresses)
 
-    def _memory_side(self, address: int, role: str) -> SimBackend:
+    def _memory_side(self, address: int, role: str) -> SimCore:
         if self.backend.memory.is_device(address):
             return self.backend
         owner = owner_of(address)
@@ -158,4 +158,4 @@ class PeerLinks:
         spec = backend.spec
         task = Task(COPY, name, run, engine=f"peer:{peer.index}",
                     seconds=spec.copy_latency_s + nbytes / spec.peer_bytes_per_s, context=dict(context or {}))
-        backend._submit(stream, task, reads=[(src_alloc, src, nbytes)], writes=[(dst_alloc, dst, nbytes)])
+        backend.submit_task(stream, task, reads=[(src_alloc, src, nbytes)], writes=[(dst_alloc, dst, nbytes)])

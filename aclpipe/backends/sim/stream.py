@@ -38,7 +38,7 @@ from .memory import POISON_BYTE, Allocation
 from .sanitizer import Clock
 
 if TYPE_CHECKING:
-    from .backend import SimBackend
+    from .core import SimCore
 
 __all__ = ["FailureMode", "SimStream", "Task", "describe_task", "sync_task"]
 
@@ -138,7 +138,7 @@ class SimStream:
     """A simulated stream: an in-order queue run by its own worker thread (see the module
     docstring for failures, aborts and host functions)."""
 
-    def __init__(self, backend: SimBackend, name: str, priority: int):
+    def __init__(self, backend: SimCore, name: str, priority: int):
         self.backend = backend
         self.name = name
         self.priority = priority
