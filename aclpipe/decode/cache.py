@@ -1,0 +1,93 @@
+"""The KV cache: one slot of ``max_len`` positions per sequence, for every layer's keys and values.
+
+A sequence takes a slot when its prefill starts and gives it back the moment it finishes or
+is cancelled.  A step reads the past of its sequences as one [batch, heads, past, head_dim]
+array per cache input (``past`` is the step's cache bucket; positions a sequence has not
+filled are masked by its ``attention_mask`` row) and appends only the new positions of each
+``present`` to each sequence's slot, in place: the ``Concat(past, new)`` behind every present
+(:mod:`.kv_pattern`) guarantees that a present's first ``past`` positions are the past.
+
+Where the cache lives.  Here it is host memory and each step copies its sequences' past to
+the device with the step's inputs (through the pipeline's staging); the step's presents come
+back with its outputs.  Binding the past inputs to device-resident slots needs the program
+to take an input at a given device address (see the decoder's module docs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .kv_pattern import KVLayout
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """Cache slots for ``max_batch`` sequences of up to ``max_len`` positions.
+
+    Parameters
+    ----------
+    layout:
+        The model's layers, heads and head_dim (:func:`~aclpipe.decode.kv_pattern.read_kv_layout`).
+    max_batch:
+        Sequences held at once.
+    max_len:
+        Positions per sequence (prompt and generated tokens).
+    """
+
+    def __init__(self, layout: KVLayout, max_batch: int, max_len: int, dtype: str = "float32"):
+        self.layout = layout
+        self.max_batch = max_batch
+        self.max_len = max_len
+        shape = (max_batch, layout.heads, max_len, layout.head_dim)
+        self._store = {past: np.zeros(shape, dtype) for past, _ in layout.pairs()}
+        self.lengths = np.zeros(max_batch, np.int64)
+        self._free = list(range(max_batch - 1, -1, -1))  # popped from the end: slot 0 first
+
+    @property
+    def free(self) -> int:
+        """Slots free now."""
+        return len(self._free)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(array.nbytes for array in self._store.values())
+
+    def acquire(self) -> int:
+        """A free slot, emptied (length 0)."""
+        if not self._free:
+            raise RuntimeError("no free cache slot: check KVCache.free before acquiring")
+        slot = self._free.pop()
+        self.lengths[slot] = 0
+        return slot
+
+    def release(self, slot: int) -> None:
+        """Give ``slot`` back (idempotent per acquire: a slot given back twice is a bug)."""
+        if slot in self._free:
+            raise RuntimeError(f"cache slot {slot} was given back twice")
+        self._free.append(slot)
+
+    def past(self, slots: Sequence[int], past_len: int, rows: int) -> dict[str, np.ndarray]:
+        """Past input name -> [rows, heads, past_len, head_dim]: the slots' first ``past_len``
+        positions, then zero rows up to the batch bucket's ``rows``."""
+        index = np.asarray(slots, np.int64)
+        out = {}
+        for name, store in self._store.items():
+            array = np.zeros((rows, *store.shape[1:2], past_len, store.shape[3]), store.dtype)
+            array[:len(slots)] = store[index, :, :past_len]
+            out[name] = array
+        return out
+
+    def append(self, slots: Sequence[int], presents: Mapping[str, np.ndarray], past_len: int,
+               counts: Sequence[int]) -> None:
+        """Write each slot's ``counts[i]`` new positions (present positions ``past_len`` on) after
+        its current length."""
+        for past, present in self.layout.pairs():
+            store, new = self._store[past], presents[present]
+            for row, (slot, count) in enumerate(zip(slots, counts)):
+                start = int(self.lengths[slot])
+                store[slot, :, start:start + count] = new[row, :, past_len:past_len + count]
+        for slot, count in zip(slots, counts):
+            self.lengths[slot] += count
