@@ -43,14 +43,17 @@ import anyio
 import numpy as np
 import onnx
 
+from ..backends import is_device_list
 from ..errors import ClosedResourceError
 from ..onnx.importer import load_onnx
 from ..onnx.onnx_graph import OnnxGraph
 from ..pipeline import Pipeline
 from ..pipeline.affinity import refuse_inside_event_loop
 from ..pipeline.sync import blocking_loop
-from ..runtime import Device
+from ..plan import make_plan
+from ..runtime import Device, open_device
 from .buckets import bucket_for, check_buckets
+from .budget import CapturePlan, bucket_use, capture_plan
 from .cache import KVCache
 from .errors import PromptTooLongError
 from .kv_pattern import KVLayout, read_kv_layout
@@ -82,7 +85,8 @@ class Decoder:
     streams:
         Compute streams of the pipeline that runs the steps.
     max_programs:
-        Prepared step programs kept at once (default: one per bucket pair and prompt bucket).
+        Prepared step programs kept at once (default: every bucket's, or as many as the device's
+        stream, event and memory budget left holds at once: see :mod:`aclpipe.decode.budget`).
     """
 
     def __init__(self, model: DecoderModel, *, device: Device | str | Sequence[Device | str] | None = None,
@@ -97,9 +101,20 @@ class Decoder:
         self.max_len = max_len
         self.batch_buckets = check_buckets("batch_buckets", batch_buckets, max_batch, 1)
         self.cache_buckets = check_buckets("cache_buckets", cache_buckets, max_len, 16)
-        programs = len(self.batch_buckets) * 2 * len(self.cache_buckets)
-        self.pipeline = Pipeline(graph, device, streams=streams, depth=1,
-                                 max_programs=max_programs or programs)
+        # One device: opened here (and closed by aclose) so that the programs are counted
+        # against its budget before the pipeline is made.  Several: the pipeline's replicas.
+        owns_device = device is None or (isinstance(device, str) and not is_device_list(device))
+        opened = open_device(device) if owns_device else device
+        try:
+            if max_programs is None:
+                max_programs = self._fitting_programs(graph, opened, streams)
+            self.pipeline = Pipeline(graph, opened, streams=streams, depth=1, max_programs=max_programs)
+        except BaseException:
+            if owns_device and isinstance(opened, Device):
+                opened.close()
+            raise
+        self._owned_device = opened if owns_device and isinstance(opened, Device) else None
+        self.max_programs = max_programs
         self.cache = KVCache(self.layout, max_batch, max_len)
         self._waiting: collections.deque[Request] = collections.deque()
         self._running: list[Request] = []
@@ -110,6 +125,56 @@ class Decoder:
         self._closed = False
         self.steps = {"prefill": 0, "decode": 0}
         self.tokens_made = 0
+
+    # -- step programs and the device's budget (decode.budget) -------------------------------------
+    def signatures(self) -> list[tuple[str, int, int, int]]:
+        """(kind, batch, seq, past) of every step program the buckets allow: prefills of every
+        batch bucket and prompt bucket, decode steps of every batch bucket and cache bucket."""
+        return ([("prefill", batch, seq, 0) for batch in self.batch_buckets for seq in self.cache_buckets]
+                + [("decode", batch, 1, past) for batch in self.batch_buckets for past in self.cache_buckets])
+
+    def input_shapes(self, batch: int, seq: int, past: int) -> dict[str, tuple[int, ...]]:
+        """The step's input shapes for a batch of ``batch`` rows of ``seq`` new tokens after ``past``."""
+        layout = self.layout
+        shapes: dict[str, tuple[int, ...]] = {"input_ids": (batch, seq), "attention_mask": (batch, past + seq)}
+        if layout.position_ids:
+            shapes["position_ids"] = (batch, seq)
+        for name, _ in layout.pairs():
+            shapes[name] = (batch, layout.heads, past, layout.head_dim)
+        return shapes
+
+    def _fitting_programs(self, graph: OnnxGraph, device: Any, streams: int) -> int:
+        """Programs held at once, so that any of them fit the device's budget: counted from the
+        largest prefill and decode signatures, which bound the others (same graph, smaller shapes)."""
+        signatures = self.signatures()
+        if not isinstance(device, Device):
+            return len(signatures)  # several devices: each replica holds its own, as counted on one
+        bounds = {kind: bucket_use(kind, batch, seq, past, make_plan(graph.bind(**self.input_shapes(batch, seq, past)),
+                                                                     streams=streams),
+                                   event_errors=device.capabilities.event_errors)
+                  for kind, batch, seq, past in (("prefill", self.max_batch, self.max_len, 0),
+                                                 ("decode", self.max_batch, 1, self.max_len))}
+        uses = tuple(bounds[kind] for kind, *_ in signatures)
+        # The pipeline's own streams (compute, H2D, D2H, one replay) are booked once it is made.
+        return min(len(signatures), capture_plan(uses, device, reserved_streams=streams + 3).max_programs)
+
+    def capture_plan(self) -> CapturePlan:
+        """Every bucket's program (planned now: the pipeline keeps the plans for preparing) and
+        what it holds, against the device's budget left (:mod:`aclpipe.decode.budget`)."""
+        device = self.pipeline.device
+        uses = tuple(bucket_use(kind, batch, seq, past, self.pipeline.plan_for(**self.input_shapes(batch, seq, past)),
+                                event_errors=device.capabilities.event_errors)
+                     for kind, batch, seq, past in self.signatures())
+        return capture_plan(uses, device)
+
+    def prepare(self) -> None:
+        """Prepare (and capture, where the device captures) the step programs up front, up to
+        ``max_programs`` of them, decode steps of the largest batches first: the steps they serve
+        then run from the first request without phase one or capture on the way."""
+        signatures = self.signatures()
+        order = sorted(signatures, key=lambda sig: (sig[0] != "decode", -sig[1], sig[3]))
+        for _, batch, seq, past in order[:self.max_programs]:
+            self.pipeline.prepare(**self.input_shapes(batch, seq, past))
 
     # -- requests ---------------------------------------------------------------------------
     def generate(self, prompt_ids: Sequence[int] | np.ndarray, max_new_tokens: int, *, eos_id: int | None = None,
@@ -278,7 +343,11 @@ class Decoder:
             if request in self._running:
                 self._leave(request)
         self._waiting.clear()
-        await self.pipeline.aclose()
+        try:
+            await self.pipeline.aclose()
+        finally:
+            if self._owned_device is not None:
+                self._owned_device.close()
 
     async def __aenter__(self) -> Self:
         return self
