@@ -103,8 +103,10 @@ class Decoder:
         self.cache_buckets = check_buckets("cache_buckets", cache_buckets, max_len, 16)
         # One device: opened here (and closed by aclose) so that the programs are counted
         # against its budget before the pipeline is made.  Several: the pipeline's replicas.
-        owns_device = device is None or (isinstance(device, str) and not is_device_list(device))
-        opened = open_device(device) if owns_device else device
+        opened: Device | str | Sequence[Device | str] | None = device
+        if device is None or (isinstance(device, str) and not is_device_list(device)):
+            opened = open_device(device)
+        owns_device = opened is not device
         try:
             if max_programs is None:
                 max_programs = self._fitting_programs(graph, opened, streams)
@@ -261,7 +263,7 @@ class Decoder:
     async def _step(self) -> None:
         """One prefill (of the requests that can join) or one decode step (of every running one)."""
         if self._waiting and self.cache.free and (not self._running or not self._last_was_prefill):
-            joining = []
+            joining: list[Request] = []
             while self._waiting and self.cache.free and len(joining) < self.max_batch:
                 request = self._waiting.popleft()
                 request.slot = self.cache.acquire()

@@ -15,6 +15,7 @@ exports build it) and masked by ``attention_mask``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -122,7 +123,7 @@ class _Builder:
         self._count += 1
         return f"{stem}_{self._count}"
 
-    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: object) -> str:
+    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: Any) -> str:
         output = out or self._name(op_type.lower())
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=self._name(op_type), **attrs))
         return output
