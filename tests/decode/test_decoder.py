@@ -171,3 +171,54 @@ def test_bad_prompts_are_refused(toy_model, prompt):
             decoder.generate([1], 0)
     finally:
         decoder.close()
+
+
+def test_a_joining_prefill_holds_the_running_sequences_up_for_one_step_at_most(toy_model):
+    async def main():
+        async with Decoder(toy_model, max_batch=4, max_len=64) as decoder:
+            running = decoder.generate(PROMPTS[0], 10)
+            tokens = [await running.__anext__() for _ in range(3)]
+            before = dict(decoder.steps)
+            joining = [decoder.generate(prompt, 4) for prompt in PROMPTS[1:4]]
+            tokens.append(await running.__anext__())
+            after = dict(decoder.steps)
+            tokens += await running.tokens()
+            others = [await generation.tokens() for generation in joining]
+            return tokens, others, before, after
+
+    tokens, others, before, after = anyio.run(main)
+    # The three joined in one prefill, and the running sequence's next token came one decode step later.
+    assert after["prefill"] - before["prefill"] == 1 and after["decode"] - before["decode"] == 1
+    assert tokens == reference_greedy(toy_model, PROMPTS[0], 10)
+    assert others == [reference_greedy(toy_model, prompt, 4) for prompt in PROMPTS[1:4]]
+
+
+def test_a_failed_step_fails_its_requests_only(toy_model, monkeypatch):
+    async def main():
+        async with Decoder(toy_model, max_batch=2, max_len=64) as decoder:
+            run = decoder.pipeline.run
+            failing = {"left": 1}
+
+            async def flaky(**inputs):
+                if failing["left"]:
+                    failing["left"] -= 1
+                    raise RuntimeError("the device failed this step")
+                return await run(**inputs)
+
+            monkeypatch.setattr(decoder.pipeline, "run", flaky)
+            with pytest.raises(RuntimeError, match="failed this step"):
+                await decoder.generate(PROMPTS[0], 5).tokens()
+            free = decoder.cache.free
+            return free, await decoder.generate(PROMPTS[1], 5).tokens()
+
+    free, tokens = anyio.run(main)
+    assert free == 2
+    assert tokens == reference_greedy(toy_model, PROMPTS[1], 5)
+
+
+def test_replicas_take_the_same_device_forms_as_a_pipeline(toy_model):
+    async def main():
+        async with Decoder(toy_model, device="sim:0,1", max_batch=2, max_len=32) as decoder:
+            return await _all(decoder, PROMPTS[:2], [6, 6])
+
+    assert anyio.run(main) == [reference_greedy(toy_model, prompt, 6) for prompt in PROMPTS[:2]]
