@@ -32,6 +32,7 @@ def token_ids(text: str) -> list[int]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add ``generate``'s arguments."""
     parser.add_argument("model", help="an ONNX decoder (.onnx)")
     parser.add_argument("--prompt-ids", type=token_ids, required=True, help="the prompt's token ids: 1,2,3")
     parser.add_argument("--max-new-tokens", type=positive_int, default=16, help="tokens to generate (default 16)")
@@ -48,6 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 @reporting_errors
 def run(args: argparse.Namespace, console: Console) -> int:
+    """Generate the tokens and print them; returns the exit status."""
     from ..decode import Decoder
 
     options: dict[str, Any] = {"eos_id": args.eos_id, "temperature": args.temperature, "top_k": args.top_k,
