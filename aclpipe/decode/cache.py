@@ -7,10 +7,16 @@ filled are masked by its ``attention_mask`` row) and appends only the new positi
 ``present`` to each sequence's slot, in place: the ``Concat(past, new)`` behind every present
 (:mod:`.kv_pattern`) guarantees that a present's first ``past`` positions are the past.
 
-Where the cache lives.  Here it is host memory and each step copies its sequences' past to
-the device with the step's inputs (through the pipeline's staging); the step's presents come
-back with its outputs.  Binding the past inputs to device-resident slots needs the program
-to take an input at a given device address (see the decoder's module docs).
+Where the cache lives.  Here it is host memory, and each step copies its sequences' past
+to the device with the step's inputs (through the pipeline's staging) and reads the presents
+back: correct, and cheap for small models, but the cache crosses the host every step.  Keeping
+it on the device with no copy needs two things the prepared programs do not offer yet: (1) an
+input bound to a caller's device view instead of the slot's staging (phase one then runs on
+``cache[:batch, :, :past, :]``, a strided view of one [slots, heads, max_len, head_dim]
+buffer per cache input; a step running rows ``0..batch`` with finished slots masked needs no
+gather), and (2) the ``Concat(past, new)`` behind each present rewritten to an in-place
+scatter of ``new`` at each row's length (``aclnnScatterNdUpdate``), its readers reading that
+view.
 """
 
 from __future__ import annotations

@@ -25,11 +25,9 @@ next token is not ready runs the next step (shielded: a step, once started, ends
 cancelled meanwhile leaves its request cancelled after it); the others wait for it.  So the
 decoder works under asyncio and trio alike, and from the blocking wrapper's loop thread.
 
-Where the cache lives.  The cache is host memory here: each step copies its sequences' past
-to the device with its inputs and reads the presents back (only each present's new positions
-are kept).  Keeping it on the device needs the pipeline's program to bind an input to a given
-device address (a slot's cache region) instead of the slot's staging; see the report of the
-issue that added this module.
+Where the cache lives.  On the host for now: each step copies its sequences' past to the
+device with its inputs and reads the presents back, keeping only each present's new
+positions (:mod:`.cache` says what device residency needs from the prepared programs).
 """
 
 from __future__ import annotations
