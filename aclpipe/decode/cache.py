@@ -90,10 +90,16 @@ class KVCache:
                counts: Sequence[int]) -> None:
         """Write each slot's ``counts[i]`` new positions (present positions ``past_len`` on) after
         its current length."""
+        index = np.asarray(slots, np.int64)
+        starts = self.lengths[index]
+        one_each = all(count == 1 for count in counts)  # a decode step: one fancy-indexed write per cache input
+        heads = np.arange(self.layout.heads)
         for past, present in self.layout.pairs():
             store, new = self._store[past], presents[present]
+            if one_each:
+                store[index[:, None], heads[None, :], starts[:, None]] = new[:len(slots), :, past_len]
+                continue
             for row, (slot, count) in enumerate(zip(slots, counts)):
-                start = int(self.lengths[slot])
+                start = int(starts[row])
                 store[slot, :, start:start + count] = new[row, :, past_len:past_len + count]
-        for slot, count in zip(slots, counts):
-            self.lengths[slot] += count
+        self.lengths[index] += np.asarray(counts, np.int64)

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import onnx
 
@@ -232,6 +233,9 @@ class Decoder:
     async def _lead_step(self) -> None:
         event = self._stepping = anyio.Event()
         try:
+            # Let the tasks that are ready run first: requests made in the same tick (a burst)
+            # then join this step's prefill together instead of the next one.
+            await anyio.lowlevel.checkpoint()
             # Once started, a step ends: its sequences' caches and tokens must stay consistent.
             with anyio.CancelScope(shield=True):
                 await self._step()
@@ -294,12 +298,15 @@ class Decoder:
             self._stepping_now = set()
         counts = [len(ids) for ids in new_ids]
         self.cache.append([slot for slot in slots if slot is not None], outputs, past_len, counts)
-        logits = outputs["logits"]
+        # Each row's logits at its last new token; the greedy picks in one call for the batch.
+        last = outputs["logits"][np.arange(len(batch)), np.asarray(counts) - 1]
+        greedy = last.argmax(axis=-1)
         for row, request in enumerate(batch):
             if request.cancelled:
                 self._leave(request)
                 continue
-            request.take(request.sampler.pick(logits[row, counts[row] - 1]))
+            sampler = request.sampler
+            request.take(int(greedy[row]) if sampler.temperature == 0 else sampler.pick(last[row]))
             self.tokens_made += 1
             if request.done:
                 self._leave(request)
@@ -310,16 +317,18 @@ class Decoder:
         rows = bucket_for(len(slots), self.batch_buckets)
         width = max(len(ids) for ids in new_ids)
         width = width if width == 1 else bucket_for(width, self.cache_buckets)
+        count = len(slots)
+        lengths = self.cache.lengths[np.asarray(slots, np.int64)]
+        news = np.array([len(tokens) for tokens in new_ids], np.int64)
         ids = np.zeros((rows, width), np.int64)
-        mask = np.zeros((rows, past_len + width), np.int64)
-        positions = np.zeros((rows, width), np.int64)
-        mask[len(slots):, past_len] = 1  # padded rows see one position: no row is all masked
-        for row, (slot, tokens) in enumerate(zip(slots, new_ids)):
-            length = int(self.cache.lengths[slot])
+        for row, tokens in enumerate(new_ids):
             ids[row, :len(tokens)] = tokens
-            mask[row, :length] = 1
-            mask[row, past_len:past_len + len(tokens)] = 1
-            positions[row] = length + np.arange(width)
+        mask = np.zeros((rows, past_len + width), np.int64)
+        mask[:count, :past_len] = np.arange(past_len) < lengths[:, None]
+        mask[:count, past_len:] = np.arange(width) < news[:, None]
+        mask[count:, past_len] = 1  # padded rows see one position: no row is all masked
+        positions = np.zeros((rows, width), np.int64)
+        positions[:count] = lengths[:, None] + np.arange(width)
         feeds = {"input_ids": ids, "attention_mask": mask, **self.cache.past(slots, past_len, rows)}
         if self.layout.position_ids:
             feeds["position_ids"] = positions
