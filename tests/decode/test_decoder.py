@@ -161,6 +161,15 @@ def test_blocking_wrapper(toy_model):
         decoder.generate([1], 1)
 
 
+def test_blocking_callers_on_many_threads_are_batched_together(toy_model):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Decoder(toy_model, max_batch=4, max_len=32) as decoder:
+        with ThreadPoolExecutor(3) as pool:
+            results = list(pool.map(lambda prompt: decoder.generate_sync(prompt, 8), PROMPTS[:3]))
+    assert results == [reference_greedy(toy_model, prompt, 8) for prompt in PROMPTS[:3]]
+
+
 @pytest.mark.parametrize("prompt", [[], [1.5, 2.0], [[1, 2]]])
 def test_bad_prompts_are_refused(toy_model, prompt):
     decoder = Decoder(toy_model, max_batch=1, max_len=8)
