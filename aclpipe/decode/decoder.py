@@ -86,6 +86,15 @@ class Decoder:
     max_programs:
         Prepared step programs kept at once (default: every bucket's, or as many as the device's
         stream, event and memory budget left holds at once: see :mod:`aclpipe.decode.budget`).
+
+    Notes
+    -----
+    The KV cache is held on the host (:mod:`aclpipe.decode.cache`); each step copies its
+    sequences' past to the device with its inputs.  A request whose iterator is dropped
+    without being closed keeps its slot until it reaches ``max_new_tokens`` or ``eos_id``:
+    close it (``await gen.aclose()``, or ``async with decoder.generate(...) as gen``) to free
+    the slot at once.  The async API serves one event loop at a time, like the
+    :class:`~aclpipe.Pipeline` beneath it; :meth:`generate_sync` serves any number of threads.
     """
 
     def __init__(self, model: DecoderModel, *, device: Device | str | Sequence[Device | str] | None = None,
