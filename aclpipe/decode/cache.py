@@ -3,9 +3,10 @@
 A sequence takes a slot when its prefill starts and gives it back the moment it finishes or
 is cancelled.  A step reads the past of its sequences as one [batch, heads, past, head_dim]
 array per cache input (``past`` is the step's cache bucket; positions a sequence has not
-filled are masked by its ``attention_mask`` row) and appends only the new positions of each
-``present`` to each sequence's slot, in place: the ``Concat(past, new)`` behind every present
-(:mod:`.kv_pattern`) guarantees that a present's first ``past`` positions are the past.
+filled are masked by its ``attention_mask`` row) and appends each sequence's new positions to
+its slot, in place: the ``Concat(past, new)`` behind every present (:mod:`.kv_pattern`)
+guarantees that the present is the past followed by ``new``, so the step reads back ``new``
+alone (:func:`~aclpipe.decode.kv_pattern.step_model`), never the whole present.
 
 Where the cache lives.  Here it is host memory, and each step copies its sequences' past
 to the device with the step's inputs (through the pipeline's staging) and reads the presents
@@ -86,20 +87,19 @@ class KVCache:
             out[name] = array
         return out
 
-    def append(self, slots: Sequence[int], presents: Mapping[str, np.ndarray], past_len: int,
-               counts: Sequence[int]) -> None:
-        """Write each slot's ``counts[i]`` new positions (present positions ``past_len`` on) after
-        its current length."""
+    def append(self, slots: Sequence[int], news: Mapping[str, np.ndarray], counts: Sequence[int]) -> None:
+        """Write each slot's first ``counts[i]`` new positions (``news``: past input name ->
+        [rows, heads, seq, head_dim], the step's new keys or values) after its current length."""
         index = np.asarray(slots, np.int64)
         starts = self.lengths[index]
         one_each = all(count == 1 for count in counts)  # a decode step: one fancy-indexed write per cache input
         heads = np.arange(self.layout.heads)
-        for past, present in self.layout.pairs():
-            store, new = self._store[past], presents[present]
+        for past, store in self._store.items():
+            new = news[past]
             if one_each:
-                store[index[:, None], heads[None, :], starts[:, None]] = new[:len(slots), :, past_len]
+                store[index[:, None], heads[None, :], starts[:, None]] = new[:len(slots), :, 0]
                 continue
             for row, (slot, count) in enumerate(zip(slots, counts)):
                 start = int(starts[row])
-                store[slot, :, start:start + count] = new[row, :, past_len:past_len + count]
+                store[slot, :, start:start + count] = new[row, :, :count]
         self.lengths[index] += np.asarray(counts, np.int64)

@@ -26,8 +26,9 @@ cancelled meanwhile leaves its request cancelled after it); the others wait for 
 decoder works under asyncio and trio alike, and from the blocking wrapper's loop thread.
 
 Where the cache lives.  On the host for now: each step copies its sequences' past to the
-device with its inputs and reads the presents back, keeping only each present's new
-positions (:mod:`.cache` says what device residency needs from the prepared programs).
+device with its inputs and reads back each present's new positions only (the model is run
+with those as outputs in place of the presents: :func:`.kv_pattern.step_model`); :mod:`.cache`
+says what device residency needs from the prepared programs.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from .buckets import bucket_for, check_buckets
 from .budget import CapturePlan, bucket_use, capture_plan
 from .cache import KVCache
 from .errors import PromptTooLongError
-from .kv_pattern import KVLayout, read_kv_layout
+from .kv_pattern import KVLayout, read_kv_layout, step_model
 from .request import Generation, Request
 from .sampling import Sampler
 
@@ -105,6 +106,8 @@ class Decoder:
                 raise ValueError(f"{label} must be a positive int, got {value!r}")
         graph = model if isinstance(model, OnnxGraph) else load_onnx(model)
         self.layout: KVLayout = read_kv_layout(graph.model)
+        # Steps read back each present's new positions only (kv_pattern.step_model).
+        graph = load_onnx(step_model(graph.model, self.layout), name=graph.name, limits=graph.limits)
         self.max_batch = max_batch
         self.max_len = max_len
         self.batch_buckets = check_buckets("batch_buckets", batch_buckets, max_batch, 1)
@@ -306,7 +309,8 @@ class Decoder:
         finally:
             self._stepping_now = set()
         counts = [len(ids) for ids in new_ids]
-        self.cache.append([slot for slot in slots if slot is not None], outputs, past_len, counts)
+        news = {past: outputs[new] for (past, _), new in zip(self.layout.pairs(), self.layout.news)}
+        self.cache.append([slot for slot in slots if slot is not None], news, counts)
         # Each row's logits at its last new token; the greedy picks in one call for the batch.
         last = outputs["logits"][np.arange(len(batch)), np.asarray(counts) - 1]
         greedy = last.argmax(axis=-1)

@@ -11,13 +11,14 @@ in place, instead of the whole present.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import onnx
 
 from ..errors import GraphError
 
-__all__ = ["KVLayout", "read_kv_layout"]
+__all__ = ["KVLayout", "read_kv_layout", "step_model"]
 
 _REQUIRED_INPUTS = ("input_ids", "attention_mask")
 
@@ -38,6 +39,8 @@ class KVLayout:
     heads: int
     head_dim: int
     position_ids: bool
+    #: Per :meth:`pairs` entry, the value concatenated after the past: the step's new positions.
+    news: tuple[str, ...] = ()
 
     def past(self, layer: int, kind: str) -> str:
         return f"past_key_values.{layer}.{kind}"
@@ -76,12 +79,28 @@ def read_kv_layout(model: onnx.ModelProto) -> KVLayout:
     heads, head_dim = _cache_dims(inputs["past_key_values.0.key"])
     layout = KVLayout(layers, heads, head_dim, "position_ids" in inputs)
     producers = {output: node for node in graph.node for output in node.output}
+    news = []
     for past, present in layout.pairs():
         if past not in inputs or present not in outputs:
             raise GraphError(f"decoder layer cache: expected input {past!r} and output {present!r}; "
                              f"one is missing (outputs seen: {sorted(outputs)})")
-        _check_concat(past, present, producers)
-    return layout
+        news.append(_check_concat(past, present, producers))
+    return dataclasses.replace(layout, news=tuple(news))
+
+
+def step_model(model: onnx.ModelProto, layout: KVLayout) -> onnx.ModelProto:
+    """The model a decoder step runs: ``logits``, then each present's new positions (the value
+    its Concat puts after the past) in place of the present.  The step then reads back only
+    what it appends to the cache, not the whole present (which the device still computes for
+    the attention that reads it)."""
+    step = onnx.ModelProto()
+    step.CopyFrom(model)
+    kept = [value for value in step.graph.output if value.name == "logits"]
+    del step.graph.output[:]
+    step.graph.output.extend(kept)
+    for new in dict.fromkeys(layout.news):
+        step.graph.output.append(onnx.helper.make_empty_tensor_value_info(new))
+    return step
 
 
 def _cache_dims(value: onnx.ValueInfoProto) -> tuple[int, int]:
@@ -93,7 +112,8 @@ def _cache_dims(value: onnx.ValueInfoProto) -> tuple[int, int]:
     return fixed[1], fixed[3]
 
 
-def _check_concat(past: str, present: str, producers: dict[str, onnx.NodeProto]) -> None:
+def _check_concat(past: str, present: str, producers: dict[str, onnx.NodeProto]) -> str:
+    """The value ``present``'s Concat puts after ``past``, once checked that it is one."""
     node = producers.get(present)
     while node is not None and node.op_type == "Identity":
         node = producers.get(node.input[0])
@@ -103,6 +123,7 @@ def _check_concat(past: str, present: str, producers: dict[str, onnx.NodeProto])
         seen = "a graph input" if node is None else f"{node.op_type} {node.name!r} of {list(node.input)}"
         raise GraphError(f"{present}: expected Concat({past}, new, axis=2), the pattern the decoder appends to its "
                          f"cache in place; got {seen}")
+    return str(node.input[1])
 
 
 def _through_identity(name: str, producers: dict[str, onnx.NodeProto]) -> str:

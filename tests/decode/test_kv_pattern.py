@@ -6,13 +6,23 @@ import onnx
 import pytest
 
 from aclpipe import GraphError
-from aclpipe.decode import KVLayout, read_kv_layout
+from aclpipe.decode import read_kv_layout
+from aclpipe.decode.kv_pattern import step_model
 
 
 def test_the_toy_decoder_layout(toy_model):
     layout = read_kv_layout(toy_model)
-    assert layout == KVLayout(layers=2, heads=4, head_dim=8, position_ids=True)
+    assert (layout.layers, layout.heads, layout.head_dim, layout.position_ids) == (2, 4, 8, True)
     assert layout.pairs()[1] == ("past_key_values.0.value", "present.0.value")
+    concats = {node.output[0]: node for node in toy_model.graph.node if node.op_type == "Concat"}
+    assert layout.news == tuple(concats[present].input[1] for _, present in layout.pairs())
+
+
+def test_a_step_reads_back_the_new_positions_instead_of_the_presents(toy_model):
+    layout = read_kv_layout(toy_model)
+    step = step_model(toy_model, layout)
+    assert [value.name for value in step.graph.output] == ["logits", *layout.news]
+    assert [value.name for value in toy_model.graph.output][1] == "present.0.key"  # the model itself is left alone
 
 
 def test_a_present_that_is_not_concat_of_its_past_is_refused(toy_model):
