@@ -245,9 +245,11 @@ class Decoder:
     async def _lead_step(self) -> None:
         event = self._stepping = anyio.Event()
         try:
-            # Let the tasks that are ready run first: requests made in the same tick (a burst)
-            # then join this step's prefill together instead of the next one.
-            await anyio.lowlevel.checkpoint()
+            if self._waiting:
+                # Let the tasks that are ready run first: requests made in the same tick (a
+                # burst) then join this prefill together instead of the next one.  Not before a
+                # decode step: enqueued at once, it runs while the readers take their tokens.
+                await anyio.lowlevel.checkpoint()
             # Once started, a step ends: its sequences' caches and tokens must stay consistent.
             with anyio.CancelScope(shield=True):
                 await self._step()
