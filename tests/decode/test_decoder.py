@@ -231,3 +231,16 @@ def test_replicas_take_the_same_device_forms_as_a_pipeline(toy_model):
             return await _all(decoder, PROMPTS[:2], [6, 6])
 
     assert anyio.run(main) == [reference_greedy(toy_model, prompt, 6) for prompt in PROMPTS[:2]]
+
+
+def test_a_path_bytes_or_loaded_graph_all_serve(toy_model, tmp_path):
+    import onnx
+
+    import aclpipe
+
+    path = tmp_path / "toy.onnx"
+    onnx.save(toy_model, str(path))
+    expected = reference_greedy(toy_model, [1, 2, 3], 4)
+    for model in (str(path), toy_model.SerializeToString(), aclpipe.load_onnx(toy_model)):
+        with Decoder(model, max_batch=1, max_len=16) as decoder:
+            assert decoder.generate_sync([1, 2, 3], 4) == expected
