@@ -57,3 +57,19 @@ def test_a_small_stream_budget_lowers_the_programs_held_and_no_capture_starves(t
     assert stats.starved == 0 and stats.captured == stats.signatures <= held
     assert stats.evicted > 0  # programs beyond the budget were freed, not left to fail a capture
     assert results == [reference_greedy(toy_model, prompt, 12) for prompt in prompts]
+
+
+def test_a_device_that_does_not_capture_runs_the_steps_from_launch_tables(toy_model):
+    import dataclasses
+
+    from aclpipe.backends.sim.engines import ATLAS_A2
+
+    device = aclpipe.open_device("sim", spec=dataclasses.replace(ATLAS_A2, graph_capture=False))
+    try:
+        with Decoder(toy_model, device=device, max_batch=2, max_len=32) as decoder:
+            tokens = decoder.generate_sync([1, 2, 3], 6)
+            stats = decoder.pipeline.stats()
+    finally:
+        device.close()
+    assert tokens == reference_greedy(toy_model, [1, 2, 3], 6)
+    assert stats.captured == 0 and stats.starved == 0
