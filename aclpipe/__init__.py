@@ -1,9 +1,9 @@
 """aclpipe: run DAGs of Ascend NPU (aclnn) operators asynchronously from Python.
 
 The public surface is :data:`__all__`; the layers beneath it, each importing only the ones
-below (tests/test_public_api.py keeps it so): ``ray`` (optional) -> ``cli`` -> ``pipeline`` -> ``onnx`` ->
-``eager`` -> ``trace`` -> ``plan`` -> ``graph`` -> ``testing`` -> ``runtime`` ->
-``backends`` -> ``ops``; ``errors``, ``dtypes`` and ``tensor`` serve them all.
+below (tests/test_public_api.py keeps it so): ``ray`` (optional) -> ``cli`` -> ``decode``
+-> ``pipeline`` -> ``eager`` -> ``onnx`` -> ``trace`` -> ``plan`` -> ``graph`` -> ``testing``
+-> ``runtime`` -> ``backends`` -> ``ops``; ``errors``, ``dtypes`` and ``tensor`` serve them all.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ __all__ = [
     "CachedWorkspace",
     "ClosedResourceError",
     "DType",
+    "Decoder",
     "Device",
     "DeviceBuffer",
     "DeviceFault",
@@ -97,6 +98,7 @@ __all__ = [
     "PlannedNode",
     "PoolBuffer",
     "PoolStats",
+    "PromptTooLongError",
     "StaticWorkspace",
     "Stream",
     "TensorDesc",
@@ -125,4 +127,9 @@ def __getattr__(name: str) -> object:
         from .onnx import importer
 
         return getattr(importer, name)
+    # Decoding reads ONNX decoders: loaded only when asked for, like load_onnx.
+    if name in ("Decoder", "PromptTooLongError"):
+        from . import decode
+
+        return getattr(decode, name)
     raise AttributeError(f"module 'aclpipe' has no attribute {name!r}")

@@ -19,6 +19,7 @@ MARKER = "<!-- public api -->"
 #: Section titles by the package layer a name is defined in, in the order the page shows them.
 SECTIONS = {
     "pipeline": "Pipelines",
+    "decode": "Generating tokens",
     "graph": "Graphs",
     "onnx": "ONNX import",
     "eager": "Single operators",

@@ -21,8 +21,8 @@ def run_example(name: str, *args: str, timeout: float = 120) -> str:
 
 
 def test_every_example_is_tested():
-    tested = {"quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py", "onnx_compare.py",
-              "ray_serve.py"}
+    tested = {"generate.py", "quickstart.py", "streaming.py", "server.py", "op_runner.py", "onnx_model.py",
+              "onnx_compare.py", "ray_serve.py"}
     assert {path.name for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -87,3 +87,8 @@ def test_ray_serve_selftest_answers_through_two_replicas():
     out = run_example("ray_serve.py", "--selftest", "16", "--port", str(port), timeout=300)
     assert "16 requests answered by 2 replicas" in out
     assert "all 16 answers match the local pipeline" in out
+
+
+def test_generate_matches_onnxruntime():
+    out = run_example("generate.py", "--requests", "4", "--max-new-tokens", "6")
+    assert "all 4 requests match onnxruntime's greedy decoding" in out

@@ -15,8 +15,8 @@ import aclpipe
 
 PACKAGE = Path(aclpipe.__file__).resolve().parent
 #: Layers from the top down (ARCHITECTURE.md 2): a module may import only its own layer and those below.
-LAYERS = ("ray", "cli", "pipeline", "eager", "onnx", "trace", "plan", "graph", "testing", "runtime", "backends",
-          "ops")
+LAYERS = ("ray", "cli", "decode", "pipeline", "eager", "onnx", "trace", "plan", "graph", "testing", "runtime",
+          "backends", "ops")
 #: The two columns under ``pipeline`` (ARCHITECTURE.md 2.2): the data column never imports the execution column.
 DATA_COLUMN = ("onnx", "graph", "plan")
 EXECUTION_COLUMN = ("eager", "testing", "runtime", "backends")

@@ -28,7 +28,7 @@ from .common import EXIT_USAGE, add_command
 __all__ = ["COMMANDS", "MODULES", "Command", "build_parser", "main"]
 
 #: Subcommand modules, in the order ``aclpipe --help`` lists them.
-MODULES = ("devices", "selftest", "run", "plan", "check", "bench")
+MODULES = ("devices", "selftest", "run", "plan", "check", "bench", "generate")
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,13 @@ import onnx
 import pytest
 from decode_reference import reference_greedy
 
-from aclpipe.cli import COMMANDS, Command, build_parser
-from aclpipe.cli import generate as generate_command
+from aclpipe.cli import build_parser
 
 
 def _generate(argv: list[str]) -> int:
     from rich.console import Console
 
-    args = build_parser((*COMMANDS, Command.from_module(generate_command))).parse_args(["generate", *argv])
+    args = build_parser().parse_args(["generate", *argv])
     return args.run(args, Console())
 
 
@@ -35,5 +34,5 @@ def test_a_prompt_too_long_is_one_line_and_exit_2(toy_model, tmp_path, capsys):
 
 def test_bad_token_ids_are_a_usage_error():
     with pytest.raises(SystemExit):
-        build_parser((*COMMANDS, Command.from_module(generate_command))).parse_args(
+        build_parser().parse_args(
             ["generate", "m.onnx", "--prompt-ids", "1,x"])
