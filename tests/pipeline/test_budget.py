@@ -198,3 +198,19 @@ async def test_a_new_pipeline_frees_idle_captures_of_others_for_its_own_streams(
                 assert first.stats().captured == 1 and first.stats().evicted == 1
                 await _check(second, 3)
                 await _check(first, 1, seed=5)
+
+
+async def test_a_stage_pipeline_books_its_streams_and_makes_room_for_them():
+    devices = [aclpipe.open_device(f"sim:{k}", max_streams=24) for k in range(2)]
+    try:
+        async with aclpipe.Pipeline(mlp(), devices[0], streams=1, depth=2, max_programs=100) as first:
+            for rows in (1, 2):  # device 0: the transfer stream, 5 own, 2 x 8 model streams: 22 of 24
+                await _check(first, rows)
+            async with aclpipe.Pipeline(mlp(), devices, streams=1, split="stages") as stages:  # 3 per device
+                assert first.stats().evicted == 1  # an idle capture made room on device 0
+                assert StreamBudget.of(devices[1]).held == 3
+                await _check(stages, 4)
+            assert StreamBudget.of(devices[1]).held == 0
+    finally:
+        for device in devices:
+            device.close()

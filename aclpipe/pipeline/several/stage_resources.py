@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...errors import AclpipeError
+from ..budget import StreamBudget
 
 if TYPE_CHECKING:
     from ...runtime import Device, DeviceBuffer, Stream
@@ -72,8 +73,10 @@ class StageResources:
                     for buffer in per_device.values():
                         buffer.close()
                     per_device.clear()
-                for stream in self.all_streams():
-                    stream.close()
+                for device, owned in zip(self.devices, self.streams):
+                    for stream in owned:
+                        stream.close()
+                    StreamBudget.of(device).release(len(owned))  # booked when they were made
             finally:
                 for timeline in self.timelines:
                     if not timeline.closed:

@@ -48,6 +48,7 @@ from ...runtime.completion.timeline import Timeline
 from ...runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from ..affinity import LoopAffinity
 from ..batches import ShapeBuckets
+from ..budget import StreamBudget
 from ..cache import CacheEntry, LruDict, ProgramCache, check_capacity
 from ..engine import POOL_BATCH, Accepted, each_batch
 from ..faults import FaultLog
@@ -120,7 +121,7 @@ class StagePipeline(Pipeline, split="stages"):
         # A padded batch larger than every device can never run (inputs go to the stage reading them).
         self._largest_memory = max(d.mem_info().total for d in devices)
         # Per device, as a single-device pipeline has: streams, a timeline over them, workspaces.
-        self._stage_streams = [[d.create_stream() for _ in range(streams + 2)] for d in devices]
+        self._stage_streams = _make_stage_streams(devices, streams + 2)
         self._timelines = [Timeline(streams + 2) for _ in devices]
         for timeline, per_device in zip(self._timelines, self._stage_streams):
             for lane, stream in enumerate(per_device):
@@ -497,3 +498,31 @@ def _enable_peers(devices: Sequence[Device]) -> None:
                 raise PlanError(f"split='stages' copies values from {sender.name} to {receiver.name}, which cannot "
                                 "access each other's memory (no peer access); use split='replicas'")
             sender.enable_peer_access(receiver)
+
+
+def _make_stage_streams(devices: Sequence[Device], count: int) -> list[list[Stream]]:
+    """``count`` streams on each device, booked in its stream budget (pipeline.budget): room is
+    made first, freeing idle captured programs of other pipelines on the device, rather than
+    meeting 207008 while they hold streams.  All or nothing."""
+    made: list[list[Stream]] = []
+    try:
+        for device in devices:
+            budget = StreamBudget.of(device)
+            reserved = budget.reserve(count)  # else the device says how many it allows, below
+            streams: list[Stream] = []
+            made.append(streams)
+            try:
+                for _ in range(count):
+                    streams.append(device.create_stream())
+                    if not reserved:
+                        budget.book(1)
+            finally:
+                if reserved:
+                    budget.release(count - len(streams))
+    except BaseException:
+        for device, streams in zip(devices, made):
+            for stream in streams:
+                stream.close()
+            StreamBudget.of(device).release(len(streams))
+        raise
+    return made
