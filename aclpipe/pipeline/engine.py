@@ -16,14 +16,16 @@ drives one single-device engine per device through it and through nothing else. 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+import collections
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
+import anyio
 import numpy as np
 
 from .cache import CacheEntry
 
-__all__ = ["POOL_BATCH", "Accepted", "Engine", "each_batch"]
+__all__ = ["POOL_BATCH", "Accepted", "Admitted", "Engine", "each_batch", "stream_in_order"]
 
 #: Host functions that return pool blocks: one per this many releases per stream (and one at
 #: the end of each run), so streams do not stall after every node.
@@ -62,6 +64,61 @@ class Engine(Protocol[EntryT, TicketT]):
     async def abandon(self, ticket: TicketT) -> None:
         """Give the run's slot back once the device has passed its work (a shielded caller)."""
         ...
+
+
+#: What a stream makes of one checked batch: an accepted run, or (a batch with nothing to
+#: compute, a zero-size dim) its result at once.
+Admitted = tuple[Accepted[Any] | None, dict[str, np.ndarray] | None]
+
+
+Batches = Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
+
+
+async def stream_in_order(engine: Engine[Any, Any], batches: Batches, depth: int,
+                          admit: Callable[[Mapping[str, Any]], Admitted]) -> AsyncGenerator[dict[str, np.ndarray]]:
+    """Run every batch through ``engine``, ``depth`` in flight, yielding results in order: the
+    one loop behind every pipeline's ``stream()`` (one device and stages alike).
+
+    ``admit(batch)`` checks a batch and accepts it (or returns its result when there is nothing
+    to compute).  A bad batch (or the iterator failing) raises in order: the runs ahead of it
+    are delivered first, as a loop of ``run()`` calls would.  Leaving early abandons the runs
+    in flight, shielded, once the generator is closed.
+    """
+    pending: collections.deque[Any] = collections.deque()
+    try:
+        async for batch in each_batch(batches):
+            try:
+                if isinstance(batch, Exception):
+                    raise batch
+                accepted, empty = admit(batch)
+            except Exception:
+                while pending:
+                    yield await engine.finish(pending.popleft())
+                raise
+            if empty is not None:  # nothing to enqueue: in order after the runs ahead of it
+                while pending:
+                    yield await engine.finish(pending.popleft())
+                yield empty
+                continue
+            assert accepted is not None
+            # Never wait for a slot while holding runs this generator could finish itself: two
+            # streams (or a stream and a caller that holds slots) would each keep some and wait
+            # for the other's.
+            try:
+                while pending and not accepted[0].queue.ready:
+                    yield await engine.finish(pending.popleft())
+            except BaseException:
+                engine.unpin(accepted[0])
+                raise
+            pending.append(await engine.start(*accepted))
+            if len(pending) >= depth:
+                yield await engine.finish(pending.popleft())
+        while pending:
+            yield await engine.finish(pending.popleft())
+    finally:
+        with anyio.CancelScope(shield=True):
+            while pending:
+                await engine.abandon(pending.popleft())
 
 
 async def each_batch(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[dict[str, Any] | Exception]:

@@ -33,7 +33,7 @@ batches may be padded to buckets (:mod:`~aclpipe.pipeline.batches`).
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import functools
 import time
 import warnings
@@ -55,7 +55,7 @@ from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
 from .budget import StreamBudget, StreamBudgetWarning
 from .cache import CacheEntry, ProgramCache, check_capacity
-from .engine import POOL_BATCH, Accepted, each_batch
+from .engine import POOL_BATCH, Accepted, Admitted, stream_in_order
 from .faults import FaultLog, Touched
 from .prepare import Preparer
 from .program import Program, Slot
@@ -374,48 +374,23 @@ class Pipeline:
         Leaving the loop early leaves runs in flight until the generator is closed: wrap it in
         ``contextlib.aclosing(pipe.stream(...))`` to give their slots back at once.
         """
-        pending: collections.deque[Ticket] = collections.deque()
         self._affinity.enter("stream")
         try:
-            async for batch in each_batch(batches):
-                try:
-                    if isinstance(batch, Exception):
-                        raise batch
-                    arrays = self._check_inputs(batch)
-                    empty = empty_result(self.graph, arrays) if has_empty_input(self.graph, arrays) else None
-                    accepted = self.accept(arrays) if empty is None else None
-                except Exception:
-                    # In order: the runs ahead of a bad batch are delivered before its error.
-                    while pending:
-                        yield await self.finish(pending.popleft())
-                    raise
-                if empty is not None:  # nothing to enqueue: in order after the runs ahead of it
-                    while pending:
-                        yield await self.finish(pending.popleft())
-                    yield empty
-                    continue
-                assert accepted is not None
-                # Never wait for a slot while holding runs this generator could finish itself: two
-                # streams (or a stream and a caller that holds slots) would each keep some and
-                # wait for the other's.
-                try:
-                    while pending and not accepted[0].queue.ready:
-                        yield await self.finish(pending.popleft())
-                except BaseException:
-                    self.unpin(accepted[0])
-                    raise
-                pending.append(await self.start(*accepted))
-                if len(pending) >= self.depth:
-                    yield await self.finish(pending.popleft())
-            while pending:
-                yield await self.finish(pending.popleft())
+            async with contextlib.aclosing(stream_in_order(self, batches, self.depth, self._admit)) as runs:
+                async for outputs in runs:
+                    yield outputs
         finally:
-            try:
-                with anyio.CancelScope(shield=True):
-                    while pending:
-                        await self.abandon(pending.popleft())
-            finally:
-                self._affinity.leave()
+            self._affinity.leave()
+
+    def _admit(self, batch: Mapping[str, Any]) -> Admitted:
+        """``stream()``'s check of one batch: accepted, or its result when there is nothing to
+        compute (a zero-size dim)."""
+        arrays = self._check_inputs(batch)
+        if has_empty_input(self.graph, arrays):
+            empty = empty_result(self.graph, arrays)
+            if empty is not None:
+                return None, empty
+        return self.accept(arrays), None
 
     def accept(self, arrays: dict[str, np.ndarray]) -> Accepted[_Entry]:
         """Engine step (:mod:`~aclpipe.pipeline.engine`): pad to a bucket and find (or prepare)

@@ -30,7 +30,7 @@ dropped without it frees its devices' memory once they passed it
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +50,7 @@ from ..affinity import LoopAffinity
 from ..batches import ShapeBuckets
 from ..budget import StreamBudget
 from ..cache import CacheEntry, LruDict, ProgramCache, check_capacity
-from ..engine import POOL_BATCH, Accepted, each_batch
+from ..engine import POOL_BATCH, Accepted, Admitted, stream_in_order
 from ..faults import FaultLog
 from ..pipeline import Pipeline
 from ..prepare import with_room
@@ -229,36 +229,16 @@ class StagePipeline(Pipeline, split="stages"):
 
         As with :meth:`Pipeline.stream`, wrap it in ``contextlib.aclosing`` when leaving early.
         """
-        pending: collections.deque[_Ticket] = collections.deque()
         self._affinity.enter("stream")
         try:
-            async for batch in each_batch(batches):
-                try:
-                    if isinstance(batch, Exception):
-                        raise batch
-                    accepted = self.accept(self._check_inputs(batch))
-                except Exception:  # in order, as Pipeline.stream: the runs ahead first, then the error
-                    while pending:
-                        yield await self.finish(pending.popleft())
-                    raise
-                try:  # as Pipeline.stream: never wait for a slot while holding runs we could finish
-                    while pending and not accepted[0].queue.ready:
-                        yield await self.finish(pending.popleft())
-                except BaseException:
-                    self.unpin(accepted[0])
-                    raise
-                pending.append(await self.start(*accepted))
-                if len(pending) >= self.depth:
-                    yield await self.finish(pending.popleft())
-            while pending:
-                yield await self.finish(pending.popleft())
+            async with contextlib.aclosing(stream_in_order(self, batches, self.depth, self._admit)) as runs:
+                async for outputs in runs:
+                    yield outputs
         finally:
-            try:
-                with anyio.CancelScope(shield=True):
-                    while pending:
-                        await self.abandon(pending.popleft())
-            finally:
-                self._affinity.leave()
+            self._affinity.leave()
+
+    def _admit(self, batch: Mapping[str, Any]) -> Admitted:
+        return self.accept(self._check_inputs(batch)), None
 
     def accept(self, arrays: dict[str, np.ndarray]) -> Accepted[_Entry]:  # type: ignore[override]
         """Engine step: pad checked arrays to a bucket and find (or prepare) their stages; host
