@@ -17,7 +17,7 @@ drives one single-device engine per device through it and through nothing else. 
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -25,7 +25,8 @@ import numpy as np
 
 from .cache import CacheEntry
 
-__all__ = ["POOL_BATCH", "Accepted", "Admitted", "Engine", "each_batch", "stream_in_order"]
+__all__ = ["POOL_BATCH", "Accepted", "Admitted", "Closable", "Engine", "close_once", "each_batch", "settle_or_park",
+           "stream_in_order"]
 
 #: Host functions that return pool blocks: one per this many releases per stream (and one at
 #: the end of each run), so streams do not stall after every node.
@@ -119,6 +120,42 @@ async def stream_in_order(engine: Engine[Any, Any], batches: Batches, depth: int
         with anyio.CancelScope(shield=True):
             while pending:
                 await engine.abandon(pending.popleft())
+
+
+class Closable(Protocol):
+    """What :func:`close_once` keeps on a pipeline: whether closing began, and the event set
+    once it settled."""
+
+    _closed: bool
+    _closing: anyio.Event | None
+
+
+async def close_once(owner: Closable, shut: Callable[[], Awaitable[None]]) -> None:
+    """``aclose``'s shape, for every pipeline: the first caller marks ``owner`` closed and runs
+    ``shut``; a caller meanwhile waits (cancellably) until that settled; later ones return."""
+    if owner._closed:
+        if owner._closing is not None:  # another task is closing: wait for it (cancellable)
+            await owner._closing.wait()
+        return
+    owner._closed = True
+    owner._closing = closing = anyio.Event()
+    try:
+        await shut()
+    finally:
+        closing.set()
+
+
+async def settle_or_park(settle: Callable[[], Awaitable[None]], park: Callable[[], object],
+                         release: Callable[[], object]) -> None:
+    """Wait (cancellably) until the device passed every run (``settle``), then free everything
+    (``release``); cancelled or failed meanwhile, hand what the device may still touch over to
+    be freed once it passed it (``park``), never waiting for it here."""
+    try:
+        await settle()
+    except BaseException:
+        park()
+        raise
+    release()
 
 
 async def each_batch(batches: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[dict[str, Any] | Exception]:

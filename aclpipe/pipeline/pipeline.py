@@ -55,7 +55,7 @@ from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
 from .budget import StreamBudget, StreamBudgetWarning
 from .cache import CacheEntry, ProgramCache, check_capacity
-from .engine import POOL_BATCH, Accepted, Admitted, stream_in_order
+from .engine import POOL_BATCH, Accepted, Admitted, close_once, settle_or_park, stream_in_order
 from .faults import FaultLog, Touched
 from .prepare import Preparer
 from .program import Program, Slot
@@ -653,23 +653,16 @@ class Pipeline:
         :class:`ClosedResourceError`.
         """
         with self._affinity.use("aclose"):
-            if self._closed:
-                if self._closing is not None:  # another task is closing: wait for it (cancellable)
-                    await self._closing.wait()
-                return
-            self._closed = True
-            self._closing = closing = anyio.Event()
-            self._res.cache.close_queues("the pipeline was closed while this run waited for a slot")
-            try:
-                await self._settle()
-            except BaseException:
-                self._finalizer()  # park: freed once the device has passed it, never waited for here
-                raise
-            else:
-                self._finalizer.detach()
-                self._res.release()
-            finally:
-                closing.set()
+            await close_once(self, self._shut)
+
+    async def _shut(self) -> None:
+        self._res.cache.close_queues("the pipeline was closed while this run waited for a slot")
+        # Parked, what the device may still touch is freed once it passed it, never waited for here.
+        await settle_or_park(self._settle, self._finalizer, self._release_resources)
+
+    def _release_resources(self) -> None:
+        self._finalizer.detach()
+        self._res.release()
 
     async def _settle(self) -> None:
         """Wait (cancellably) until the device has passed every run and every caller has read."""

@@ -42,7 +42,7 @@ from ...runtime import Device
 from ..affinity import LoopAffinity
 from ..batches import check_inputs, empty_result, has_empty_input
 from ..cache import CacheEntry, LruDict
-from ..engine import Engine, each_batch
+from ..engine import Engine, close_once, each_batch
 from ..pipeline import Pipeline
 from ..program import Program, Slot
 from ..slots import Ticket
@@ -395,20 +395,14 @@ class ReplicaPipeline(Pipeline, split="replicas"):
         once: the pipeline stays closed and what each device may still touch is freed once that
         device has passed it."""
         with self._affinity.use("aclose"):
-            if self._closed:
-                if self._closing is not None:  # another task is closing: wait for it (cancellable)
-                    await self._closing.wait()
-                return
-            self._closed = True
-            self._closing = closing = anyio.Event()
-            try:
-                # Together, not one after another: a cancel then reaches every device's aclose,
-                # each of which hands its resources over instead of waiting for its device.
-                async with anyio.create_task_group() as group:
-                    for replica in self._replicas:
-                        group.start_soon(replica.pipeline.aclose)
-            finally:
-                closing.set()
+            await close_once(self, self._shut)
+
+    async def _shut(self) -> None:
+        # Together, not one after another: a cancel then reaches every device's aclose, each of
+        # which hands its resources over instead of waiting for its device.
+        async with anyio.create_task_group() as group:
+            for replica in self._replicas:
+                group.start_soon(replica.pipeline.aclose)
 
     def __repr__(self) -> str:
         names = ", ".join(r.name + ("" if r.fault is None else " (out)") for r in self._replicas)

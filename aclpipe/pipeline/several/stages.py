@@ -50,7 +50,7 @@ from ..affinity import LoopAffinity
 from ..batches import ShapeBuckets
 from ..budget import StreamBudget
 from ..cache import CacheEntry, LruDict, ProgramCache, check_capacity
-from ..engine import POOL_BATCH, Accepted, Admitted, stream_in_order
+from ..engine import POOL_BATCH, Accepted, Admitted, close_once, settle_or_park, stream_in_order
 from ..faults import FaultLog
 from ..pipeline import Pipeline
 from ..prepare import with_room
@@ -399,23 +399,16 @@ class StagePipeline(Pipeline, split="stages"):
         idempotent.  As :meth:`Pipeline.aclose`, cancelling it returns at once: the pipeline
         stays closed and what the devices may still touch is freed once they passed it."""
         with self._affinity.use("aclose"):
-            if self._closed:
-                if self._closing is not None:  # another task is closing: wait for it (cancellable)
-                    await self._closing.wait()
-                return
-            self._closed = True
-            self._closing = closing = anyio.Event()
-            self._cache.close_queues("the pipeline is closed")
-            try:
-                await self._settle()
-            except BaseException:
-                self._stage_finalizer()  # park: freed once every device has passed it, never waited for here
-                raise
-            else:
-                self._stage_finalizer.detach()
-                self._stage_res.release()
-            finally:
-                closing.set()
+            await close_once(self, self._shut)
+
+    async def _shut(self) -> None:
+        self._cache.close_queues("the pipeline is closed")
+        # Parked, what the devices may still touch is freed once every one passed it.
+        await settle_or_park(self._settle, self._stage_finalizer, self._release_resources)
+
+    def _release_resources(self) -> None:
+        self._stage_finalizer.detach()
+        self._stage_res.release()
 
     async def _settle(self) -> None:
         """Wait (cancellably) until every device has passed every run and every caller has read."""
