@@ -4,18 +4,14 @@ mixes rows each get their own answer, and a bad request among good ones fails al
 from __future__ import annotations
 
 import json
-import socket
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from ray import serve
+from serve_kit import post, serving
 
 import aclpipe
-from aclpipe.ray import app
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
@@ -35,15 +31,6 @@ def running_total() -> aclpipe.Graph:
     return g
 
 
-def post(url: str, body: bytes) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
 def post_all(url: str, bodies: list[bytes]) -> list[tuple[int, bytes]]:
     """Every body at once, from as many clients, so that Serve batches them."""
     with ThreadPoolExecutor(len(bodies)) as pool:
@@ -56,17 +43,9 @@ def body_of(x: np.ndarray) -> bytes:
 
 @pytest.fixture(scope="module")
 def base() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     # A long batch wait, so that concurrent requests surely share a batch.
-    for name, graph in (("rows", rows()), ("running_total", running_total())):
-        serve.run(app(graph, batch_size=8, batch_wait_timeout_s=0.2, backend="sim", name=name), name=name,
-                  route_prefix=f"/{name}")
-    yield f"http://127.0.0.1:{port}"
-    for name in ("rows", "running_total"):
-        serve.delete(name)
+    with serving((("rows", rows()), ("running_total", running_total())), batch_wait_timeout_s=0.2) as url:
+        yield url
 
 
 def test_a_graph_that_mixes_rows_gives_each_client_its_own_answer(base):

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import json
 import random
-import socket
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from ray import serve
+from serve_kit import post, serving
 
 import aclpipe
-from aclpipe.ray import app
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
@@ -56,25 +52,8 @@ BAD = [
 
 @pytest.fixture(scope="module")
 def base() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    for name, graph in (("soak_rows", independent_rows()), ("soak_total", mixed_rows())):
-        serve.run(app(graph, batch_size=8, batch_wait_timeout_s=0.01, backend="sim", name=name), name=name,
-                  route_prefix=f"/{name}")
-    yield f"http://127.0.0.1:{port}"
-    for name in ("soak_rows", "soak_total"):
-        serve.delete(name)
-
-
-def post(url: str, body: bytes) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
+    with serving((("soak_rows", independent_rows()), ("soak_total", mixed_rows())), batch_wait_timeout_s=0.01) as url:
+        yield url
 
 
 def test_thousands_of_mixed_requests_from_many_clients_each_get_their_own_answer(base):
