@@ -390,11 +390,7 @@ class Decoder:
     def close(self) -> None:
         """:meth:`aclose` from code with no event loop."""
         refuse_inside_event_loop("Decoder.close")
-        loop = blocking_loop(self, "decoder")
-        try:
-            loop.call(self.aclose)
-        finally:
-            loop.stop()
+        blocking_loop(self, "decoder").close_with(self.aclose)
 
     def __enter__(self) -> Self:
         return self

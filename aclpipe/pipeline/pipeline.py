@@ -693,11 +693,7 @@ class Pipeline:
         """:meth:`aclose` from code with no event loop (pairs with :meth:`run_sync`): served by
         the same event loop thread as blocking runs, which it then stops."""
         refuse_inside_event_loop("Pipeline.close")
-        loop = blocking_loop(self, f"pipeline {self.graph.name!r}")
-        try:
-            loop.call(self.aclose)
-        finally:
-            loop.stop()
+        blocking_loop(self, f"pipeline {self.graph.name!r}").close_with(self.aclose)
 
     def __enter__(self) -> Self:
         return self

@@ -96,6 +96,14 @@ class BlockingLoop:
     def running(self) -> bool:
         return self._portal is not None
 
+    def close_with(self, aclose: Callable[[], Awaitable[None]]) -> None:
+        """A blocking ``close()``: run ``aclose`` on this loop, then stop the loop, whatever
+        ``aclose`` raised (what every owner's ``close`` does)."""
+        try:
+            self.call(aclose)
+        finally:
+            self.stop()
+
     def stop(self) -> None:
         """Let the tasks in flight finish, then end the loop thread; idempotent.  A later
         :meth:`call` starts a new one."""
