@@ -31,10 +31,15 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
-    from ..runtime import Device
+from ..errors import BackendError
 
-__all__ = ["StreamBudget", "StreamBudgetWarning", "StreamHolder"]
+if TYPE_CHECKING:
+    from ..runtime import Device, Stream
+
+#: ACL_ERROR_RT_NO_STREAM_RESOURCE: the device has no stream left.
+_NO_STREAM_RESOURCE = 207008
+
+__all__ = ["StreamBudget", "StreamBudgetWarning", "StreamHolder", "close_streams", "make_streams"]
 
 
 class StreamHolder(Protocol):
@@ -138,3 +143,37 @@ class StreamBudget:
 
     def __repr__(self) -> str:
         return f"<StreamBudget {self.held} of {self.limit} streams held>"
+
+
+def make_streams(device: Device, count: int, *, optional: bool = False) -> list[Stream]:
+    """``count`` new streams on ``device``, booked in its budget until :func:`close_streams`;
+    room is made first, freeing idle captured programs of the pipelines on the device.
+
+    When they do not fit, the device's own refusal (207008) is raised, or, with ``optional``
+    (streams a pipeline can do without, such as replay streams), none are made (``[]``).
+    All or nothing either way."""
+    budget = StreamBudget.of(device)
+    reserved = budget.reserve(count)
+    if optional and not reserved:
+        return []
+    made: list[Stream] = []
+    try:
+        for _ in range(count):
+            made.append(device.create_stream())
+            if not reserved:  # the device says how many it allows: book them as they come
+                budget.book(1)
+    except BaseException as error:
+        for stream in made:
+            stream.close()
+        budget.release(count if reserved else len(made))
+        if optional and isinstance(error, BackendError) and error.code == _NO_STREAM_RESOURCE:
+            return []  # streams made outside any pipeline took the room
+        raise
+    return made
+
+
+def close_streams(device: Device, streams: list[Stream]) -> None:
+    """Close streams :func:`make_streams` made, and give them back to the budget."""
+    for stream in streams:
+        stream.close()
+    StreamBudget.of(device).release(len(streams))

@@ -53,7 +53,7 @@ from ..runtime.completion.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
-from .budget import StreamBudget, StreamBudgetWarning
+from .budget import StreamBudgetWarning, close_streams, make_streams
 from .cache import CacheEntry, ProgramCache, check_capacity
 from .engine import POOL_BATCH, Accepted, Admitted, close_once, settle_or_park, stream_in_order
 from .faults import FaultLog, Touched
@@ -69,9 +69,6 @@ __all__ = ["SPLITS", "Pipeline", "PipelineStats"]
 #: How a pipeline given several devices uses them: ``"replicas"`` (default: the whole graph on
 #: each, runs go to the least loaded) or ``"stages"`` (the graph cut into one stage per device).
 SPLITS = ("replicas", "stages")
-
-#: ACL_ERROR_RT_NO_STREAM_RESOURCE: the device has no stream left.
-_NO_STREAM_RESOURCE = 207008
 
 _Entry = CacheEntry[Program, Slot]
 
@@ -202,7 +199,7 @@ class Pipeline:
             workspaces: WorkspaceStrategy = make_workspace_strategy(self.device, self.workspace, timeline=timeline,
                                                                     **options)
         except BaseException:
-            self._close_streams(streams)
+            close_streams(self.device, streams)
             raise
         preparer = Preparer(self.graph, self.device, streams, depth=self.depth, max_streams=self.max_streams,
                             replay_lanes=range(self.max_streams, self.max_streams + replays))
@@ -212,40 +209,15 @@ class Pipeline:
         """Compute streams, then one replay stream per slot where the device captures and its
         budget has room (a captured run replays on its slot's own, so consecutive runs overlap:
         see pipeline.program; without them programs run uncaptured), then H2D and D2H.  Every
-        one is booked in the device's stream budget until Resources.release closes it; room is
-        made first, freeing idle captured programs of other pipelines on the device."""
-        budget = StreamBudget.of(self.device)
-        needed = self.max_streams + 2
-        reserved = budget.reserve(needed)  # else the device says how many it allows, below
-        made: list[Stream] = []
-        replays: list[Stream] = []
+        one is booked in the device's stream budget until Resources.release closes it."""
+        made = make_streams(self.device, self.max_streams + 2)
         try:
-            for _ in range(needed):
-                made.append(self.device.create_stream())
-                if not reserved:
-                    budget.book(1)
-            if self.device.capabilities.graph_capture and budget.reserve(self.depth):
-                try:
-                    for _ in range(self.depth):
-                        replays.append(self.device.create_stream())
-                except BackendError as error:
-                    if error.code != _NO_STREAM_RESOURCE:
-                        raise
-                    self._close_streams(replays)  # streams made outside any pipeline: run uncaptured
-                    replays = []
-                budget.release(self.depth - len(replays))
+            replays = (make_streams(self.device, self.depth, optional=True)
+                       if self.device.capabilities.graph_capture else [])
         except BaseException:
-            if reserved:
-                budget.release(needed - len(made))
-            self._close_streams(made + replays)
+            close_streams(self.device, made)
             raise
         return made[:-2] + replays + made[-2:]
-
-    def _close_streams(self, streams: list[Stream]) -> None:
-        budget = StreamBudget.of(self.device)
-        for stream in streams:
-            stream.close()
-        budget.release(len(streams))
 
     def own_device(self) -> None:
         """Close the device once this pipeline's resources are freed (also when they are

@@ -26,6 +26,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..errors import AclpipeError
+from .budget import close_streams
 
 if TYPE_CHECKING:
     from ..runtime import Device, Stream
@@ -65,9 +66,7 @@ class Resources:
                     program.close()
                 self.workspaces.close()
                 self.preparer.close()
-                for stream in self.streams:
-                    stream.close()
-                self.preparer.budget.release(len(self.streams))  # booked by the pipeline that made them
+                close_streams(self.device, self.streams)  # booked in the device's budget when made
             finally:
                 if not self.timeline.closed:
                     self.timeline.close()

@@ -214,3 +214,20 @@ async def test_a_stage_pipeline_books_its_streams_and_makes_room_for_them():
     finally:
         for device in devices:
             device.close()
+
+
+def test_optional_streams_the_device_refuses_part_way_leave_the_budget_as_it_was():
+    """Streams made outside any pipeline on a backend that cannot count them: the budget thinks
+    there is room, the device refuses part way; nothing is made and nothing stays booked."""
+    from aclpipe.pipeline.budget import make_streams
+
+    with aclpipe.open_device("sim", max_streams=6) as device:
+        budget = StreamBudget.of(device)
+        budget._live = None  # as a backend without a stream count
+        outside = [device.create_stream() for _ in range(4)]
+        assert make_streams(device, 3, optional=True) == [] and budget.held == 0
+        with pytest.raises(aclpipe.BackendError) as refused:
+            make_streams(device, 3)
+        assert refused.value.code == 207008 and budget.held == 0
+        for stream in outside:
+            stream.close()

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...errors import AclpipeError
-from ..budget import StreamBudget
+from ..budget import close_streams
 
 if TYPE_CHECKING:
     from ...runtime import Device, DeviceBuffer, Stream
@@ -74,9 +74,7 @@ class StageResources:
                         buffer.close()
                     per_device.clear()
                 for device, owned in zip(self.devices, self.streams):
-                    for stream in owned:
-                        stream.close()
-                    StreamBudget.of(device).release(len(owned))  # booked when they were made
+                    close_streams(device, owned)  # booked when they were made
             finally:
                 for timeline in self.timelines:
                     if not timeline.closed:

@@ -48,7 +48,7 @@ from ...runtime.completion.timeline import Timeline
 from ...runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
 from ..affinity import LoopAffinity
 from ..batches import ShapeBuckets
-from ..budget import StreamBudget
+from ..budget import close_streams, make_streams
 from ..cache import CacheEntry, LruDict, ProgramCache, check_capacity
 from ..engine import POOL_BATCH, Accepted, Admitted, close_once, settle_or_park, stream_in_order
 from ..faults import FaultLog
@@ -474,28 +474,14 @@ def _enable_peers(devices: Sequence[Device]) -> None:
 
 
 def _make_stage_streams(devices: Sequence[Device], count: int) -> list[list[Stream]]:
-    """``count`` streams on each device, booked in its stream budget (pipeline.budget): room is
-    made first, freeing idle captured programs of other pipelines on the device, rather than
-    meeting 207008 while they hold streams.  All or nothing."""
+    """``count`` streams on each device, booked in its stream budget (:func:`make_streams`);
+    all or nothing."""
     made: list[list[Stream]] = []
     try:
         for device in devices:
-            budget = StreamBudget.of(device)
-            reserved = budget.reserve(count)  # else the device says how many it allows, below
-            streams: list[Stream] = []
-            made.append(streams)
-            try:
-                for _ in range(count):
-                    streams.append(device.create_stream())
-                    if not reserved:
-                        budget.book(1)
-            finally:
-                if reserved:
-                    budget.release(count - len(streams))
+            made.append(make_streams(device, count))
     except BaseException:
         for device, streams in zip(devices, made):
-            for stream in streams:
-                stream.close()
-            StreamBudget.of(device).release(len(streams))
+            close_streams(device, streams)
         raise
     return made
