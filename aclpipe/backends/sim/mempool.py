@@ -98,6 +98,9 @@ class MemPools:
     def __init__(self) -> None:
         self.pools: set[SimMemPool] = set()
         self.busy: dict[int, tuple[SimMemPool, _Block]] = {}
+        #: Every address a pool handed out: the pools' region, where a free of anything not busy
+        #: is 107000 (the sim never reuses an address, so none leaves it).
+        self.handed: set[int] = set()
 
 
 def _check_supported(device: SimDevice, call: str) -> None:
@@ -175,6 +178,7 @@ def mem_pool_malloc_async(device: SimDevice, pool: SimMemPool, nbytes: int, stre
     pool.reserved_high = max(pool.reserved_high, pool.reserved)
     pool.used_high = max(pool.used_high, pool.used)
     device.mempools.busy[allocation.start] = (pool, block)
+    device.mempools.handed.add(allocation.start)
     task = Task(KERNEL, "SomaMemMng malloc", lambda: None, seconds=SOMA_TASK_SECONDS, cores=0,
                 context={"op": call})
     try:
@@ -217,7 +221,7 @@ def _free_plain(device: SimDevice, address: int, stream: SimStream, call: str) -
     """An address no pool handed out: a live ``aclrtMalloc`` block is freed by a host function in
     the stream's order (``ApiImplSoma::MemPoolFreeAsync``: "assuming it's allocated by sync
     api"); anything else is 107000."""
-    allocation = device.memory.starting_at(address)
+    allocation = None if address in device.mempools.handed else device.memory.starting_at(address)
     if allocation is None:
         raise error_from_code(107000, f"{call}: {address:#x} is not a block a memory pool handed out (or it was "
                                       "freed already) nor an aclrtMalloc address")
