@@ -157,3 +157,12 @@ def test_the_mempool_declarations_match_the_header_or_say_why_not(tmp_path: Path
     wrong = declarations.mempool_declarations_source(
         [("aclError", "aclrtMemPoolTrimTo", "aclrtMemPool memPool, uint32_t minBytesToKeep")], {}, {})
     assert "binding_aclrtMemPoolTrimTo" in declarations.run_check(compiler, include, wrong, tmp_path).stderr
+
+
+def test_the_kits_mempool_check_passes_over_the_fake(fake_lib: Path):
+    from aclpipe.testing import check_backend
+    from aclpipe.testing.rules import RULES
+
+    check = next(check for check in RULES if check.name == "mempool_order")
+    report = check_backend(lambda: aclpipe.open_device("ascend:0"), checks=[check])
+    assert [row.status for row in report.rows] == ["passed"], str(report)
