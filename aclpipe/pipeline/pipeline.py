@@ -94,7 +94,7 @@ class Pipeline:
         (Atlas A2 only): see :mod:`aclpipe.runtime.workspaces`.
     pool_bytes:
         Size of the workspace pool (default: twice the largest workspaces of all streams); with
-        ``"stream-ordered"``, of its ``aclrtMemPool`` (default: the device's memory).
+        ``"stream-ordered"``, of its ``aclrtMemPool`` (default: 64 MiB).
     cancel_grace:
         Seconds a cancelled run waits, shielded, for the device to pass its enqueued work.
     max_programs:

@@ -33,8 +33,8 @@ Strategies:
 ``stream-ordered`` (:class:`StreamOrderedWorkspace`)
     ``aclrtMemPoolMallocAsync`` on the launch's stream right before it and
     ``aclrtMemPoolFreeAsync`` right after: the stream maps and unmaps the block in its order, so
-    no host function is needed and nothing waits (Atlas A2 only; it does not pin, so programs
-    using it are not captured).
+    no host function is needed; a full pool (64 MiB by default) is trimmed after the frees ran
+    (Atlas A2 only; it does not pin, so programs using it are not captured).
 
 Sizes.  Pieces carved out of one device allocation follow CANN's rule for user-managed
 memory (``MemoryRules.piece_size``: ``ALIGN_UP(len, 32) + 32`` bytes on A2/A3/310P, 64-byte

@@ -12,7 +12,12 @@ block takes 2 MB of the pool's room, and a freed block is cached, not reused, un
 ``aclrtMemPoolTrimTo``.  So the strategy trims when an allocation finds the pool full, once the
 host has seen the frees run: it records an event behind them on each stream that freed, waits for
 those events (in a worker thread for async callers), trims to the bytes still in use and tries
-again.  Only then does anything wait, about once per ``max_size / 2 MB`` launches.
+again.  Only then does anything wait, about once per ``max_size / 2 MB`` launches.  Trimming
+cannot wait less: ``TrimTo`` releases cached blocks by size and address, not by age, so every
+free must have run, and a block handed out again before its free ran would be unmapped under its
+new user.  The pool is bounded (64 MiB by default, like ``pool``'s limit) because cached blocks
+keep their device memory mapped until trimmed: an unbounded pool would take the device's memory
+from everything else before its first trim.
 
 Captured programs and launch tables need fixed addresses, which this strategy never gives (it
 does not pin): the address is picked on the host when ``MallocAsync`` is called, so a captured
@@ -38,6 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["StreamOrderedWorkspace"]
 
+#: The pool's size unless told: 32 blocks of 2 MB (see the module docstring).
+DEFAULT_MAX_SIZE = 64 << 20
 #: ``RT_ERROR_MEM_POOL_ALLOC`` reaches the caller as ``ACL_ERROR_RT_INTERNAL_ERROR``.
 _POOL_FULL = 507000
 
@@ -51,7 +58,8 @@ class StreamOrderedWorkspace(WorkspaceStrategy):
     device:
         Where to allocate; its backend must have ``capabilities.stream_ordered_alloc``.
     max_size:
-        The pool's size in bytes (rounded up to 2 MB by the runtime); 0: the device's memory.
+        The pool's size in bytes (rounded up to 2 MB by the runtime); 0 (what the pipeline passes
+        without ``pool_bytes``): 64 MiB.
     timeline:
         See :class:`WorkspaceStrategy` (this strategy publishes nothing on it).
 
@@ -65,7 +73,7 @@ class StreamOrderedWorkspace(WorkspaceStrategy):
     #: Addresses differ from launch to launch (see the module docstring): nothing is pinned.
     pinnable = False
 
-    def __init__(self, device: Device, *, max_size: int = 0, timeline: Timeline | None = None):
+    def __init__(self, device: Device, *, max_size: int = DEFAULT_MAX_SIZE, timeline: Timeline | None = None):
         allocator = stream_ordered_alloc(device.backend)
         if allocator is None:
             raise error_from_code(207000, f"the 'stream-ordered' workspace strategy needs aclrtMemPoolMallocAsync, "
@@ -73,11 +81,12 @@ class StreamOrderedWorkspace(WorkspaceStrategy):
                                           "A2 only (11-10_ordered_stream_memory_allocation.md); use 'pool' (blocks "
                                           "returned by batched host functions) or 'static' instead")
         if max_size < 0:
-            raise ValueError(f"max_size must be 0 (the device's memory) or positive, got {max_size}")
+            raise ValueError(f"max_size must be positive (0: {DEFAULT_MAX_SIZE} bytes), got {max_size}")
+        max_size = max_size or DEFAULT_MAX_SIZE
         super().__init__(device, timeline=timeline)
         self._allocator: StreamOrderedAlloc = allocator
         self._pool: Any = allocator.mem_pool_create(max_size)
-        self._stats.limit = max_size or None
+        self._stats.limit = max_size
         self._live: dict[int, Stream] = {}  # address -> the stream it was allocated on
         self._freed_on: dict[int, Stream] = {}  # id -> a stream that freed since the last trim
         self.trims = 0
