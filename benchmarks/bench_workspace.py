@@ -104,12 +104,12 @@ def measure(cases: dict[str, Case], mode: str, ops: int, repeats: int) -> dict[s
 def report(title: str, best: dict[str, float], cases: dict[str, Case], x: np.ndarray) -> None:
     baseline = best["per-call"]
     print(f"\n{title}")
-    print(f"{'strategy':<10} {'us/op':>8} {'vs per-call':>12}  workspace counters (cumulative)")
+    print(f"{'strategy':<14} {'us/op':>8} {'vs per-call':>12}  workspace counters (cumulative)")
     for name, seconds in best.items():
         cases[name].check(x)
         stats = cases[name].strategy.stats()
         details = f"allocations={stats.allocations}, peak={stats.peak} B, waits={stats.waits}"
-        print(f"{name:<10} {seconds * 1e6:8.1f} {baseline / seconds:11.2f}x  {details}")
+        print(f"{name:<14} {seconds * 1e6:8.1f} {baseline / seconds:11.2f}x  {details}")
 
 
 def main(argv: list[str] | None = None) -> None:
