@@ -62,7 +62,7 @@ class AscendMemPools:
     def create(self, max_size: int = 0) -> Any:
         """``aclrtMemPoolCreate``: a pool of this device's memory, ``max_size`` bytes (0: all of it)."""
         runtime = self._need("aclrtMemPoolCreate")
-        props = ffi.new("aclrtMemPoolProps *")  # zeroed, reserved included
+        props: Any = ffi.new("aclrtMemPoolProps *")  # zeroed, reserved included
         props.allocType = ACL_MEM_ALLOCATION_TYPE_PINNED
         props.handleType = ACL_MEM_HANDLE_TYPE_NONE
         props.location.id = self.index

@@ -230,7 +230,11 @@ def _free_plain(device: SimDevice, address: int, stream: SimStream, call: str) -
         device.sanitizer.access(allocation, allocation.start, allocation.size, write=True, actor=stream.name,
                                 clock=clock, what=f"{call} of {allocation.describe()}")
     memory = device.memory
-    device.host_func(stream, lambda: memory.free(address), f"{call} (aclrtFree)")
+
+    def free() -> None:
+        memory.free(address)
+
+    device.host_func(stream, free, f"{call} (aclrtFree)")
 
 
 def _unmap(device: SimDevice, block: _Block) -> None:

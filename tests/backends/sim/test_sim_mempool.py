@@ -165,3 +165,14 @@ def test_products_without_it_refuse_with_207000(spec: str):
         with pytest.raises(BackendError) as refused:
             device.backend.mem_pool_create(0)  # type: ignore[attr-defined]
         assert refused.value.code == 207000
+
+
+def test_freeing_an_aclrtmalloc_address_frees_it_in_the_streams_order(device: Device):
+    backend, stream = _allocator(device), device.create_stream()
+    address = device.backend.mem_alloc(64)
+    device.backend.memset_async(address, 1, 64, stream.handle)
+    backend.mem_pool_free_async(address, stream.handle)  # ApiImplSoma: a host function frees it
+    stream.sync()
+    with pytest.raises(BackendError) as freed:
+        device.backend.mem_free(address)
+    assert freed.value.code == 207002
