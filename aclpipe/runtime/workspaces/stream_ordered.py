@@ -213,12 +213,18 @@ class StreamOrderedWorkspace(WorkspaceStrategy):
         return workspace
 
     def _trim(self, timeout: float | None) -> None:
-        """Let the host see every free run, then give the cached blocks back to the pool."""
-        self._wait_for_frees(timeout)
-        with self._lock:
-            used = self._allocator.mem_pool_get_attr(self._pool, MemPoolAttr.USED_MEM_CURRENT)
-            self._allocator.mem_pool_trim_to(self._pool, used)
-            self.trims += 1
+        """Let the host see every free run, then give the cached blocks back to the pool.  A free
+        made by another thread while this one waited is waited for too before the trim: TrimTo
+        releases every cached block, whichever stream freed it."""
+        while True:
+            self._wait_for_frees(timeout)
+            with self._lock:
+                if self._freed_on:
+                    continue
+                used = self._allocator.mem_pool_get_attr(self._pool, MemPoolAttr.USED_MEM_CURRENT)
+                self._allocator.mem_pool_trim_to(self._pool, used)
+                self.trims += 1
+                return
 
     def _wait_for_frees(self, timeout: float | None) -> None:
         """An event recorded behind the frees of every stream that freed, waited for.  A failed
