@@ -193,6 +193,24 @@ class Captures:
             stream.capture = session
             self.active.append(session)
 
+    def check_blocking_call(self, what: str) -> None:
+        """Refuse a synchronous copy or memset while an open capture forbids it, as
+        ``Context::IsCaptureModeSupport`` (``src/runtime/feature/aclgraph/context_aclgraph.cc``)
+        decides for ``ApiImpl::MemCopySync`` and ``::MemSetSync`` (``api_impl.cc``), with the
+        calling thread in the default (GLOBAL) exchange mode: any GLOBAL capture open on the
+        device, from any thread, or a THREAD_LOCAL one this thread began; RELAXED ones never.
+        The refusal is ``RT_ERROR_STREAM_CAPTURE_MODE_NOT_SUPPORT``, 107030."""
+        me = threading.get_ident()
+        with self._lock:
+            for session in self.active:
+                if session.mode == CaptureMode.GLOBAL or (session.mode == CaptureMode.THREAD_LOCAL
+                                                          and session.thread == me):
+                    raise error_from_code(107030, f"{what} while a {session.mode.name} capture is open on stream "
+                                                  f"{session.origin.name}: the runtime refuses synchronous copies "
+                                                  "and memsets then (Context::IsCaptureModeSupport); copy "
+                                                  "asynchronously from pinned memory on a stream outside the "
+                                                  "capture, or capture in RELAXED mode")
+
     def get_info(self, stream: SimStream) -> tuple[CaptureStatus, SimModel | None]:
         session = stream.capture
         if session is None:
@@ -224,6 +242,7 @@ class Captures:
         for event in session.recorded:
             if event.capture is session:
                 event.capture = None  # the capture's records stay inside the model
+                event.in_model = session.model  # a sync of it is refused (Event::IsEventInModel)
         self.active.remove(session)
 
     @staticmethod
