@@ -17,10 +17,17 @@ the error table ``25-01_aclError.md`` and the ACL Graph design notes
   otherwise), on the thread that began it unless the mode is RELAXED
   (ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD); every joined stream must have rejoined the
   origin through a record the origin's end depends on (ACL_ERROR_RT_STREAM_UNJOINED).
-- Synchronizing a capturing stream, the device, or an event recorded inside the capture is
-  forbidden: the call fails (ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, ACL_ERROR_RT_EVENT_CAPTURED)
-  and the capture becomes INVALIDATED; its end then fails with
-  ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED.  Host functions are not capturable here (no page
+- Synchronizing or querying a capturing stream, or an event recorded inside the capture, is
+  refused before anything is done (ACL_ERROR_RT_STREAM_CAPTURED, ACL_ERROR_RT_EVENT_CAPTURED:
+  ``api_error.cc``) and the capture goes on; a device synchronize invalidates it, and its end
+  then fails with ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED.
+- Once the capture ended, a sync of an event whose latest record went into the model is
+  refused with ACL_ERROR_RT_PARAM_INVALID (``Event::IsEventInModel``) until it is recorded
+  outside again.  The default stream cannot be captured (``aclmdlRICaptureBeginImpl``:
+  ACL_ERROR_INVALID_PARAM for a NULL stream).
+- While a capture is open, synchronous copies and memsets are refused with
+  ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT when its mode says so
+  (:meth:`Captures.check_blocking_call`: ``Context::IsCaptureModeSupport``).  Host functions are not capturable here (no page
   documents them inside a model; the stricter choice): ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT.
 - ``aclmdlRICaptureGetInfo`` reports NONE, ACTIVE or INVALIDATED and the model.
 - ``aclmdlRIExecuteAsync(model, stream)`` replays the whole model with one call on one
