@@ -27,8 +27,9 @@ the error table ``25-01_aclError.md`` and the ACL Graph design notes
   ACL_ERROR_INVALID_PARAM for a NULL stream).
 - While a capture is open, synchronous copies and memsets are refused with
   ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT when its mode says so
-  (:meth:`Captures.check_blocking_call`: ``Context::IsCaptureModeSupport``).  Host functions are not capturable here (no page
-  documents them inside a model; the stricter choice): ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT.
+  (:meth:`Captures.check_blocking_call`: ``Context::IsCaptureModeSupport``).
+- Host functions are not capturable here (no page documents them inside a model; the
+  stricter choice): ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT.
 - ``aclmdlRICaptureGetInfo`` reports NONE, ACTIVE or INVALIDATED and the model.
 - ``aclmdlRIExecuteAsync(model, stream)`` replays the whole model with one call on one
   stream: it starts after the stream's earlier work and the stream's later work waits for
