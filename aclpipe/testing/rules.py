@@ -139,7 +139,7 @@ def op_wait_timeout(device: Device) -> str:
         waiter.wait(producer.record())  # accepted: the failure surfaces at a later synchronize
         waiter.memset(target, 0x5A)
         error = expect_raises(BackendError, f"a wait blocked past the op wait timeout of {seconds:g} s",
-                              waiter.sync, min(TIMEOUT, 3 * seconds + 1))
+                              waiter.sync, min(TIMEOUT, 2 * seconds + 0.5))
     expect(error.code == 107020, f"a wait past the op wait timeout failed with {error.code}, expected 107020 "
                                  "(ACL_ERROR_RT_TASK_TIMEOUT: the STARS timeout bit read as TS_ERROR_TASK_TIMEOUT)")
     seen = _read(device, waiter, target, 64)
