@@ -183,6 +183,13 @@ class Capabilities:
     #: Seconds a kernel may run before it fails with 507014 (``aclrtSetOpExecuteTimeOut``,
     #: 12_execution_control.md; process-wide on the device); 0: unknown.
     op_execute_timeout: float = 0.0
+    #: Seconds an event wait (``stream_wait_event``) may block before it fails with 107020, raised
+    #: at a later synchronize (``aclrtSetOpWaitTimeout``, 07_event_management.md; process-wide on
+    #: the runtime); 0: never, the runtime's default.
+    op_wait_timeout: float = 0.0
+    #: ``memcpy_sync`` and ``memset_sync`` exist (``aclrtMemcpy``, ``aclrtMemset``: synchronous,
+    #: refused while a GLOBAL-mode capture is open; aclpipe itself only copies asynchronously).
+    sync_copies: bool = False
     sanitizer: bool = False
     fault_injection: bool = False  # the backend is a FaultInjection
     timing_model: bool = False

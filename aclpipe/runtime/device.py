@@ -344,6 +344,11 @@ def open_device(device: str | None = None, /, **options: Any) -> Device:
     ``ACLPIPE_DEVICE``, else ``"sim"``.  Options go to the backend (for the simulator:
     ``timing``, ``time_scale``, ``sanitizer`` (on unless ``False`` or ``ACLPIPE_SANITIZER=0``),
     ``capacity``, ``spec`` (``"atlas-a2"``, ``"atlas-310p"``, ``"atlas-200i-a2"``), ``max_streams``).
+    Both backends take the runtime's timeouts: ``op_execute_timeout`` (seconds a kernel may run,
+    ``aclrtSetOpExecuteTimeOut``; default the product's, 1091 s on A2/A3, 547 s on inference
+    cards) and ``op_wait_timeout`` (seconds an event wait may block before the stream fails with
+    107020 at its next synchronize, ``aclrtSetOpWaitTimeout``; default none, whole seconds, not
+    on inference cards).  On hardware both are process-wide.
     An option the backend does not take is refused with a ``TypeError`` that lists those it takes."""
     name, index = parse_device(device)
     cls = get_backend_class(name)

@@ -38,6 +38,7 @@ _HINTS = {
     "stop_on_failure": "the runtime lacks aclrtSetStreamFailureMode",
     "stream_abort": "the product has no aclrtStreamAbort (06_stream_management.md)",
     "graph_capture": "the product or runtime has no aclmdlRICapture* (15_model_running_instance__management.md)",
+    "sync_copies": "the backend has no synchronous copies (aclrtMemcpy, aclrtMemset)",
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.protocol import (
+    CaptureMode,
     CaptureStatus,
     MemcpyKind,
     MemPoolAttr,
@@ -124,6 +125,34 @@ def zero_timeout(device: Device) -> str:
     held.sync(1e-4)
     held.sync(0)
     return "a 0 ms synchronize is refused with 107000; timeout=0 polls with queries; 0.1 ms waits 1 ms"
+
+
+def op_wait_timeout(device: Device) -> str:
+    seconds = device.capabilities.op_wait_timeout
+    producer, waiter = device.create_stream(), device.create_stream()
+    if not seconds:
+        with latch(producer):
+            waiter.wait(producer.record())
+            still = expect_raises(DeviceFault, "a synchronize of a stream waiting on a held record", waiter.sync, HOLD)
+            expect(still.code == 507046, f"with no op wait timeout set, a wait on a held record failed with "
+                                         f"{still.code}; it must block (07_event_management.md, aclrtSetOpWaitTimeout: "
+                                         "not called, no timeout): only the synchronize's own timeout (507046) ends it")
+        waiter.sync(TIMEOUT)
+        return "no op wait timeout set: a wait blocked on a held record went on until it was released"
+    if seconds > TIMEOUT / 2:
+        raise CheckSkipped(f"an op wait timeout of {seconds:g} s is too long to wait out in a check (open the device "
+                           "with op_wait_timeout=1 to run it)")
+    target = device.alloc(64)
+    with latch(producer):
+        waiter.wait(producer.record())  # accepted: the failure surfaces at a later synchronize
+        waiter.memset(target, 0x5A)
+        error = expect_raises(BackendError, f"a wait blocked past the op wait timeout of {seconds:g} s",
+                              waiter.sync, min(TIMEOUT, 2 * seconds + 0.5))
+    expect(error.code == 107020, f"a wait past the op wait timeout failed with {error.code}, expected 107020 "
+                                 "(ACL_ERROR_RT_TASK_TIMEOUT: the STARS timeout bit read as TS_ERROR_TASK_TIMEOUT)")
+    seen = _read(device, waiter, target, 64)
+    expect((seen == 0x5A).all(), "the task after a timed-out wait did not run (continue on failure is the default)")
+    return f"a wait past {seconds:g} s failed with 107020 at the next synchronize; the stream went on"
 
 
 # -- streams (06_stream_management.md) -----------------------------------------------------------
@@ -403,6 +432,89 @@ def capture_sync(device: Device) -> str:
     return "sync and query refused with 107027; the capture ended and replayed"
 
 
+def capture_blocks_sync_copies(device: Device) -> str:
+    backend = graph_capture(device.backend)
+    assert backend is not None
+    sync: Any = device.backend  # memcpy_sync and memset_sync: capabilities.sync_copies
+    origin, buffer, host = device.create_stream(), device.alloc(64), device.alloc_host(64)
+    calls = {"aclrtMemset": lambda: sync.memset_sync(buffer.address, 3, 64),
+             "aclrtMemcpy": lambda: sync.memcpy_sync(host.address, buffer.address, 64, MemcpyKind.DEVICE_TO_HOST)}
+    # (mode, refused on the thread that began it, refused on another thread): IsCaptureModeSupport
+    # for threads in the default GLOBAL exchange mode.
+    for mode, here, elsewhere in ((CaptureMode.GLOBAL, True, True), (CaptureMode.THREAD_LOCAL, True, False),
+                                  (CaptureMode.RELAXED, False, False)):
+        backend.capture_begin(origin.handle, mode)
+        try:
+            for name, call in calls.items():
+                for refused, where, outcome in ((here, "the capturing thread", _outcome(call)),
+                                                (elsewhere, "another thread", _outcome_elsewhere(call))):
+                    _expect_refusal(outcome, refused, f"{name} on {where} during a {mode.name} capture")
+        finally:
+            backend.model_destroy(backend.capture_end(origin.handle))
+    for call in calls.values():
+        call()
+    return "synchronous copies refused with 107030 under GLOBAL (any thread) and THREAD_LOCAL (its thread) captures"
+
+
+def _outcome(call: Any) -> Any:
+    try:
+        return call()
+    except BackendError as error:
+        return error
+
+
+def _outcome_elsewhere(call: Any) -> Any:
+    outcome: list[Any] = [ConformanceFailure("the call on another thread did not finish")]
+    thread = threading.Thread(target=lambda: outcome.__setitem__(0, _outcome(call)), daemon=True)
+    thread.start()
+    thread.join(TIMEOUT)
+    return outcome[0]
+
+
+def _expect_refusal(outcome: Any, refused: bool, what: str) -> None:
+    if isinstance(outcome, ConformanceFailure):
+        raise outcome
+    if not refused:
+        expect(not isinstance(outcome, BackendError), f"{what} was refused ({outcome}); the runtime allows it "
+                                                     "(context_aclgraph.cc, Context::IsCaptureModeSupport)")
+        return
+    expect(isinstance(outcome, BackendError), f"{what} succeeded; the runtime refuses it with 107030 "
+                                              "(context_aclgraph.cc, Context::IsCaptureModeSupport)")
+    expect(outcome.code == 107030, f"{what} was refused with {outcome.code}, expected 107030 "
+                                   "(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT)")
+
+
+def captured_event_sync(device: Device) -> str:
+    backend = graph_capture(device.backend)
+    assert backend is not None
+    origin, runner, event = device.create_stream(), device.create_stream(), device.create_event()
+    backend.capture_begin(origin.handle)
+    backend.event_record(event.handle, origin.handle)
+    model = backend.capture_end(origin.handle)
+    try:
+        error = expect_raises(BackendError, "a sync of an event whose latest record is inside a captured model",
+                              event.sync, TIMEOUT)
+        expect(error.code == 107000, f"the sync was refused with {error.code}, expected 107000 (api_error.cc, "
+                                     "ApiErrorDecorator::EventSynchronize: Event::IsEventInModel)")
+        backend.model_execute(model, runner.handle)
+        runner.record(event)  # a record outside the model ends the refusal
+        event.sync(TIMEOUT)
+    finally:
+        runner.sync(TIMEOUT)
+        backend.model_destroy(model)
+    return "refused with 107000; synchronizable again once recorded outside the model"
+
+
+def capture_default_stream(device: Device) -> str:
+    backend = graph_capture(device.backend)
+    assert backend is not None
+    error = expect_raises(BackendError, "aclmdlRICaptureBegin of the default stream (NULL)", backend.capture_begin,
+                          None)
+    expect(error.code == 100000, f"capturing the default stream was refused with {error.code}, expected 100000 "
+                                 "(model_ri.cpp, aclmdlRICaptureBeginImpl: a NULL stream is an invalid parameter)")
+    return "refused with 100000"
+
+
 # -- the stream-ordered allocator (11-10_ordered_stream_memory_allocation.md; soma sources) --------
 _POOL_BLOCK = 2 << 20  # DEVICE_POOL_MIN_BLOCK_SIZE (stream_mem_pool.hpp)
 
@@ -494,6 +606,27 @@ RULES: tuple[Check, ...] = (
           doc=f"{_API}15_model_running_instance__management.md (aclmdlRICaptureBegin)",
           source=f"{_API_ERROR}: ApiErrorDecorator::StreamSynchronize, ApiErrorDecorator::StreamQuery "
                  "(RT_ERROR_STREAM_CAPTURED before anything is done)"),
+    Check("op_wait_timeout", "a wait blocked past aclrtSetOpWaitTimeout fails with 107020 at the next synchronize; "
+          "none by default (07; task_manager.cc)", op_wait_timeout,
+          doc=f"{_API}07_event_management.md (aclrtSetOpWaitTimeout)",
+          source="src/runtime/core/src/task/task_info/task_manager.cc: SetStarsResultCommon (the timeout bit is "
+                 "TS_ERROR_TASK_TIMEOUT, reported as 107020 by src/runtime/core/src/common/errcode_manage.cc)"),
+    Check("capture_blocks_sync_copies", "synchronous copies are 107030 while a GLOBAL capture (any thread) or a "
+          "THREAD_LOCAL one (its thread) is open (context_aclgraph.cc)", capture_blocks_sync_copies,
+          ("graph_capture", "sync_copies"),
+          doc=f"{_API}15_model_running_instance__management.md (aclmdlRICaptureBegin modes)",
+          source="src/runtime/feature/aclgraph/context_aclgraph.cc: Context::IsCaptureModeSupport (checked by "
+                 "ApiImpl::MemCopySync and ApiImpl::MemSetSync, src/runtime/api/impl/api_impl.cc)"),
+    Check("captured_event_sync", "a sync of an event recorded inside a captured model is 107000 (api_error.cc)",
+          captured_event_sync, ("graph_capture",), doc=f"{_API}07_event_management.md (aclrtSynchronizeEvent)",
+          source=f"{_API_ERROR}: ApiErrorDecorator::EventSynchronize (Event::IsEventInModel, "
+                 "src/runtime/core/src/event/event.cc)"),
+    Check("capture_default_stream", "the default stream cannot be captured: 100000 (model_ri.cpp)",
+          capture_default_stream, ("graph_capture",),
+          doc=f"{_API}15_model_running_instance__management.md (aclmdlRICaptureBegin)",
+          source="src/acl/aclrt_impl/model_ri.cpp: aclmdlRICaptureBeginImpl (a NULL stream is ACL_ERROR_INVALID_PARAM; "
+                 "the runtime refuses the default stream too: ApiImpl::StreamBeginCapture, "
+                 "src/runtime/feature/aclgraph/v100/api_impl_aclgraph.cc)"),
     Check("mempool_order", "MallocAsync serves the stream's later work; FreeAsync caches the block until "
           "TrimTo (11-10; soma)", mempool_order, ("stream_ordered_alloc",),
           doc=f"{_API}11-10_ordered_stream_memory_allocation.md (aclrtMemPoolMallocAsync, aclrtMemPoolFreeAsync, "

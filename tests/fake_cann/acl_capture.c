@@ -125,6 +125,11 @@ static void free_model(fake_model *m)
 /* ---- capture ------------------------------------------------------------------------------- */
 aclError aclmdlRICaptureBegin(aclrtStream stream, int mode)
 {
+    /* model_ri.cpp, aclmdlRICaptureBeginImpl: a NULL stream (the default one) is refused before
+     * the runtime is asked (ACL_REQUIRES_NOT_NULL_WITH_INPUT_REPORT). */
+    if (!stream)
+        return fakecann_fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureBegin: the default stream (NULL) cannot be "
+                             "captured");
     pthread_mutex_lock(&rt_lock);
     fake_stream *s = NULL;
     int rc = rt_need_stream(stream, "aclmdlRICaptureBegin", &s);
@@ -172,6 +177,23 @@ int rt_capture_forbid(capture *c, int code, const char *what)
         c->status = STATUS_INVALIDATED;
     return fakecann_fail(code, "%s inside a capture: the capture is invalidated (aclmdlRICaptureEnd will fail); "
                          "synchronize before aclmdlRICaptureBegin or after aclmdlRICaptureEnd", what);
+}
+
+/* With rt_lock held: Context::IsCaptureModeSupport (context_aclgraph.cc) for a thread in the
+ * default GLOBAL exchange mode: refused while a GLOBAL capture is open on the current device,
+ * from any thread, or a THREAD_LOCAL one this thread began; RELAXED captures never refuse. */
+int rt_capture_blocks(const char *api)
+{
+    for (size_t i = 0; i < captures.len; i++) {
+        const capture *c = (const capture *)captures.items[i];
+        if (c->origin->device != rt_current->device)
+            continue;
+        if (c->mode == MODE_GLOBAL || (c->mode == MODE_THREAD_LOCAL && pthread_equal(c->thread, pthread_self())))
+            return fakecann_fail(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, "%s: a %s capture is open (the capture mode "
+                                 "forbids synchronous copies and memsets)", api,
+                                 c->mode == MODE_GLOBAL ? "GLOBAL" : "THREAD_LOCAL");
+    }
+    return ACL_SUCCESS;
 }
 
 int rt_capture_forbid_device_sync(int device)
@@ -277,8 +299,10 @@ static void leave(capture *c)
         ((fake_stream *)c->members.items[i])->capture = NULL;
     for (size_t i = 0; i < c->recorded.len; i++) {
         fake_event *e = (fake_event *)c->recorded.items[i];
-        if (e->capture == c)
+        if (e->capture == c) {
             e->capture = NULL; /* its records stay inside the model */
+            e->in_model = true; /* a sync of it is refused (Event::IsEventInModel) */
+        }
     }
     ptr_set_remove(&captures, c);
 }

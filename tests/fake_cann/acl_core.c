@@ -15,15 +15,15 @@
 #include "acl_internal.h"
 
 pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
-fake_product rt_product = {"atlas-a2", "Ascend910B3", 65536, 1984, true, true, 1091.0};
+fake_product rt_product = {"atlas-a2", "Ascend910B3", 65536, 1984, true, true, 1091.0, true};
 
 /* FAKE_CANN_PRODUCT picks the product rules (acl_internal.h cites the pages). */
 static void choose_product(void)
 {
     static const fake_product products[] = {
-        {"atlas-a2", "Ascend910B3", 65536, 1984, true, true, 1091.0},
-        {"atlas-310p", "Ascend310P3", 1023, 1024, false, true, 547.0},
-        {"atlas-200i-a2", "Ascend310B4", 65536, 512, false, false, 1091.0},
+        {"atlas-a2", "Ascend910B3", 65536, 1984, true, true, 1091.0, true},
+        {"atlas-310p", "Ascend310P3", 1023, 1024, false, true, 547.0, false},
+        {"atlas-200i-a2", "Ascend310B4", 65536, 512, false, false, 1091.0, true},
     };
     const char *wanted = getenv("FAKE_CANN_PRODUCT");
     rt_product = products[0];
@@ -260,6 +260,29 @@ aclError aclrtSetOpExecuteTimeOut(uint32_t timeout)
 {
     uint64_t actual = 0;
     return aclrtSetOpExecuteTimeOutV2((uint64_t)timeout * 1000000u, &actual);
+}
+
+/* ---- op wait timeout (07_event_management.md, aclrtSetOpWaitTimeout) ---------------------------
+ * Seconds, process-wide, the last call wins, 0 (and never calling it): no timeout.  Waits
+ * enqueued from then on carry it (the runtime writes it into the wait's task); a wait blocked
+ * longer fails with ACL_ERROR_RT_TASK_TIMEOUT, reported by the stream's next synchronize.  The
+ * inference cards have no such call (ApiImpl::SetOpWaitTimeOut: ACL_ERROR_RT_FEATURE_NOT_SUPPORT). */
+uint32_t rt_op_wait_timeout_s;
+
+aclError aclrtSetOpWaitTimeout(uint32_t timeout)
+{
+    pthread_mutex_lock(&rt_lock);
+    int rc = rt_initialized ? ACL_SUCCESS : fakecann_fail(ACL_ERROR_UNINITIALIZE, "aclrtSetOpWaitTimeout: call aclInit "
+                                                                                      "first");
+    if (rc == ACL_SUCCESS && !rt_product.op_wait_timeout)
+        rc = fakecann_fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "aclrtSetOpWaitTimeout: %s does not support it "
+                           "(07_event_management.md)", rt_product.name);
+    if (rc == ACL_SUCCESS) {
+        rt_op_wait_timeout_s = timeout;
+        rt_trace("aclrtSetOpWaitTimeout %u", timeout);
+    }
+    pthread_mutex_unlock(&rt_lock);
+    return rc;
 }
 
 aclError aclrtGetDeviceCount(uint32_t *count)

@@ -45,9 +45,14 @@ typedef struct fake_product {
     /* 12_execution_control.md (aclrtSetOpExecuteTimeOut constraints): the longest AI Core op
      * timeout, interval * 254, in seconds; also the default on these products. */
     double op_timeout_max_s;
+    /* 07_event_management.md (aclrtSetOpWaitTimeout): every product but the inference cards. */
+    bool op_wait_timeout;
 } fake_product;
 
 extern fake_product rt_product;
+/* aclrtSetOpWaitTimeout's seconds, process-wide (0: no timeout); a wait carries the figure in
+ * force when it is enqueued. */
+extern uint32_t rt_op_wait_timeout_s;
 
 extern pthread_mutex_t rt_lock;
 extern pthread_cond_t rt_changed;
@@ -91,6 +96,7 @@ typedef struct fake_event {
     double stamp;
     struct capture *capture; /* the capture its latest record went into */
     bool destroyed;    /* aclrtDestroyEvent came before its records completed: freed when they have */
+    bool in_model;     /* its latest record went into a model whose capture ended (IsEventInModel) */
     int64_t error_generation; /* a model's end event: the replay whose part failed, and how */
     int error_code;
     char error_message[256];
@@ -112,6 +118,7 @@ typedef struct task {
     void (*function)(void *);
     void *argument;
     int block;
+    uint32_t timeout_s; /* a wait: aclrtSetOpWaitTimeout's seconds when it was enqueued (0: none) */
     bool adopt;        /* a model's join: a failure of the replay becomes this stream's */
     fake_event *report; /* a model part's end: its failure goes to this event's generation */
     char what[40];
@@ -172,6 +179,7 @@ int rt_capture_wait(fake_stream *s, fake_event *e);
 /* A forbidden call inside a capture: invalidate it and return the error. */
 int rt_capture_forbid(struct capture *c, int code, const char *what);
 int rt_capture_forbid_device_sync(int device);
+int rt_capture_blocks(const char *api);
 int rt_update_store(fake_stream *s, task *t, const char *api);
 /* With rt_lock held: the device whose memory holds address (-1: pinned host memory, -2: none). */
 int rt_memory_device(const void *address);

@@ -326,13 +326,29 @@ static void complete_record(fake_stream *s, task *t)
     release_event(e);
 }
 
-/* With rt_lock held: wait for the record (an abort or a stop of this stream ends it early). */
+/* With rt_lock held: wait for the record (an abort or a stop of this stream ends it early); a wait
+ * enqueued under an op wait timeout fails with ACL_ERROR_RT_TASK_TIMEOUT once blocked that long
+ * (aclrtSetOpWaitTimeout; the STARS timeout bit is TS_ERROR_TASK_TIMEOUT, task_manager.cc). */
 static void run_wait(fake_stream *s, task *t)
 {
     fake_event *e = t->event;
-    while (!rt_reached(e, t->event_generation) && t->index > s->drop_upto)
-        pthread_cond_wait(&rt_changed, &rt_lock);
+    struct timespec deadline;
+    int timed = t->timeout_s ? rt_deadline((int32_t)(t->timeout_s > 2000000u ? 2000000u : t->timeout_s) * 1000,
+                                           &deadline) : 0;
+    bool timed_out = false;
+    while (!rt_reached(e, t->event_generation) && t->index > s->drop_upto && !timed_out) {
+        if (!timed)
+            pthread_cond_wait(&rt_changed, &rt_lock);
+        else if (pthread_cond_timedwait(&rt_changed, &rt_lock, &deadline) == ETIMEDOUT)
+            timed_out = !rt_reached(e, t->event_generation) && t->index > s->drop_upto;
+    }
     e->pending_waits--;
+    if (timed_out) {
+        char why[160];
+        snprintf(why, sizeof why, "the wait blocked past the op wait timeout of %u s (aclrtSetOpWaitTimeout)",
+                 t->timeout_s);
+        fail_task(s, t, ACL_ERROR_RT_TASK_TIMEOUT, why);
+    }
     if (t->adopt && e->error_generation == t->event_generation) {
         char why[300];
         snprintf(why, sizeof why, "%s", e->error_message);
@@ -655,6 +671,58 @@ int fakecann_enqueue(aclrtStream stream, fakecann_task_fn run, void (*release)(v
 }
 
 /* ---- copies ------------------------------------------------------------------------------- */
+/* aclrtMemcpy / aclrtMemset: synchronous, on the calling thread, ordered with no stream.  An open
+ * capture may forbid them first (ApiImpl::MemCopySync, ::MemSetSync: CHECK_CAPTURE_MODE_SUPPORT,
+ * see rt_capture_blocks).  Host memory must be pinned here (the fake knows no other). */
+static int check_sync_side(const void *address, size_t count, int want, const char *api, const char *role)
+{
+    char why[300];
+    return rt_memory_check(address, count, want, why, sizeof why) ? ACL_SUCCESS :
+        fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %s: %s", api, role, why);
+}
+
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, int kind)
+{
+    pthread_mutex_lock(&rt_lock);
+    int rc = rt_need_context();
+    if (rc == ACL_SUCCESS)
+        rc = rt_refuse_in_callback("aclrtMemcpy");
+    if (rc == ACL_SUCCESS)
+        rc = rt_capture_blocks("aclrtMemcpy");
+    if (rc == ACL_SUCCESS && (kind < 0 || kind > 4))
+        rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpy: kind %d is not supported by the fake", kind);
+    else if (rc == ACL_SUCCESS && count > destMax)
+        rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpy: count %zu exceeds destMax %zu", count, destMax);
+    int src_want = kind == 4 ? 0 : (kind == 2 || kind == 3) ? 1 : -1;
+    int dst_want = kind == 4 ? 0 : (kind == 1 || kind == 3) ? 1 : -1;
+    if (rc == ACL_SUCCESS && count > 0)
+        rc = check_sync_side(src, count, src_want, "aclrtMemcpy", "source");
+    if (rc == ACL_SUCCESS && count > 0)
+        rc = check_sync_side(dst, count, dst_want, "aclrtMemcpy", "destination");
+    if (rc == ACL_SUCCESS && count > 0)
+        memmove(dst, src, count);
+    pthread_mutex_unlock(&rt_lock);
+    return rc;
+}
+
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
+{
+    pthread_mutex_lock(&rt_lock);
+    int rc = rt_need_context();
+    if (rc == ACL_SUCCESS)
+        rc = rt_refuse_in_callback("aclrtMemset");
+    if (rc == ACL_SUCCESS)
+        rc = rt_capture_blocks("aclrtMemset");
+    if (rc == ACL_SUCCESS && count > maxCount)
+        rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemset: count %zu exceeds maxCount %zu", count, maxCount);
+    if (rc == ACL_SUCCESS && count > 0)
+        rc = check_sync_side(devPtr, count, 1, "aclrtMemset", "destination");
+    if (rc == ACL_SUCCESS && count > 0)
+        memset(devPtr, value, count);
+    pthread_mutex_unlock(&rt_lock);
+    return rc;
+}
+
 static const char *const copy_kinds[] = {"HOST_TO_HOST", "HOST_TO_DEVICE", "DEVICE_TO_HOST", "DEVICE_TO_DEVICE",
                                          "DEFAULT"};
 
@@ -849,6 +917,7 @@ aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
         t->event = e;
         t->event_generation = ++e->recorded;
         e->armed = true;
+        e->in_model = false;
         ptr_set_add(&e->pending, generation_key(e->recorded));
         rt_push(s, t);
     }
@@ -909,6 +978,7 @@ aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
         task *t = rt_new_task(TASK_WAIT, "aclrtStreamWaitEvent");
         t->event = e;
         t->event_generation = e->recorded;
+        t->timeout_s = rt_op_wait_timeout_s;
         e->pending_waits++;
         rc = rt_submit(s, t, "aclrtStreamWaitEvent");
         if (rc != ACL_SUCCESS)
@@ -966,6 +1036,9 @@ aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)
         rc = rt_need_event(event, "aclrtSynchronizeEvent", &e);
     if (rc == ACL_SUCCESS)
         rc = check_not_captured(e, "aclrtSynchronizeEvent");
+    if (rc == ACL_SUCCESS && e->in_model) /* api_error.cc, ApiErrorDecorator::EventSynchronize: IsEventInModel */
+        rc = fakecann_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSynchronizeEvent: the event's latest record is inside a "
+                           "captured model; synchronize an event recorded after the model's replay instead");
     if (rc == ACL_SUCCESS) {
         int64_t target = e->recorded;
         struct timespec deadline;

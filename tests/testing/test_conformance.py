@@ -93,7 +93,9 @@ def test_every_documented_rule_cites_its_page_and_the_vague_ones_the_runtime_sou
     for check in RULES:
         assert check.doc.endswith(")") or ".md" in check.doc or ".h" in check.doc, check.name
     settled_by_source = {check.name for check in RULES if check.source}
-    assert settled_by_source == {"zero_timeout", "stream_limit", "host_threads", "capture_sync", "mempool_order"}
+    assert settled_by_source == {"zero_timeout", "stream_limit", "host_threads", "capture_sync", "op_wait_timeout",
+                                 "capture_blocks_sync_copies", "captured_event_sync", "capture_default_stream",
+                                 "mempool_order"}
     assert all(check.source.startswith("src/") and ": " in check.source for check in RULES if check.source)
 
 
@@ -285,9 +287,66 @@ class CaptureRunsWork(SimBackend):
         return CaptureStatus.ACTIVE, None
 
 
+class SyncCopiesIgnoreCaptures(SimBackend):
+    """The old model: an open capture leaves aclrtMemcpy and aclrtMemset alone."""
+
+    def __init__(self, index=0, **options):
+        super().__init__(index, **options)
+        self.captures.check_blocking_call = lambda what: None
+
+
+class EventsInModelsSync(SimBackend):
+    """The old model: a sync of an event recorded inside a captured model waits as usual."""
+
+    def event_sync(self, event, timeout_ms=-1):
+        event.in_model = None
+        super().event_sync(event, timeout_ms)
+
+
+class CapturesTheDefaultStream(SimBackend):
+    """A backend that takes the default stream's capture as a no-op."""
+
+    def capture_begin(self, stream, mode=0):
+        if stream is not None:
+            super().capture_begin(stream, mode)
+
+
+class WaitsNeverTimeOut(SimBackend):
+    """Says the op wait timeout is set but lets waits block for ever."""
+
+    def __init__(self, index=0, **options):
+        super().__init__(index, **options)
+        self.op_wait_timeout = 0.0
+
+
+class WaitsTimeOutByDefault(SimBackend):
+    """Times waits out although nobody set an op wait timeout (the runtime's default is none)."""
+
+    def __init__(self, index=0, **options):
+        super().__init__(index, **options)
+        self.op_wait_timeout = 0.05
+
+
+@pytest.mark.parametrize("backend_class, options", [
+    (WaitsNeverTimeOut, {"op_wait_timeout": 1, "time_scale": 0.01}), (WaitsTimeOutByDefault, {}),
+])
+def test_a_backend_breaking_the_op_wait_timeout_fails_its_check(backend_class, options):
+    # Alone: with a 10 ms wait timeout, the other checks' held waits would time out too.
+    check = [check for check in RULES if check.name == "op_wait_timeout"]
+    report = check_backend(opener(backend_class, **options), checks=check)
+    assert [row.name for row in report.failed] == ["op_wait_timeout"], str(report)
+    assert check[0].doc in report.failed[0].detail
+
+
+def test_the_simulator_passes_the_op_wait_timeout_check_with_a_timeout_set():
+    check = [check for check in RULES if check.name == "op_wait_timeout"]
+    report = check_backend(lambda: aclpipe.open_device("sim", op_wait_timeout=1, time_scale=0.01), checks=check)
+    assert report.ok and "failed with 107020" in report.rows[0].detail, str(report)
+
+
 @pytest.mark.parametrize("backend_class, failing, options", [
-    (IgnoresWaits, {"cross_stream_wait", "event_semantics", "never_recorded_wait", "stream_abort", "capture_model"},
-     {}),
+    (IgnoresWaits, {"cross_stream_wait", "event_semantics", "never_recorded_wait", "stream_abort", "capture_model",
+                    "op_wait_timeout"}, {}),
     (InlineHostFunctions, {"host_functions", "host_threads", "host_function_calls"}, {}),
     (HostFunctionsDoNotBlock, {"host_functions", "host_threads", "host_function_calls"}, {}),
     (ForgetsErrors, {"host_functions", "fault_surfacing", "continue_on_failure", "stop_on_failure", "stream_abort",
@@ -313,7 +372,11 @@ class CaptureRunsWork(SimBackend):
     (LenientExecutorDestroy, {"executor_destroy"}, {}),
     (NoPadding, {"sanitizer_padding"}, {}),
     (SyncInvalidatesCapture, {"capture_sync"}, {}),
-    (CaptureRunsWork, {"capture_model", "capture_sync"}, {}),
+    (CaptureRunsWork, {"capture_model", "capture_sync", "capture_blocks_sync_copies", "captured_event_sync",
+                       "capture_default_stream"}, {}),
+    (SyncCopiesIgnoreCaptures, {"capture_blocks_sync_copies"}, {}),
+    (EventsInModelsSync, {"captured_event_sync"}, {}),
+    (CapturesTheDefaultStream, {"capture_default_stream"}, {}),
 ])
 def test_a_backend_breaking_a_rule_fails_that_check(backend_class, failing, options):
     report = check_backend(opener(backend_class, **options))

@@ -49,7 +49,14 @@ from ..protocol import (
     sync_streams,
 )
 from .capture import AscendModel, AscendTaskGroup, Captures
-from .cdefs import ACL_DDR_MEM, ACL_HBM_MEM, ACL_MEM_MALLOC_HUGE_FIRST, ffi
+from .cdefs import (
+    ACL_DDR_MEM,
+    ACL_HBM_MEM,
+    ACL_MEM_MALLOC_HUGE_FIRST,
+    RUNTIME_OP_WAIT_TIMEOUT,
+    RUNTIME_SYNC_COPIES,
+    ffi,
+)
 from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
 from .host_calls import PythonHostCall, callback_address, refuse_in_host_function
@@ -98,6 +105,13 @@ class AscendBackend:
         runtime's setting (the product's default: 1091 s on A2/A3, 547 s on inference cards, 68 s
         on training products); 0 asks for the maximum.  The setting is **process-wide**: the
         last device opened with it decides for every device of the process.
+    op_wait_timeout:
+        Seconds an event wait may block before it fails with 107020 (``ACL_ERROR_RT_TASK_TIMEOUT``),
+        which the stream's next synchronize reports (``aclrtSetOpWaitTimeout``,
+        07_event_management.md): rounded up to whole seconds, 0 for none.  ``None`` leaves the
+        runtime's setting (none unless someone in the process set one: process-wide like the
+        execute timeout; ``Capabilities.op_wait_timeout`` is then 0).  Waits enqueued from then
+        on carry it.  Atlas inference cards have no such call (207000).
 
     Raises
     ------
@@ -108,7 +122,7 @@ class AscendBackend:
     name = "ascend"
 
     def __init__(self, index: int = 0, *, host_func_mode: str | None = None, max_streams: int = 1024,
-                 op_execute_timeout: float | None = None):
+                 op_execute_timeout: float | None = None, op_wait_timeout: float | None = None):
         library = load_library()
         self.library = library
         self.index = index
@@ -130,6 +144,7 @@ class AscendBackend:
         self.product = self._product(library)
         try:
             timeout = self._set_op_execute_timeout(op_execute_timeout)
+            wait_timeout = self._set_op_wait_timeout(op_wait_timeout)
         except BaseException:
             self._undo_open(index)
             raise
@@ -146,7 +161,8 @@ class AscendBackend:
             # (ApiImpl::LaunchHostFunc makes the context's callback thread) and the fallback's
             # report thread alike.
             host_thread_per_context=True, launch_tables=True,
-            peer_access=library.has_peer_access, op_execute_timeout=timeout,
+            peer_access=library.has_peer_access, op_execute_timeout=timeout, op_wait_timeout=wait_timeout,
+            sync_copies=all(hasattr(library.runtime, name) for name in RUNTIME_SYNC_COPIES),
             stream_ordered_alloc=library.has_mem_pool and self.product.stream_ordered_alloc)
         #: Advanced by every stream, event and executor destruction: launch tables made at an
         #: older epoch check their handles again before they run.
@@ -191,6 +207,22 @@ class AscendBackend:
         maximum = self.product.op_execute_timeout_max
         interval = maximum / 254
         return maximum if seconds == 0 else min(math.ceil(seconds / interval - 1e-9) * interval, maximum)
+
+    def _set_op_wait_timeout(self, requested: float | None) -> float:
+        """Set the op wait timeout when asked (``aclrtSetOpWaitTimeout``); the seconds in force
+        as far as this device knows (0: none)."""
+        if requested is None:
+            return 0.0
+        if not 0 <= requested < 2**32:
+            raise ValueError(f"op_wait_timeout must be 0 (no timeout) or a positive number of seconds below 2**32, "
+                             f"got {requested}")
+        runtime = self.library.runtime
+        if not hasattr(runtime, RUNTIME_OP_WAIT_TIMEOUT[0]):
+            raise error_from_code(207000, f"{self.library.directory}/libascendcl.so has no aclrtSetOpWaitTimeout: "
+                                          "open the device without op_wait_timeout")
+        seconds = math.ceil(requested)
+        self.library.check(runtime.aclrtSetOpWaitTimeout(seconds), f"aclrtSetOpWaitTimeout({seconds} s)")
+        return float(seconds)
 
     @staticmethod
     def _product(library: CannLibrary) -> ProductRules:
@@ -380,6 +412,23 @@ class AscendBackend:
         self._check_stream(stream)
         code = self.library.runtime.aclrtMemsetAsync(_pointer(address), nbytes, value, nbytes, stream.handle)
         self.library.check(code, f"aclrtMemsetAsync({nbytes} bytes)", {"stream": stream.name})
+
+    def memcpy_sync(self, dst: int, src: int, nbytes: int, kind: MemcpyKind) -> None:
+        """``aclrtMemcpy`` (when ``capabilities.sync_copies``): copy now, ordered with no stream;
+        the runtime refuses it with 107030 while a GLOBAL capture is open.  aclpipe itself never
+        calls it (it copies asynchronously from pinned memory)."""
+        refuse_in_host_function("aclrtMemcpy")
+        self._enter()
+        kind = MemcpyKind(kind)
+        code = self.library.runtime.aclrtMemcpy(_pointer(dst), nbytes, _pointer(src), nbytes, int(kind))
+        self.library.check(code, f"aclrtMemcpy({kind.name}, {nbytes} bytes)")
+
+    def memset_sync(self, address: int, value: int, nbytes: int) -> None:
+        """``aclrtMemset`` (when ``capabilities.sync_copies``), refused like :meth:`memcpy_sync`."""
+        refuse_in_host_function("aclrtMemset")
+        self._enter()
+        self.library.check(self.library.runtime.aclrtMemset(_pointer(address), nbytes, value, nbytes),
+                           f"aclrtMemset({nbytes} bytes)")
 
     # -- streams ----------------------------------------------------------------------------
     def stream_create(self, priority: int = 0) -> AscendStream:
@@ -579,7 +628,11 @@ class AscendBackend:
         """Nothing to release: the rows are Python-owned memory and hold no CANN resources."""
 
     # -- graph capture (aclmdlRI), present when capabilities.graph_capture --------------------
-    def capture_begin(self, stream: AscendStream, mode: int = CaptureMode.GLOBAL) -> None:
+    def capture_begin(self, stream: AscendStream | None, mode: int = CaptureMode.GLOBAL) -> None:
+        """``aclmdlRICaptureBegin``; ``None`` passes the default stream (NULL), which the runtime
+        refuses with 100000 (``aclmdlRICaptureBeginImpl``)."""
+        if stream is None:
+            self._enter()
         self.captures.begin(stream, mode)
 
     def capture_get_info(self, stream: AscendStream) -> tuple[CaptureStatus, AscendModel | None]:

@@ -51,7 +51,12 @@ class Captures:
     def _call(self, what: str, code: int, stream: AscendStream | None = None) -> None:
         self._library.check(code, what, {"stream": stream.name} if stream is not None else None)
 
-    def begin(self, stream: AscendStream, mode: int) -> None:
+    def begin(self, stream: AscendStream | None, mode: int) -> None:
+        """``aclmdlRICaptureBegin``; ``None`` is the default stream, passed as NULL for the
+        runtime to refuse (the caller made the context current)."""
+        if stream is None:
+            self._call("aclmdlRICaptureBegin", self._runtime.aclmdlRICaptureBegin(ffi.NULL, int(mode)))
+            return
         self._check_stream(stream)
         self._call("aclmdlRICaptureBegin", self._runtime.aclmdlRICaptureBegin(stream.handle, int(mode)), stream)
 

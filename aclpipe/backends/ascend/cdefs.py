@@ -249,6 +249,19 @@ ACL_ERROR_RT_EVENT_NOT_COMPLETE = 507006
 ACL_CONTINUE_ON_FAILURE = 0
 ACL_STOP_ON_FAILURE = 1
 
+# -- issue 24, part two: the op wait timeout and the synchronous copies ------------------------------
+#: ``aclrtSetOpWaitTimeout`` (07_event_management.md: seconds, process-wide, 0 none) and the
+#: synchronous ``aclrtMemcpy`` / ``aclrtMemset`` (11-03_memory_copy_and_set.md), which a capture
+#: in GLOBAL mode forbids (``Context::IsCaptureModeSupport``); all resolved when present.
+SYNC_CDEF = """
+aclError aclrtSetOpWaitTimeout(uint32_t timeout);
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count);
+"""
+RUNTIME_OP_WAIT_TIMEOUT = ("aclrtSetOpWaitTimeout",)
+RUNTIME_SYNC_COPIES = ("aclrtMemcpy", "aclrtMemset")
+ffi.cdef(SYNC_CDEF)
+__all__ += ["RUNTIME_OP_WAIT_TIMEOUT", "RUNTIME_SYNC_COPIES", "SYNC_CDEF"]
 # -- the stream-ordered allocator (issue 24) ---------------------------------------------------
 #: ``acl/acl_rt_memory_soma.h`` (11-10_ordered_stream_memory_allocation.md: Atlas A2 only,
 #: experimental), with the ``aclrtMemPoolProps`` parts ``acl/acl_rt.h`` defines (enums as the

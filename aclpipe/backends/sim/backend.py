@@ -89,6 +89,13 @@ class SimBackend:
         keeps the product's default (1091 s on A2, 547 on inference cards), 0 is the maximum,
         other values are rounded up to the hardware's interval (the maximum / 254).  A kernel
         held by a planted hang fails after it (in wall seconds times ``time_scale``).
+    op_wait_timeout:
+        Seconds an event wait may block before it fails with 107020 (``ACL_ERROR_RT_TASK_TIMEOUT``),
+        reported at the stream's next synchronize, as ``aclrtSetOpWaitTimeout`` sets it
+        (``07_event_management.md``): ``None`` or 0 is the runtime's default, no timeout; other
+        values are rounded up to whole seconds.  Waits enqueued from then on carry it (in wall
+        seconds times ``time_scale``).  Refused on Atlas inference cards (207000), which have
+        no such call.  Per device here; the runtime's setting is process-wide.
     max_streams:
         Streams this device lets you create (default, and at most: the spec's documented limit
         less the :data:`DEFAULT_STREAMS` default streams, which count against it).
@@ -98,7 +105,8 @@ class SimBackend:
 
     def __init__(self, index: int = 0, *, spec: DeviceSpec | str = ATLAS_A2, capacity: int | None = None,
                  timing: bool | None = None, time_scale: float = 1.0, sanitizer: bool | None = None,
-                 max_streams: int | None = None, op_execute_timeout: float | None = None):
+                 max_streams: int | None = None, op_execute_timeout: float | None = None,
+                 op_wait_timeout: float | None = None):
         count = self.device_count()
         if not 0 <= index < count:
             raise error_from_code(107001, f"sim device {index} does not exist: there are {count} "
@@ -118,6 +126,8 @@ class SimBackend:
         self.faults = FaultInjector()
         #: Seconds of device time a kernel may run before it fails with 507014.
         self.op_execute_timeout = tasks.effective_op_timeout(spec, op_execute_timeout)
+        #: Seconds an event wait may block before it fails with 107020 (0: never).
+        self.op_wait_timeout = stream_ops.effective_op_wait_timeout(spec, op_wait_timeout)
         explicit = spec.max_streams - DEFAULT_STREAMS
         self.capabilities = Capabilities(
             host_callbacks=True, event_timing=True, max_streams=min(max_streams or explicit, explicit),
@@ -125,8 +135,8 @@ class SimBackend:
             fault_injection=True, timing_model=True, repeatable_executors=True, graph_capture=spec.graph_capture,
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
             stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_context=True,
-            peer_access=True, op_execute_timeout=self.op_execute_timeout,
-            stream_ordered_alloc=spec.stream_ordered_alloc)
+            peer_access=True, op_execute_timeout=self.op_execute_timeout, op_wait_timeout=self.op_wait_timeout,
+            sync_copies=True, stream_ordered_alloc=spec.stream_ordered_alloc)
         self.peers = PeerLinks(self)
         #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
         self.stop_on_failure = False
@@ -297,6 +307,8 @@ class SimBackend:
     host_access = memory_ops.host_access
     memcpy_async = memory_ops.memcpy_async
     memset_async = memory_ops.memset_async
+    memcpy_sync = memory_ops.memcpy_sync
+    memset_sync = memory_ops.memset_sync
     _check_copy_rules = memory_ops.check_copy_rules
     _live_bytes = staticmethod(live_bytes)
 

@@ -17,11 +17,19 @@ the error table ``25-01_aclError.md`` and the ACL Graph design notes
   otherwise), on the thread that began it unless the mode is RELAXED
   (ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD); every joined stream must have rejoined the
   origin through a record the origin's end depends on (ACL_ERROR_RT_STREAM_UNJOINED).
-- Synchronizing a capturing stream, the device, or an event recorded inside the capture is
-  forbidden: the call fails (ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, ACL_ERROR_RT_EVENT_CAPTURED)
-  and the capture becomes INVALIDATED; its end then fails with
-  ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED.  Host functions are not capturable here (no page
-  documents them inside a model; the stricter choice): ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT.
+- Synchronizing or querying a capturing stream, or an event recorded inside the capture, is
+  refused before anything is done (ACL_ERROR_RT_STREAM_CAPTURED, ACL_ERROR_RT_EVENT_CAPTURED:
+  ``api_error.cc``) and the capture goes on; a device synchronize invalidates it, and its end
+  then fails with ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED.
+- Once the capture ended, a sync of an event whose latest record went into the model is
+  refused with ACL_ERROR_RT_PARAM_INVALID (``Event::IsEventInModel``) until it is recorded
+  outside again.  The default stream cannot be captured (``aclmdlRICaptureBeginImpl``:
+  ACL_ERROR_INVALID_PARAM for a NULL stream).
+- While a capture is open, synchronous copies and memsets are refused with
+  ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT when its mode says so
+  (:meth:`Captures.check_blocking_call`: ``Context::IsCaptureModeSupport``).
+- Host functions are not capturable here (no page documents them inside a model; the
+  stricter choice): ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT.
 - ``aclmdlRICaptureGetInfo`` reports NONE, ACTIVE or INVALIDATED and the model.
 - ``aclmdlRIExecuteAsync(model, stream)`` replays the whole model with one call on one
   stream: it starts after the stream's earlier work and the stream's later work waits for
@@ -193,6 +201,24 @@ class Captures:
             stream.capture = session
             self.active.append(session)
 
+    def check_blocking_call(self, what: str) -> None:
+        """Refuse a synchronous copy or memset while an open capture forbids it, as
+        ``Context::IsCaptureModeSupport`` (``src/runtime/feature/aclgraph/context_aclgraph.cc``)
+        decides for ``ApiImpl::MemCopySync`` and ``::MemSetSync`` (``api_impl.cc``), with the
+        calling thread in the default (GLOBAL) exchange mode: any GLOBAL capture open on the
+        device, from any thread, or a THREAD_LOCAL one this thread began; RELAXED ones never.
+        The refusal is ``RT_ERROR_STREAM_CAPTURE_MODE_NOT_SUPPORT``, 107030."""
+        me = threading.get_ident()
+        with self._lock:
+            for session in self.active:
+                if session.mode == CaptureMode.GLOBAL or (session.mode == CaptureMode.THREAD_LOCAL
+                                                          and session.thread == me):
+                    raise error_from_code(107030, f"{what} while a {session.mode.name} capture is open on stream "
+                                                  f"{session.origin.name}: the runtime refuses synchronous copies "
+                                                  "and memsets then (Context::IsCaptureModeSupport); copy "
+                                                  "asynchronously from pinned memory on a stream outside the "
+                                                  "capture, or capture in RELAXED mode")
+
     def get_info(self, stream: SimStream) -> tuple[CaptureStatus, SimModel | None]:
         session = stream.capture
         if session is None:
@@ -224,6 +250,7 @@ class Captures:
         for event in session.recorded:
             if event.capture is session:
                 event.capture = None  # the capture's records stay inside the model
+                event.in_model = session.model  # a sync of it is refused (Event::IsEventInModel)
         self.active.remove(session)
 
     @staticmethod

@@ -89,6 +89,8 @@ class SimDevice(SimCore, Protocol):
     capabilities: Capabilities
     #: Seconds of device time a kernel may run before it fails with 507014.
     op_execute_timeout: float
+    #: Seconds an event wait may block before it fails with 107020 (0: never).
+    op_wait_timeout: float
     captures: Captures
     peers: PeerLinks
     #: Cost -> (modelled seconds, cores) on this device's spec.

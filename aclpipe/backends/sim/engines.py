@@ -62,6 +62,9 @@ class DeviceSpec:
     op_execute_timeout_max:
         The longest timeout one may set, ``interval * 254`` (1091 s on A2/A3/950 and 200I/500 A2,
         547 on inference cards); set timeouts are rounded up to a multiple of ``interval``.
+    op_wait_timeout:
+        ``aclrtSetOpWaitTimeout`` exists (``07_event_management.md``: every product but the
+        Atlas inference cards).
     """
 
     name: str
@@ -84,6 +87,7 @@ class DeviceSpec:
     peer_bytes_per_s: float = 56e9
     op_execute_timeout: float = 1091.0
     op_execute_timeout_max: float = 1091.0
+    op_wait_timeout: bool = True
     #: ``aclrtMemPool*`` exist (``11-10_ordered_stream_memory_allocation.md``: Atlas A2 only;
     #: elsewhere 207000).
     stream_ordered_alloc: bool = False
@@ -123,6 +127,7 @@ ATLAS_310P = DeviceSpec(
     peer_bytes_per_s=25e9,  # cards reach each other over PCIe, at the host link's rate
     op_execute_timeout=547.0,
     op_execute_timeout_max=547.0,
+    op_wait_timeout=False,
 )
 
 #: Atlas 200I/500 A2 (Ascend 310B): a small inference module without graph capture, stream

@@ -18,6 +18,22 @@ A wait on an event with no record since it was created (or reset) is an invalid 
 the runtime's event design notes (``docs/zh/design/modules/event/event.md``, 4.2: "cannot
 wait on an event that was not recorded"), which :meth:`SimEvent.check_waitable` enforces.
 
+A wait enqueued while an op wait timeout is set (``aclrtSetOpWaitTimeout``,
+``07_event_management.md``: seconds, process-wide, 0 or never called: no timeout) fails with
+107020 once it has blocked that long; the stream carries the failure and the next synchronize
+reports it, as the page says ("calling a synchronous wait such as aclrtSynchronizeStream
+returns the error").  The code is ``ACL_ERROR_RT_TASK_TIMEOUT``: the STARS completion marks a
+timed-out task with its timeout bit, which the runtime reads as ``TS_ERROR_TASK_TIMEOUT``
+(``SetStarsResultCommon``, ``src/runtime/core/src/task/task_info/task_manager.cc``), maps to
+``RT_ERROR_TSFW_TASK_TIMEOUT`` (``src/runtime/core/src/common/error_code.cc``) and reports as
+107020 (``errcode_manage.cc``; 25-01_aclError.md: "task execution timed out ... set a
+reasonable timeout").
+
+A sync of an event whose latest record went into a captured model, after the capture ended,
+is refused with 107000: ``ApiErrorDecorator::EventSynchronize``
+(``src/runtime/api/impl/api_error.cc``) checks ``Event::IsEventInModel`` (the stream of the
+latest record is bound to a model) before it waits.  A record outside a capture ends that.
+
 Errors (a simulator extension, ``Capabilities.event_errors``): a record carries the first
 failure its stream saw (its own, or one a waited record carried) after this event's previous
 record on that stream and not yet taken by the host (a sync, query or ``take_error``) when
@@ -34,7 +50,7 @@ from typing import Any
 from ...errors import BackendError, error_from_code
 from .sanitizer import Clock
 
-__all__ = ["SimEvent"]
+__all__ = ["SimEvent", "wait_timed_out"]
 
 
 class SimEvent:
@@ -45,7 +61,7 @@ class SimEvent:
     # makes about 35,000 events, and every container they hold is one more object for the
     # cyclic collector to traverse.
     __slots__ = ("_cond", "_discarded", "_errors", "_lock", "_marks", "_pending", "_timestamps",
-                 "armed", "capture", "destroyed", "generation", "name", "reusable", "snapshot", "timing")
+                 "armed", "capture", "destroyed", "generation", "in_model", "name", "reusable", "snapshot", "timing")
 
     def __init__(self, name: str, timing: bool, reusable: bool = True, created: dict[str, int] | None = None):
         self.name = name
@@ -72,6 +88,8 @@ class SimEvent:
         self.armed = False  # recorded since creation or the last reset (host order)
         self.snapshot: Clock = {}
         self.capture: Any = None  # the capture its latest record went into, if any
+        #: The model its latest record went into, once that capture ended (``IsEventInModel``).
+        self.in_model: Any = None
 
     # -- host side ---------------------------------------------------------------------------
     def begin_record(self, snapshot: Clock) -> int:
@@ -80,6 +98,7 @@ class SimEvent:
             self._pending.add(self.generation)
             self.snapshot = snapshot
             self.armed = True
+            self.in_model = None
             if self._timestamps:  # only the newest generation's timestamp is ever asked for
                 self._timestamps = {g: t for g, t in self._timestamps.items() if g in self._pending}
             return self.generation
@@ -210,3 +229,10 @@ class SimEvent:
                     self._discarded = set()
                 self._discarded.add(generation)
             self._notify()
+
+
+def wait_timed_out(event: SimEvent) -> BackendError:
+    """The failure of a wait that blocked past the op wait timeout (see the module docstring)."""
+    return error_from_code(107020, f"the wait on event {event.name} blocked past the op wait timeout "
+                                   "(aclrtSetOpWaitTimeout, 07_event_management.md): the record it waits for "
+                                   "did not complete in time; record the event, or raise op_wait_timeout")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .stream import SimStream
 
 __all__ = ["D2D_ALIGNMENT", "check_copy_rules", "host_access", "mem_alloc", "mem_alloc_host", "mem_free",
-           "mem_free_host", "mem_info", "mem_peak", "memcpy_async", "memset_async"]
+           "mem_free_host", "mem_info", "mem_peak", "memcpy_async", "memcpy_sync", "memset_async", "memset_sync"]
 
 #: ``aclrtMemcpyAsync`` restriction in ``include/external/acl/acl_rt.h``: "for on-chip
 #: device-to-device memory copy, both the source and destination addresses must be 64-byte aligned".
@@ -148,3 +148,43 @@ def memset_async(device: SimDevice, address: int, value: int, nbytes: int, strea
     task = Task(MEMSET, f"memset of {nbytes} bytes", run,
                 seconds=Cost(bytes=nbytes).seconds(device.spec, device.spec.ai_cores))
     device.submit_task(stream, task, reads=[], writes=[(allocation, address, nbytes)])
+
+
+# -- synchronous copies (aclrtMemcpy, aclrtMemset) --------------------------------------------------
+def memcpy_sync(device: SimDevice, dst: int, src: int, nbytes: int, kind: MemcpyKind) -> None:
+    """``aclrtMemcpy``: copy now, on the calling thread, ordered with no stream (the sanitizer
+    checks both sides as host accesses).  Refused while a capture forbids it (see
+    :meth:`.capture.Captures.check_blocking_call`): ``ApiImpl::MemCopySync`` checks the capture
+    mode first."""
+    device._check_open()
+    device.refuse_in_host_function("aclrtMemcpy")
+    kind = MemcpyKind(kind)
+    what = f"aclrtMemcpy({kind.name})"
+    device.captures.check_blocking_call(what)
+    on_device = {MemcpyKind.HOST_TO_HOST: (False, False), MemcpyKind.HOST_TO_DEVICE: (False, True),
+                 MemcpyKind.DEVICE_TO_HOST: (True, False), MemcpyKind.DEVICE_TO_DEVICE: (True, True)}[kind]
+    regions = []
+    for address, want, role, write in ((src, on_device[0], "source", False), (dst, on_device[1], "destination", True)):
+        if device.memory.is_device(address) != want:
+            expected = "device memory" if want else "a pinned host buffer"
+            raise error_from_code(107000, f"{what}: the {role} {address:#x} is not {expected}; the kind must match "
+                                          "the buffers")
+        allocation, offset = device.memory.find(address, nbytes, what=f"{what} {role}")
+        if device.sanitizer is not None:
+            device.sanitizer.host_access(allocation, address, nbytes, write=write, what=f"{what} {role}")
+        regions.append((allocation, offset))
+    (src_alloc, src_off), (dst_alloc, dst_off) = regions
+    target = device._live_bytes(dst_alloc, dst_off, nbytes, f"{what} destination")
+    target[...] = device._live_bytes(src_alloc, src_off, nbytes, f"{what} source")
+
+
+def memset_sync(device: SimDevice, address: int, value: int, nbytes: int) -> None:
+    """``aclrtMemset``: set ``nbytes`` of device memory now; refused like :func:`memcpy_sync`
+    while a capture forbids it (``ApiImpl::MemSetSync``)."""
+    device._check_open()
+    device.refuse_in_host_function("aclrtMemset")
+    device.captures.check_blocking_call("aclrtMemset")
+    allocation = device.memory.find_device(address, nbytes, what="aclrtMemset")
+    if device.sanitizer is not None:
+        device.sanitizer.host_access(allocation, address, nbytes, write=True, what="aclrtMemset")
+    device._live_bytes(allocation, address - allocation.start, nbytes, "aclrtMemset")[...] = value & 0xFF

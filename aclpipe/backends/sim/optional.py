@@ -31,8 +31,15 @@ __all__ = ["capture_begin", "capture_end", "capture_get_info", "capture_task_gro
 
 
 # -- graph capture: model runtime instances (aclmdlRI, see .capture) -------------------------------
-def capture_begin(device: SimDevice, stream: SimStream, mode: int = CaptureMode.GLOBAL) -> None:
-    """``aclmdlRICaptureBegin``."""
+def capture_begin(device: SimDevice, stream: SimStream | None, mode: int = CaptureMode.GLOBAL) -> None:
+    """``aclmdlRICaptureBegin``; ``None`` stands for the default stream (NULL), which cannot be
+    captured: ``aclmdlRICaptureBeginImpl`` (``src/acl/aclrt_impl/model_ri.cpp``) refuses a NULL
+    stream with ACL_ERROR_INVALID_PARAM (100000), and the runtime below refuses the context's
+    default stream (``ApiImpl::StreamBeginCapture``, ``v100/api_impl_aclgraph.cc``)."""
+    if stream is None:
+        device._check_open()
+        raise error_from_code(100000, "aclmdlRICaptureBegin: the default stream (NULL) cannot be captured "
+                                      "(model_ri.cpp, aclmdlRICaptureBeginImpl); capture a stream you created")
     device._check_stream(stream)
     device.captures.begin(stream, CaptureMode(mode))
 

@@ -33,7 +33,7 @@ from ...errors import BackendError, error_from_code
 from ...ops.fp_errors import ignore_fp_errors_on_this_thread
 from ..protocol import FailureMode
 from .callbacks import CallbackThread
-from .event import SimEvent
+from .event import SimEvent, wait_timed_out
 from .memory import POISON_BYTE, Allocation
 from .sanitizer import Clock
 
@@ -69,6 +69,7 @@ class Task:
     adopt_error: bool = False  # WAIT: a failure the waited record carries becomes this stream's
     inherit: bool = True  # WAIT: later records here carry a failure the waited record carries
     joins: list[tuple[SimEvent, int]] | None = None  # WAIT: more (event, generation) to wait for
+    timeout: float = 0.0  # WAIT: wall seconds it may block before it fails with 107020 (0: never)
     consumed: int = 0  # RECORD: failures the host had taken from its stream when it was enqueued
     discarded: Callable[[], None] | None = None  # called when a stop or abort drops the task unrun
     native: bool = False  # HOST_FUNC: a C function that runs no Python (called on the stream's worker)
@@ -404,9 +405,12 @@ class SimStream:
         for event, generation in [(task.event, task.generation), *(task.joins or ())]:
             self._waiting = event
             try:
-                done = event.wait_done(generation, interrupted=self.interrupted)
+                done = event.wait_done(generation, task.timeout or None, interrupted=self.interrupted)
             finally:
                 self._waiting = None
+            if not done and task.timeout and not self.interrupted():
+                self._fail(task, wait_timed_out(event))
+                return
             if not done:  # aborted while blocked
                 self.skipped += 1
                 return

@@ -7,6 +7,7 @@ which owns their registries.  The stream itself is :mod:`.stream`, the event :mo
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ...errors import BackendError, error_from_code
@@ -15,12 +16,13 @@ from .stream import RECORD, WAIT, FailureMode, Task
 
 if TYPE_CHECKING:
     from .core import SimDevice
+    from .engines import DeviceSpec
     from .event import SimEvent
     from .stream import SimStream
 
-__all__ = ["check_timeout", "device_sync", "event_elapsed", "event_query", "event_record", "event_reset",
-           "event_sync", "stream_abort", "stream_query", "stream_set_failure_mode", "stream_sync",
-           "stream_take_error", "stream_wait_event"]
+__all__ = ["check_timeout", "device_sync", "effective_op_wait_timeout", "event_elapsed", "event_query",
+           "event_record", "event_reset", "event_sync", "stream_abort", "stream_query", "stream_set_failure_mode",
+           "stream_sync", "stream_take_error", "stream_wait_event"]
 
 
 def check_timeout(timeout_ms: int, what: str) -> None:
@@ -32,6 +34,23 @@ def check_timeout(timeout_ms: int, what: str) -> None:
     if timeout_ms == 0 or timeout_ms < -1:
         raise error_from_code(107000, f"{what}: the timeout must be -1 (no limit) or greater than 0 ms, got "
                                       f"{timeout_ms} (api_error.cc refuses 0); poll with a query instead")
+
+
+def effective_op_wait_timeout(spec: DeviceSpec, requested: float | None) -> float:
+    """The op wait timeout in force, in seconds, as ``aclrtSetOpWaitTimeout`` sets it
+    (07_event_management.md): ``None`` leaves the runtime's default, no timeout (0); otherwise
+    whole seconds (the call takes a ``uint32_t``), rounded up, 0 meaning none.  Atlas inference
+    cards have no such call (``ApiImpl::SetOpWaitTimeOut`` returns
+    ``ACL_ERROR_RT_FEATURE_NOT_SUPPORT`` where the chip's ``eventWaitTimeout`` property says so)."""
+    if requested is None:
+        return 0.0
+    if not 0 <= requested < 2**32:
+        raise ValueError(f"op_wait_timeout must be 0 (no timeout) or a positive number of seconds below 2**32, "
+                         f"got {requested}")
+    if not spec.op_wait_timeout:
+        raise error_from_code(207000, f"{spec.name} has no aclrtSetOpWaitTimeout (07_event_management.md: not on "
+                                      "Atlas inference cards); open the device without op_wait_timeout")
+    return float(math.ceil(requested))
 
 
 # -- streams ------------------------------------------------------------------------------------
@@ -110,7 +129,11 @@ def stream_wait_event(device: SimDevice, stream: SimStream, event: SimEvent) -> 
     event.check_waitable()
     if device.sanitizer is not None:
         device.sanitizer.wait(stream.name, event.snapshot)
-    device.submit_task(stream, Task(WAIT, f"wait {event.name}", event=event, generation=event.generation))
+    # The timeout in force when the wait is enqueued goes with it, as the runtime writes it into
+    # the wait's task (EventWaitTask, src/runtime/core/src/task/task_info/event/event_task.cc).
+    timeout = device.op_wait_timeout * device.engines.time_scale
+    device.submit_task(stream, Task(WAIT, f"wait {event.name}", event=event, generation=event.generation,
+                                    timeout=timeout))
 
 
 def device_sync(device: SimDevice, timeout_ms: int = -1) -> None:
@@ -169,6 +192,11 @@ def event_sync(device: SimDevice, event: SimEvent, timeout_ms: int = -1) -> None
     check_timeout(timeout_ms, f"aclrtSynchronizeEventWithTimeout of event {event.name}")
     device.refuse_in_host_function(f"aclrtSynchronizeEvent of event {event.name}")
     _check_not_captured(device, event, "synchronize")
+    if event.in_model is not None:
+        raise error_from_code(107000, f"event {event.name}'s latest record is inside captured model "
+                                      f"{event.in_model.name}: a sync of it is refused (api_error.cc, "
+                                      "ApiErrorDecorator::EventSynchronize: Event::IsEventInModel); record an event "
+                                      "on the replaying stream after the replay and synchronize that")
     # The usual caller is a run's result, syncing its done event after the completion host
     # function behind it ran: a record that already completed.  That answer takes one look
     # under the event's lock (the result path runs cold after each wait).

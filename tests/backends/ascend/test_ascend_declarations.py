@@ -60,7 +60,8 @@ def headers() -> Path:
 
 
 def _binding_functions() -> list[tuple[str, str, str]]:
-    return declarations.prototypes(cdefs.RUNTIME_CDEF) + declarations.prototypes(cdefs.PEER_CDEF)
+    return (declarations.prototypes(cdefs.RUNTIME_CDEF) + declarations.prototypes(cdefs.PEER_CDEF)
+            + declarations.prototypes(cdefs.SYNC_CDEF))
 
 
 def _binding_constants() -> dict[str, int]:
@@ -72,6 +73,7 @@ def test_the_binding_declares_what_the_headers_declare(compiler: str, headers: P
     constants = {**_binding_constants(), **declarations.runtime_codes(CODE_TABLE),
                  **declarations.fake_codes(FAKE_DIR / "fake_cann.h")}
     assert len(functions) >= 51 and len(constants) > 60
+    assert {"aclrtSetOpWaitTimeout", "aclrtMemcpy", "aclrtMemset"} <= {name for _, name, _ in functions}
     result = declarations.run_check(compiler, headers, declarations.declarations_source(functions, constants), tmp_path)
     assert result.returncode == 0, f"the binding's declarations differ from {headers}:\n{result.stderr[-6000:]}"
 

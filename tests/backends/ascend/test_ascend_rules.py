@@ -448,3 +448,89 @@ def test_a_negative_op_execute_timeout_is_refused_and_leaves_nothing_open(fake_l
         aclpipe.open_device("ascend:0", op_execute_timeout=-1)
     trace = hooks.trace()
     assert trace[-1] == "aclFinalize" and "aclrtResetDevice 0" in trace
+
+
+# -- op wait timeout (07_event_management.md, aclrtSetOpWaitTimeout) ---------------------------------
+@pytest.fixture
+def no_wait_timeout_after(fake_lib: Path) -> Iterator[None]:
+    """aclrtSetOpWaitTimeout is process-wide: the fake keeps it for every later test unless reset."""
+    yield
+    with aclpipe.open_device("ascend:0", op_wait_timeout=0):
+        pass
+
+
+def test_a_wait_past_the_op_wait_timeout_fails_at_the_next_synchronize(no_wait_timeout_after, hooks):
+    from aclpipe.testing import check_backend
+    from aclpipe.testing.rules import RULES
+
+    hooks.clear_trace()
+    check = [check for check in RULES if check.name == "op_wait_timeout"]
+    report = check_backend(lambda: aclpipe.open_device("ascend:0", op_wait_timeout=0.5), checks=check)
+    assert report.ok and "a wait past 1 s failed with 107020" in report.rows[0].detail, str(report)
+    assert "aclrtSetOpWaitTimeout 1" in hooks.trace()  # rounded up to whole seconds
+
+
+@pytest.mark.parametrize("product", ["310p"], indirect=True)
+def test_an_inference_card_refuses_the_op_wait_timeout(product: Device):
+    product.close()
+    with pytest.raises(BackendError) as caught:
+        aclpipe.open_device("ascend:0", op_wait_timeout=5)
+    assert caught.value.code == 207000 and "aclrtSetOpWaitTimeout" in str(caught.value)
+    with pytest.raises(ValueError, match="op_wait_timeout"):
+        aclpipe.open_device("ascend:0", op_wait_timeout=-1)
+
+
+# -- capture modes, captured events, the default stream (context_aclgraph.cc, api_error.cc, model_ri.cpp)
+def test_synchronous_copies_are_refused_with_107030_during_a_global_capture(ascend: Device):
+    backend, origin = ascend.backend, ascend.create_stream()
+    buffer, host = ascend.alloc(64), ascend.alloc_host(64)
+    assert ascend.capabilities.sync_copies
+    backend.capture_begin(origin.handle)
+    refused: list[int] = []
+
+    def elsewhere() -> None:
+        try:
+            backend.memset_sync(buffer.address, 1, 64)
+        except BackendError as error:
+            refused.append(error.code)
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(TIMEOUT)
+    with pytest.raises(BackendError) as caught:
+        backend.memcpy_sync(host.address, buffer.address, 64, MemcpyKind.DEVICE_TO_HOST)
+    backend.model_destroy(backend.capture_end(origin.handle))
+    assert caught.value.code == 107030 and refused == [107030]
+    backend.memset_sync(buffer.address, 9, 64)
+    backend.memcpy_sync(host.address, buffer.address, 64, MemcpyKind.DEVICE_TO_HOST)
+    assert (host.numpy("uint8", (64,)) == 9).all()
+
+
+def test_upload_and_download_go_on_while_another_thread_captures(ascend: Device):
+    backend, origin = ascend.backend, ascend.create_stream()
+    backend.capture_begin(origin.handle)
+    copied: list[np.ndarray] = []
+    values = np.arange(8, dtype=np.float32)
+    thread = threading.Thread(target=lambda: copied.append(ascend.download(ascend.upload(values), "float32", (8,))))
+    thread.start()
+    thread.join(TIMEOUT)
+    backend.model_destroy(backend.capture_end(origin.handle))
+    np.testing.assert_array_equal(copied[0], values)  # aclpipe never copies synchronously
+
+
+def test_a_captured_event_cannot_be_synchronized_and_the_default_stream_cannot_be_captured(ascend: Device):
+    backend, origin, runner = ascend.backend, ascend.create_stream(), ascend.create_stream()
+    event = ascend.create_event()
+    backend.capture_begin(origin.handle)
+    backend.event_record(event.handle, origin.handle)
+    model = backend.capture_end(origin.handle)
+    with pytest.raises(BackendError) as caught:
+        event.sync(TIMEOUT)
+    assert caught.value.code == 107000
+    backend.model_execute(model, runner.handle)
+    runner.record(event)
+    event.sync(TIMEOUT)
+    backend.model_destroy(model)
+    with pytest.raises(BackendError) as caught:
+        backend.capture_begin(None)
+    assert caught.value.code == 100000
