@@ -21,10 +21,11 @@ Optional parts are sub-protocols behind :class:`Capabilities` flags, never found
 for attributes: :class:`GraphCapture` (``capabilities.graph_capture``), :class:`LaunchTables`
 (``capabilities.launch_tables``), :class:`Tracing` (``capabilities.tracing``),
 :class:`FaultInjection` (``capabilities.fault_injection``), :class:`Latching`
-(``capabilities.latch``) and :class:`PeerAccess` (``capabilities.peer_access``).
+(``capabilities.latch``), :class:`PeerAccess` (``capabilities.peer_access``) and
+:class:`StreamOrderedAlloc` (``capabilities.stream_ordered_alloc``).
 :func:`graph_capture`, :func:`launch_tables`, :func:`tracing`, :func:`fault_injection`,
-:func:`latching` and :func:`peer_access` hand out the typed view of a backend, or ``None``
-when its capabilities say it lacks the part.
+:func:`latching`, :func:`peer_access` and :func:`stream_ordered_alloc` hand out the typed view
+of a backend, or ``None`` when its capabilities say it lacks the part.
 
 A :class:`LaunchRecord` is one primitive call with its arguments fixed in advance (a wait,
 a record, a kernel launch or a copy); a prepared program keeps each slot's launches as a
@@ -60,9 +61,11 @@ __all__ = [
     "LaunchKind",
     "LaunchRecord",
     "LaunchTables",
+    "MemPoolAttr",
     "MemcpyKind",
     "MemoryRules",
     "PeerAccess",
+    "StreamOrderedAlloc",
     "TraceRecord",
     "Tracing",
     "align_up",
@@ -71,9 +74,23 @@ __all__ = [
     "latching",
     "launch_tables",
     "peer_access",
+    "stream_ordered_alloc",
     "sync_streams",
     "tracing",
 ]
+
+
+class MemPoolAttr(enum.IntEnum):
+    """``aclrtMemPoolAttr`` (``acl_rt_memory_soma.h``): what ``mem_pool_get_attr`` reads."""
+
+    REUSE_FOLLOW_EVENT_DEPENDENCIES = 0x1
+    REUSE_ALLOW_OPPORTUNISTIC = 0x2
+    REUSE_ALLOW_INTERNAL_DEPENDENCIES = 0x3
+    RELEASE_THRESHOLD = 0x4
+    RESERVED_MEM_CURRENT = 0x5
+    RESERVED_MEM_HIGH = 0x6
+    USED_MEM_CURRENT = 0x7
+    USED_MEM_HIGH = 0x8
 
 
 class MemcpyKind(enum.IntEnum):
@@ -193,6 +210,9 @@ class Capabilities:
     host_thread_per_context: bool = True
     launch_tables: bool = False  # the backend is a LaunchTables
     peer_access: bool = False  # the backend is a PeerAccess
+    #: The backend is a StreamOrderedAlloc: ``aclrtMemPool*`` (acl_rt_memory_soma.h) bound and the
+    #: product has it (11-10_ordered_stream_memory_allocation.md: Atlas A2 only, experimental).
+    stream_ordered_alloc: bool = False
 
 
 _NO_CONTEXT: Mapping[str, Any] = MappingProxyType({})
@@ -448,6 +468,60 @@ class PeerAccess(Backend, Protocol):
     def device_can_access_peer(self, peer: int) -> bool: ...
     def device_enable_peer_access(self, peer: int, flags: int = 0) -> None: ...
     def device_disable_peer_access(self, peer: int) -> None: ...
+
+
+class StreamOrderedAlloc(Backend, Protocol):
+    """Optional: the stream-ordered allocator (``capabilities.stream_ordered_alloc``),
+    ``aclrtMemPool*`` of ``acl_rt_memory_soma.h`` (``11-10_ordered_stream_memory_allocation.md``
+    of ``hicann/runtime``: Atlas A2 only, experimental; there is no ``aclrtMallocAsync``).
+
+    What the runtime's source settles (``src/acl/aclrt_impl/memory.cpp``,
+    ``src/runtime/api/impl/api_impl_soma.cc``, ``src/runtime/feature/soma/``):
+
+    - ``mem_pool_malloc_async`` hands out the address at once, on the host
+      (``SomaApi::AllocFromMemPool``), and enqueues a task (the ``SomaMemMng`` AICPU kernel) that
+      maps the memory in ``stream``'s order: work on ``stream`` after it may use the block, work
+      on another stream only once ordered after it by an event.  Sizes are rounded up to 2 MB
+      (``DEVICE_POOL_MIN_BLOCK_SIZE``); 0 bytes allocates nothing and returns 0
+      (``aclrtMemPoolMallocAsyncImpl``).  A pool with no room left refuses with 507000
+      (``RT_ERROR_MEM_POOL_ALLOC`` has no ACL code of its own: ``ErrorcodeManage::GetRtExtErrCode``).
+    - ``mem_pool_free_async`` gives the block back to the pool on the host at once and enqueues
+      the task that unmaps it in ``stream``'s order; work ordered after that task must not touch
+      the block.  A block is *cached*, not free: it is handed out again only after
+      ``mem_pool_trim_to`` (``SegmentManager::TryToReuse`` finds nothing in this source), so
+      every allocation takes new room until the pool is trimmed.  Freeing an address the pool
+      did not hand out (or twice) is 107000 (``ApiImplSoma::MemPoolFreeAsync``).
+    - ``mem_pool_trim_to(pool, keep)`` releases cached blocks until the pool reserves at most
+      ``keep`` bytes; ``keep`` below the bytes in use, or above the pool's size, is 507000
+      (``SegmentManager::TrimTo``).  Released room may be handed to any stream, so the host
+      must have seen the blocks' frees run first (a stream or event synchronize after them).
+    - A product without it refuses every call with 207000 (``api_impl_stub.cc``).
+    """
+
+    def mem_pool_create(self, max_size: int = 0) -> Any:
+        """``aclrtMemPoolCreate`` of device memory (PINNED, this device): ``max_size`` rounded up
+        to 2 MB, 0 for the device's whole memory."""
+        ...
+    def mem_pool_destroy(self, pool: Any) -> None:
+        """``aclrtMemPoolDestroy``."""
+        ...
+    def mem_pool_malloc_async(self, pool: Any, nbytes: int, stream: Any) -> int:
+        """``aclrtMemPoolMallocAsync``: the block's address (0 for 0 bytes)."""
+        ...
+    def mem_pool_free_async(self, address: int, stream: Any) -> None:
+        """``aclrtMemPoolFreeAsync``."""
+        ...
+    def mem_pool_trim_to(self, pool: Any, keep: int) -> None:
+        """``aclrtMemPoolTrimTo``."""
+        ...
+    def mem_pool_get_attr(self, pool: Any, attr: MemPoolAttr) -> int:
+        """``aclrtMemPoolGetAttr`` of a counter (``MemPoolAttr.USED_MEM_CURRENT``, ...)."""
+        ...
+
+
+def stream_ordered_alloc(backend: Backend) -> StreamOrderedAlloc | None:
+    """``backend`` as a :class:`StreamOrderedAlloc`, or None when it (or its product) lacks it."""
+    return cast(StreamOrderedAlloc, backend) if backend.capabilities.stream_ordered_alloc else None
 
 
 def peer_access(backend: Backend) -> PeerAccess | None:

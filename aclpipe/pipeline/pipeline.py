@@ -50,7 +50,7 @@ from ..graph import Graph, Signature
 from ..plan import Plan
 from ..runtime import Device, Stream, open_device
 from ..runtime.completion.timeline import Timeline
-from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
+from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy, pipeline_options
 from .affinity import LoopAffinity, refuse_inside_event_loop
 from .batches import ShapeBuckets, check_inputs, empty_result, has_empty_input
 from .budget import StreamBudgetWarning, close_streams, make_streams
@@ -90,10 +90,11 @@ class Pipeline:
     depth:
         Runs in flight at once (slots, each with its own activation arena and staging).
     workspace:
-        ``"pool"`` (default), ``"static"``, ``"cached"`` or ``"per-call"``: see
-        :mod:`aclpipe.runtime.workspaces`.
+        ``"pool"`` (default), ``"static"``, ``"cached"``, ``"per-call"`` or ``"stream-ordered"``
+        (Atlas A2 only): see :mod:`aclpipe.runtime.workspaces`.
     pool_bytes:
-        Size of the workspace pool (default: twice the largest workspaces of all streams).
+        Size of the workspace pool (default: twice the largest workspaces of all streams); with
+        ``"stream-ordered"``, of its ``aclrtMemPool`` (default: 64 MiB).
     cancel_grace:
         Seconds a cancelled run waits, shielded, for the device to pass its enqueued work.
     max_programs:
@@ -193,8 +194,7 @@ class Pipeline:
             timeline.assign(stream, lane)
         # The pool is sized by the programs it serves unless pool_bytes fixes it, and reports
         # its releases in batches: a host function per node would stall the streams.
-        options: dict[str, Any] = ({"limit": pool_bytes or None, "batch": POOL_BATCH}
-                                   if self.workspace == "pool" else {})
+        options = pipeline_options(self.workspace, pool_bytes, POOL_BATCH)
         try:
             workspaces: WorkspaceStrategy = make_workspace_strategy(self.device, self.workspace, timeline=timeline,
                                                                     **options)

@@ -12,7 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.protocol import CaptureMode, CaptureStatus, MemcpyKind, fault_injection, graph_capture
+from ..backends.protocol import (
+    CaptureMode,
+    CaptureStatus,
+    MemcpyKind,
+    MemPoolAttr,
+    fault_injection,
+    graph_capture,
+    stream_ordered_alloc,
+)
 from ..errors import BackendError, DeviceFault, HazardError
 from ..runtime import Device, DeviceBuffer, Stream
 from ..tensor import TensorDesc
@@ -507,6 +515,48 @@ def capture_default_stream(device: Device) -> str:
     return "refused with 100000"
 
 
+# -- the stream-ordered allocator (11-10_ordered_stream_memory_allocation.md; soma sources) --------
+_POOL_BLOCK = 2 << 20  # DEVICE_POOL_MIN_BLOCK_SIZE (stream_mem_pool.hpp)
+
+
+def mempool_order(device: Device) -> str:
+    """MallocAsync's block serves the stream's later work; FreeAsync gives it back to the pool on
+    the host at once but cached: it takes room until TrimTo, after the frees ran."""
+    allocator = stream_ordered_alloc(device.backend)
+    assert allocator is not None  # the check needs the capability
+    stream, host = device.create_stream(), device.alloc_host(64)
+    pool = allocator.mem_pool_create(_POOL_BLOCK)
+    try:
+        expect(allocator.mem_pool_malloc_async(pool, 0, stream.handle) == 0, "0 bytes must allocate nothing (0)")
+        with latch(stream):  # nothing below runs before the checks made while it holds
+            address = allocator.mem_pool_malloc_async(pool, 64, stream.handle)
+            used = allocator.mem_pool_get_attr(pool, MemPoolAttr.USED_MEM_CURRENT)
+            expect(used == _POOL_BLOCK, f"64 bytes must count as one 2 MB block in use, the pool says {used}")
+            device.backend.memset_async(address, 3, 64, stream.handle)
+            device.backend.memcpy_async(host.address, address, 64, MemcpyKind.DEVICE_TO_HOST, stream.handle)
+            allocator.mem_pool_free_async(address, stream.handle)
+            used = allocator.mem_pool_get_attr(pool, MemPoolAttr.USED_MEM_CURRENT)
+            reserved = allocator.mem_pool_get_attr(pool, MemPoolAttr.RESERVED_MEM_CURRENT)
+            expect(used == 0 and reserved == _POOL_BLOCK, f"after FreeAsync the block must be back (0 in use) but "
+                                                          f"cached ({_POOL_BLOCK} reserved); the pool says {used} in "
+                                                          f"use, {reserved} reserved")
+            full = expect_raises(BackendError, "a freed block is not reused before aclrtMemPoolTrimTo",
+                                 allocator.mem_pool_malloc_async, pool, 64, stream.handle)
+            expect(full.code == 507000, f"a full pool must be 507000 (RT_ERROR_MEM_POOL_ALLOC), got {full.code}")
+        stream.sync(TIMEOUT)
+        seen = host.numpy(np.uint8, (64,))
+        expect((seen == 3).all(), f"work queued between MallocAsync and FreeAsync must see the block, read {seen[:4]}")
+        allocator.mem_pool_trim_to(pool, 0)
+        reserved = allocator.mem_pool_get_attr(pool, MemPoolAttr.RESERVED_MEM_CURRENT)
+        expect(reserved == 0, f"TrimTo(0) after the free ran must release the block, {reserved} bytes stay")
+        allocator.mem_pool_free_async(allocator.mem_pool_malloc_async(pool, 64, stream.handle), stream.handle)
+        stream.sync(TIMEOUT)
+    finally:
+        allocator.mem_pool_destroy(pool)
+        host.close()
+    return "usable in stream order; freed blocks cached (507000 when full) until TrimTo"
+
+
 _API = "docs/zh/api_ref/"
 _API_ERROR = "src/runtime/api/impl/api_error.cc"
 
@@ -577,6 +627,13 @@ RULES: tuple[Check, ...] = (
           source="src/acl/aclrt_impl/model_ri.cpp: aclmdlRICaptureBeginImpl (a NULL stream is ACL_ERROR_INVALID_PARAM; "
                  "the runtime refuses the default stream too: ApiImpl::StreamBeginCapture, "
                  "src/runtime/feature/aclgraph/v100/api_impl_aclgraph.cc)"),
+    Check("mempool_order", "MallocAsync serves the stream's later work; FreeAsync caches the block until "
+          "TrimTo (11-10; soma)", mempool_order, ("stream_ordered_alloc",),
+          doc=f"{_API}11-10_ordered_stream_memory_allocation.md (aclrtMemPoolMallocAsync, aclrtMemPoolFreeAsync, "
+              "aclrtMemPoolTrimTo)",
+          source="src/runtime/api/impl/api_impl_soma.cc: ApiImplSoma::MemPoolMallocAsync, MemPoolFreeAsync (host "
+                 "bookkeeping now, SomaMemMng task in stream order); src/runtime/feature/soma/stream_mem_pool.cc: "
+                 "SegmentManager::TryToReuse (reuses nothing), SegmentManager::TrimTo"),
 )
 
 #: Every check the kit runs: the backend contract, then the documented runtime rules.

@@ -194,9 +194,9 @@ def test_plan_prints_streams_memory_and_workspaces_and_writes_dot(capsys, tmp_pa
 def test_check_finds_no_hazards_in_the_ready_graphs(capsys):
     status, out, err = run_main(capsys, "check", str(GRAPHS / "branchy.yaml"), "--runs", "2")
     assert status == 0, err
-    # 3 stream counts x 3 depths x 4 workspace strategies (pool, static, cached, per-call)
-    assert "36 configurations" in out and "no hazards" in out
-    assert out.count(" ok ") == 36
+    # 3 stream counts x 3 depths x 5 workspace strategies (pool, static, cached, per-call, stream-ordered)
+    assert "45 configurations" in out and "no hazards" in out
+    assert out.count(" ok ") == 45
 
 
 def test_check_reports_a_hazard_when_the_plan_drops_its_waits(capsys, monkeypatch):

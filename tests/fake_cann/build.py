@@ -3,7 +3,9 @@
 ``build_fake_cann(directory)`` writes ``libascendcl.so``, ``libnnopbase.so`` and
 ``libopapi.so`` into ``directory`` and returns it; point ``ACLPIPE_ASCEND_LIB`` there.
 With ``launch_host_func=False`` the runtime lacks ``aclrtLaunchHostFunc`` (like CANN
-releases before 8.3), which makes the binding fall back to ``aclrtLaunchCallback``.
+releases before 8.3), which makes the binding fall back to ``aclrtLaunchCallback``; with
+``mem_pool=False`` it lacks the stream-ordered allocator (``acl_rt_memory_soma.h``, CANN releases
+before it), which turns the binding's ``capabilities.stream_ordered_alloc`` off.
 
 Each library links its dependency by absolute path and has no soname, so two builds in two
 directories can be loaded into one process side by side without the dynamic loader mixing
@@ -38,7 +40,8 @@ def _compile(compiler: str, output: Path, sources: list[str], extra: list[str]) 
         raise RuntimeError(f"building {output.name} failed:\n{' '.join(command)}\n{result.stderr}")
 
 
-def build_fake_cann(directory: Path | str, *, launch_host_func: bool = True, compiler: str | None = None) -> Path:
+def build_fake_cann(directory: Path | str, *, launch_host_func: bool = True, compiler: str | None = None,
+                    mem_pool: bool = True) -> Path:
     """Compile the three fake libraries into ``directory`` (created if needed)."""
     compiler = compiler or find_compiler()
     if compiler is None:
@@ -47,7 +50,8 @@ def build_fake_cann(directory: Path | str, *, launch_host_func: bool = True, com
     directory.mkdir(parents=True, exist_ok=True)
     runtime, nnopbase = directory / "libascendcl.so", directory / "libnnopbase.so"
     defines = ["-DFAKE_HAVE_LAUNCH_HOST_FUNC"] if launch_host_func else []
-    _compile(compiler, runtime, ["acl_core.c", "acl_stream.c", "acl_capture.c", "acl_peer.c"], defines)
+    runtime_sources = ["acl_core.c", "acl_stream.c", "acl_capture.c", "acl_peer.c"]
+    _compile(compiler, runtime, runtime_sources + (["acl_mempool.c"] if mem_pool else []), defines)
     _compile(compiler, nnopbase, ["nnopbase.c"], [str(runtime)])
     _compile(compiler, directory / "libopapi.so", ["opapi.c"], [str(nnopbase), str(runtime), "-lm"])
     return directory

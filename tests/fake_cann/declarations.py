@@ -105,3 +105,23 @@ def runtime_codes(table: dict[int, Any]) -> dict[str, int]:
     """The runtime's codes among aclpipe.errors.CODE_TABLE (name -> code)."""
     names = {entry.name: code for code, entry in table.items()}
     return {name: code for name, code in names.items() if not name.startswith(_NOT_RUNTIME)}
+
+
+# -- the stream-ordered allocator (acl_rt_memory_soma.h) --------------------------------------------
+def has_mempool_header(include: Path) -> bool:
+    """Whether ``include`` has ``acl/acl_rt_memory_soma.h`` (CANN releases before the stream-ordered
+    allocator do not: the binding then resolves none of its calls)."""
+    return (include / "acl" / "acl_rt_memory_soma.h").is_file()
+
+
+def mempool_declarations_source(functions: Iterable[tuple[str, str, str]], constants: dict[str, int],
+                                layout: dict[str, int]) -> str:
+    """:func:`declarations_source` for ``acl_rt_memory_soma.h``: its prototypes and enum values, and
+    ``layout`` (``sizeof``/``offsetof`` expressions of the header's types) against the binding's."""
+    lines = ["#include <cstddef>", "#include <cstdint>", '#include "acl/acl_rt.h"',
+             '#include "acl/acl_rt_memory_soma.h"', ""]
+    for ret, name, params in functions:
+        lines.append(f"static {ret} (*const binding_{name})({params}) = &{name};  // {name}")
+    for name, value in sorted({**constants, **layout}.items()):
+        lines.append(f'static_assert({name} == {value}, "{name}: the binding says {value}");')
+    return "\n".join(lines) + "\n"

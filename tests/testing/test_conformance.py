@@ -43,7 +43,8 @@ def test_an_inference_card_spec_runs_the_event_limit_and_skips_what_it_lacks():
     report = check_backend(lambda: aclpipe.open_device("sim", spec="atlas-310p"))
     assert report.ok, str(report)
     assert statuses(report)["event_limit"] == "passed"
-    assert [row.name for row in report.skipped] == ["stream_limit", "stream_abort"]  # 06: abort on A2/A3 only
+    # 06: abort on A2/A3 only; 11-10: the stream-ordered allocator on A2 only
+    assert [row.name for row in report.skipped] == ["stream_limit", "stream_abort", "mempool_order"]
     assert "1024 per device less 2 default streams" in report.skipped[0].detail
     assert "no aclrtStreamAbort" in report.skipped[1].detail
 
@@ -93,7 +94,8 @@ def test_every_documented_rule_cites_its_page_and_the_vague_ones_the_runtime_sou
         assert check.doc.endswith(")") or ".md" in check.doc or ".h" in check.doc, check.name
     settled_by_source = {check.name for check in RULES if check.source}
     assert settled_by_source == {"zero_timeout", "stream_limit", "host_threads", "capture_sync", "op_wait_timeout",
-                                 "capture_blocks_sync_copies", "captured_event_sync", "capture_default_stream"}
+                                 "capture_blocks_sync_copies", "captured_event_sync", "capture_default_stream",
+                                 "mempool_order"}
     assert all(check.source.startswith("src/") and ": " in check.source for check in RULES if check.source)
 
 

@@ -38,7 +38,16 @@ import numpy as np
 
 from ...errors import BackendError, ClosedResourceError, error_from_code
 from ...tensor import TensorDesc
-from ..protocol import Capabilities, CaptureMode, CaptureStatus, LaunchKind, LaunchRecord, MemcpyKind, sync_streams
+from ..protocol import (
+    Capabilities,
+    CaptureMode,
+    CaptureStatus,
+    LaunchKind,
+    LaunchRecord,
+    MemcpyKind,
+    MemPoolAttr,
+    sync_streams,
+)
 from .capture import AscendModel, AscendTaskGroup, Captures
 from .cdefs import (
     ACL_DDR_MEM,
@@ -53,6 +62,7 @@ from .executor import AscendExecutor, Operators
 from .host_calls import PythonHostCall, callback_address, refuse_in_host_function
 from .launch_table import AscendLaunchTable
 from .library import CannLibrary, load_library
+from .mempool import AscendMemPools
 from .product import ProductRules, product_rules
 from .streams import AscendStream, Streams, check_timeout
 
@@ -152,7 +162,8 @@ class AscendBackend:
             # report thread alike.
             host_thread_per_context=True, launch_tables=True,
             peer_access=library.has_peer_access, op_execute_timeout=timeout, op_wait_timeout=wait_timeout,
-            sync_copies=all(hasattr(library.runtime, name) for name in RUNTIME_SYNC_COPIES))
+            sync_copies=all(hasattr(library.runtime, name) for name in RUNTIME_SYNC_COPIES),
+            stream_ordered_alloc=library.has_mem_pool and self.product.stream_ordered_alloc)
         #: Advanced by every stream, event and executor destruction: launch tables made at an
         #: older epoch check their handles again before they run.
         self._epoch = 0
@@ -162,6 +173,8 @@ class AscendBackend:
         self.events = Events(library, names)
         self.operators = Operators(library, self._enter)
         self.captures = Captures(library, self._check_stream)
+        self.mempools = AscendMemPools(library, index, self._enter, self._check_stream,
+                                       self.capabilities.stream_ordered_alloc)
         self.closed = False
 
     def _undo_open(self, index: int) -> None:
@@ -649,3 +662,22 @@ class AscendBackend:
             return  # close() destroyed it
         self._enter()
         self.captures.destroy(model)
+
+    # -- the stream-ordered allocator (aclrtMemPool*), present when capabilities.stream_ordered_alloc --
+    def mem_pool_create(self, max_size: int = 0) -> Any:
+        return self.mempools.create(max_size)
+
+    def mem_pool_destroy(self, pool: Any) -> None:
+        self.mempools.destroy(pool)
+
+    def mem_pool_malloc_async(self, pool: Any, nbytes: int, stream: AscendStream) -> int:
+        return self.mempools.malloc_async(pool, nbytes, stream)
+
+    def mem_pool_free_async(self, address: int, stream: AscendStream) -> None:
+        self.mempools.free_async(address, stream)
+
+    def mem_pool_trim_to(self, pool: Any, keep: int) -> None:
+        self.mempools.trim_to(pool, keep)
+
+    def mem_pool_get_attr(self, pool: Any, attr: MemPoolAttr) -> int:
+        return self.mempools.get_attr(pool, attr)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from cffi import FFI
 
-__all__ = ["NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_OPTIONAL", "RUNTIME_OP_TIMEOUT",
-           "RUNTIME_PEER", "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
+__all__ = ["MEMPOOL_CDEF", "NNOPBASE_OPTIONAL", "NNOPBASE_REQUIRED", "RUNTIME_CAPTURE", "RUNTIME_MEMPOOL",
+           "RUNTIME_OPTIONAL", "RUNTIME_OP_TIMEOUT", "RUNTIME_PEER", "RUNTIME_REQUIRED", "RUNTIME_RULES", "ffi"]
 
 RUNTIME_CDEF = """
 typedef int aclError;
@@ -262,3 +262,39 @@ RUNTIME_OP_WAIT_TIMEOUT = ("aclrtSetOpWaitTimeout",)
 RUNTIME_SYNC_COPIES = ("aclrtMemcpy", "aclrtMemset")
 ffi.cdef(SYNC_CDEF)
 __all__ += ["RUNTIME_OP_WAIT_TIMEOUT", "RUNTIME_SYNC_COPIES", "SYNC_CDEF"]
+# -- the stream-ordered allocator (issue 24) ---------------------------------------------------
+#: ``acl/acl_rt_memory_soma.h`` (11-10_ordered_stream_memory_allocation.md: Atlas A2 only,
+#: experimental), with the ``aclrtMemPoolProps`` parts ``acl/acl_rt.h`` defines (enums as the
+#: ``int`` they are passed as).  Resolved when present: without all of them the capability is off.
+MEMPOOL_CDEF = """
+typedef void *aclrtMemPool;
+typedef int aclrtMemPoolAttr;           /* enum aclrtMemPoolAttr */
+typedef int aclrtMemAllocationType;     /* enum: ACL_MEM_ALLOCATION_TYPE_PINNED = 0 */
+typedef int aclrtMemHandleType;         /* enum: ACL_MEM_HANDLE_TYPE_NONE = 0 */
+typedef int aclrtMemLocationType;       /* enum: ACL_MEM_LOCATION_TYPE_DEVICE = 1 */
+typedef struct aclrtMemLocation {
+    uint32_t id;
+    aclrtMemLocationType type;
+} aclrtMemLocation;
+typedef struct {
+    aclrtMemAllocationType allocType;
+    aclrtMemHandleType handleType;
+    aclrtMemLocation location;
+    size_t maxSize;
+    unsigned char reserved[32];
+} aclrtMemPoolProps;
+
+aclError aclrtMemPoolCreate(aclrtMemPool *memPool, const aclrtMemPoolProps *poolProps);
+aclError aclrtMemPoolDestroy(const aclrtMemPool memPool);
+aclError aclrtMemPoolSetAttr(aclrtMemPool memPool, aclrtMemPoolAttr attr, void *value);
+aclError aclrtMemPoolGetAttr(aclrtMemPool memPool, aclrtMemPoolAttr attr, void *value);
+aclError aclrtMemPoolMallocAsync(void **ptr, size_t size, aclrtMemPool memPool, aclrtStream stream);
+aclError aclrtMemPoolFreeAsync(void *ptr, aclrtStream stream);
+aclError aclrtMemPoolTrimTo(aclrtMemPool memPool, size_t minBytesToKeep);
+"""
+RUNTIME_MEMPOOL = ("aclrtMemPoolCreate", "aclrtMemPoolDestroy", "aclrtMemPoolSetAttr", "aclrtMemPoolGetAttr",
+                   "aclrtMemPoolMallocAsync", "aclrtMemPoolFreeAsync", "aclrtMemPoolTrimTo")
+ffi.cdef(MEMPOOL_CDEF)
+ACL_MEM_ALLOCATION_TYPE_PINNED = 0
+ACL_MEM_HANDLE_TYPE_NONE = 0
+ACL_MEM_LOCATION_TYPE_DEVICE = 1

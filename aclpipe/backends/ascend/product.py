@@ -8,7 +8,9 @@ per device (``06_stream_management.md``: 1984, 1024 on inference cards, 512 on 2
 (``15_model_running_instance__management.md``: not on 200I/500 A2 nor training products) and
 the AI Core op execute timeout (``12_execution_control.md``, ``aclrtSetOpExecuteTimeOut``:
 1091 s by default and at most on A2/A3/950 and 200I/500 A2, 547 s on inference cards, 68 s
-by default and 2176 s at most on training products).  An unknown name gets Atlas A2's rules.
+by default and 2176 s at most on training products), and the stream-ordered allocator
+(``11-10_ordered_stream_memory_allocation.md``, ``aclrtMemPool*``: Atlas A2 only; every other
+product's runtime answers 207000).  An unknown name gets Atlas A2's rules.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ class ProductRules:
     graph_capture: bool
     op_execute_timeout: float = 1091.0  #: seconds, when nobody set one
     op_execute_timeout_max: float = 1091.0  #: seconds, interval * 254
+    stream_ordered_alloc: bool = False  #: aclrtMemPoolMallocAsync and the rest of acl_rt_memory_soma.h
 
 
-_A2 = ProductRules("Atlas A2/A3", 65536, 1984, True, True)
+_A2 = ProductRules("Atlas A2/A3", 65536, 1984, True, True, stream_ordered_alloc=True)
 #: SoC name prefixes, most specific first.
 _FAMILIES: tuple[tuple[str, ProductRules], ...] = (
     ("Ascend910B", _A2),

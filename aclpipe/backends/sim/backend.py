@@ -28,7 +28,7 @@ import threading
 
 from ...errors import ClosedResourceError, error_from_code
 from ..protocol import Capabilities
-from . import executor, host_ops, kernels, memory_ops, optional, stream_ops, tasks
+from . import executor, host_ops, kernels, memory_ops, mempool, optional, stream_ops, tasks
 from .callbacks import CallbackThread, refuse_in_host_function
 from .capture import Captures, SimModel
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
@@ -136,11 +136,12 @@ class SimBackend:
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
             stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_context=True,
             peer_access=True, op_execute_timeout=self.op_execute_timeout, op_wait_timeout=self.op_wait_timeout,
-            sync_copies=True)
+            sync_copies=True, stream_ordered_alloc=spec.stream_ordered_alloc)
         self.peers = PeerLinks(self)
         #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
         self.stop_on_failure = False
         self.captures = Captures(self)
+        self.mempools = mempool.MemPools()
         self._streams: list[SimStream] = []
         self._model_streams: list[SimStream] = []
         self._callbacks: CallbackThread | None = None  # the context's host-function thread
@@ -365,3 +366,11 @@ class SimBackend:
     trace_modelled_time = optional.trace_modelled_time
     inject_fault = optional.inject_fault
     release_hangs = optional.release_hangs
+
+    # The stream-ordered allocator (.mempool): aclrtMemPool*, Atlas A2 only.
+    mem_pool_create = mempool.mem_pool_create
+    mem_pool_destroy = mempool.mem_pool_destroy
+    mem_pool_malloc_async = mempool.mem_pool_malloc_async
+    mem_pool_free_async = mempool.mem_pool_free_async
+    mem_pool_trim_to = mempool.mem_pool_trim_to
+    mem_pool_get_attr = mempool.mem_pool_get_attr

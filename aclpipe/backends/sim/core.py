@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .faults import FaultInjector
     from .kernels import BoundKernel
     from .memory import Access, Allocation, DeviceMemory, Region
+    from .mempool import MemPools
     from .peer import PeerLinks
     from .recorder import TraceRecorder
     from .sanitizer import Sanitizer
@@ -94,6 +95,10 @@ class SimDevice(SimCore, Protocol):
     peers: PeerLinks
     #: Cost -> (modelled seconds, cores) on this device's spec.
     kernel_timings: dict[Cost, tuple[float, int]]
+    #: The stream-ordered allocator's pools (:mod:`.mempool`).
+    mempools: MemPools
+
+    def host_func(self, stream: SimStream, fn: Callable[[], None], name: str = "") -> None: ...
 
     def all_streams(self) -> list[SimStream]: ...
 

@@ -45,7 +45,7 @@ from ...plan import Plan, make_plan
 from ...plan.partition import Partition
 from ...runtime import Device, DeviceBuffer, Stream
 from ...runtime.completion.timeline import Timeline
-from ...runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy
+from ...runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy, pipeline_options
 from ..affinity import LoopAffinity
 from ..batches import ShapeBuckets
 from ..budget import close_streams, make_streams
@@ -126,7 +126,7 @@ class StagePipeline(Pipeline, split="stages"):
         for timeline, per_device in zip(self._timelines, self._stage_streams):
             for lane, stream in enumerate(per_device):
                 timeline.assign(stream, lane)
-        options: dict[str, Any] = {"limit": pool_bytes or None, "batch": POOL_BATCH} if workspace == "pool" else {}
+        options = pipeline_options(workspace, pool_bytes, POOL_BATCH)
         self._stage_workspaces: list[WorkspaceStrategy] = [
             make_workspace_strategy(d, workspace, timeline=t, **options) for d, t in zip(devices, self._timelines)]
         self._constants: list[dict[str, DeviceBuffer]] = [{} for _ in devices]

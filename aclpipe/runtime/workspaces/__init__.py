@@ -30,6 +30,11 @@ Strategies:
 ``per-call`` (:class:`PerCallWorkspace`)
     allocate, launch, wait until the stream passed the launch, free: the naive baseline.
     Its ``release_after`` waits (``release_after_async`` awaits) before it frees.
+``stream-ordered`` (:class:`StreamOrderedWorkspace`)
+    ``aclrtMemPoolMallocAsync`` on the launch's stream right before it and
+    ``aclrtMemPoolFreeAsync`` right after: the stream maps and unmaps the block in its order, so
+    no host function is needed; a full pool (64 MiB by default) is trimmed after the frees ran
+    (Atlas A2 only; it does not pin, so programs using it are not captured).
 
 Sizes.  Pieces carved out of one device allocation follow CANN's rule for user-managed
 memory (``MemoryRules.piece_size``: ``ALIGN_UP(len, 32) + 32`` bytes on A2/A3/310P, 64-byte
@@ -50,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from .base import NO_WORKSPACE, Workspace, WorkspaceStats, WorkspaceStrategy
 from .strategies import CachedWorkspace, PerCallWorkspace, StaticWorkspace, WorkspacePool
+from .stream_ordered import StreamOrderedWorkspace
 
 if TYPE_CHECKING:
     from ..device import Device
@@ -60,25 +66,38 @@ __all__ = [
     "CachedWorkspace",
     "PerCallWorkspace",
     "StaticWorkspace",
+    "StreamOrderedWorkspace",
     "Workspace",
     "WorkspacePool",
     "WorkspaceStats",
     "WorkspaceStrategy",
     "make_workspace_strategy",
+    "pipeline_options",
     "workspace_strategy",
 ]
 
-STRATEGIES = ("per-call", "cached", "pool", "static")
+STRATEGIES = ("per-call", "cached", "pool", "static", "stream-ordered")
 
 
 def make_workspace_strategy(device: Device, name: str, **options: Any) -> WorkspaceStrategy:
-    """A new strategy by name: ``"per-call"``, ``"cached"``, ``"pool"`` or ``"static"``
-    (options go to it)."""
+    """A new strategy by name: ``"per-call"``, ``"cached"``, ``"pool"``, ``"static"`` or
+    ``"stream-ordered"`` (options go to it)."""
     classes: dict[str, type[WorkspaceStrategy]] = {
-        "per-call": PerCallWorkspace, "cached": CachedWorkspace, "pool": WorkspacePool, "static": StaticWorkspace}
+        "per-call": PerCallWorkspace, "cached": CachedWorkspace, "pool": WorkspacePool, "static": StaticWorkspace,
+        "stream-ordered": StreamOrderedWorkspace}
     if name not in classes:
         raise ValueError(f"unknown workspace strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
     return classes[name](device, **options)
+
+
+def pipeline_options(name: str, pool_bytes: int, batch: int) -> dict[str, Any]:
+    """The options a pipeline gives strategy ``name``: its ``pool_bytes`` bound the ``pool``
+    (reporting ``batch`` releases per host function) and size the ``stream-ordered`` pool."""
+    if name == "pool":
+        return {"limit": pool_bytes or None, "batch": batch}
+    if name == "stream-ordered":
+        return {"max_size": pool_bytes}
+    return {}
 
 
 _SHARED: weakref.WeakKeyDictionary[Device, dict[str, WorkspaceStrategy]] = weakref.WeakKeyDictionary()

@@ -1,0 +1,108 @@
+"""The stream-ordered allocator through CANN: ``aclrtMemPool*`` of ``acl/acl_rt_memory_soma.h``.
+
+The binding of :class:`~aclpipe.backends.protocol.StreamOrderedAlloc` (whose docstring gives the
+runtime's rules, read from ``hicann/runtime``'s source).  The calls are optional symbols
+(:data:`~aclpipe.backends.ascend.cdefs.RUNTIME_MEMPOOL`): a CANN without them, or a product without
+the feature (``11-10_ordered_stream_memory_allocation.md``: Atlas A2 only), leaves
+``capabilities.stream_ordered_alloc`` off and every call here refused with 207000 before the
+runtime is asked.  Pools are device memory of this device: ``ACL_MEM_ALLOCATION_TYPE_PINNED``,
+``ACL_MEM_LOCATION_TYPE_DEVICE`` and a zeroed ``reserved`` are the only props
+``aclrtMemPoolCreateImpl`` accepts (``src/acl/aclrt_impl/memory.cpp``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...errors import error_from_code
+from ..protocol import MemPoolAttr
+from .cdefs import ACL_MEM_ALLOCATION_TYPE_PINNED, ACL_MEM_HANDLE_TYPE_NONE, ACL_MEM_LOCATION_TYPE_DEVICE, ffi
+
+if TYPE_CHECKING:
+    from .library import CannLibrary
+    from .streams import AscendStream
+
+__all__ = ["AscendMemPools"]
+
+
+class AscendMemPools:
+    """The ``aclrtMemPool*`` calls of one device.
+
+    Parameters
+    ----------
+    library:
+        The loaded CANN libraries.
+    index:
+        The device the pools take memory from.
+    enter:
+        Makes the device's context current on the calling thread.
+    check_stream:
+        Refuses a stream of another device, or a destroyed one.
+    available:
+        Whether the library has the calls and the product the feature.
+    """
+
+    def __init__(self, library: CannLibrary, index: int, enter: Callable[[], None],
+                 check_stream: Callable[[AscendStream], None], available: bool):
+        self.library = library
+        self.index = index
+        self._enter = enter
+        self._check_stream = check_stream
+        self.available = available
+
+    def _need(self, call: str) -> Any:
+        if not self.available:
+            raise error_from_code(207000, f"{call}: ascend:{self.index} has no stream-ordered allocator (its CANN "
+                                          "lacks acl_rt_memory_soma.h's calls, or the product is not Atlas A2: "
+                                          "11-10_ordered_stream_memory_allocation.md)")
+        self._enter()
+        return self.library.runtime
+
+    def create(self, max_size: int = 0) -> Any:
+        """``aclrtMemPoolCreate``: a pool of this device's memory, ``max_size`` bytes (0: all of it)."""
+        runtime = self._need("aclrtMemPoolCreate")
+        props: Any = ffi.new("aclrtMemPoolProps *")  # zeroed, reserved included
+        props.allocType = ACL_MEM_ALLOCATION_TYPE_PINNED
+        props.handleType = ACL_MEM_HANDLE_TYPE_NONE
+        props.location.id = self.index
+        props.location.type = ACL_MEM_LOCATION_TYPE_DEVICE
+        props.maxSize = max_size
+        pool = ffi.new("aclrtMemPool *")
+        self.library.check(runtime.aclrtMemPoolCreate(pool, props), f"aclrtMemPoolCreate({max_size} bytes)")
+        return pool[0]
+
+    def destroy(self, pool: Any) -> None:
+        """``aclrtMemPoolDestroy``."""
+        runtime = self._need("aclrtMemPoolDestroy")
+        self.library.check(runtime.aclrtMemPoolDestroy(pool), "aclrtMemPoolDestroy")
+
+    def malloc_async(self, pool: Any, nbytes: int, stream: AscendStream) -> int:
+        """``aclrtMemPoolMallocAsync``: the block's address (0 for 0 bytes, which allocates nothing)."""
+        runtime = self._need("aclrtMemPoolMallocAsync")
+        self._check_stream(stream)
+        pointer = ffi.new("void **")
+        code = runtime.aclrtMemPoolMallocAsync(pointer, nbytes, pool, stream.handle)
+        self.library.check(code, f"aclrtMemPoolMallocAsync({nbytes} bytes)", {"stream": stream.name})
+        return int(ffi.cast("uintptr_t", pointer[0]))
+
+    def free_async(self, address: int, stream: AscendStream) -> None:
+        """``aclrtMemPoolFreeAsync``."""
+        runtime = self._need("aclrtMemPoolFreeAsync")
+        self._check_stream(stream)
+        code = runtime.aclrtMemPoolFreeAsync(ffi.cast("void *", address), stream.handle)
+        self.library.check(code, f"aclrtMemPoolFreeAsync({address:#x})", {"stream": stream.name})
+
+    def trim_to(self, pool: Any, keep: int) -> None:
+        """``aclrtMemPoolTrimTo``."""
+        runtime = self._need("aclrtMemPoolTrimTo")
+        self.library.check(runtime.aclrtMemPoolTrimTo(pool, keep), f"aclrtMemPoolTrimTo({keep} bytes)")
+
+    def get_attr(self, pool: Any, attr: MemPoolAttr) -> int:
+        """``aclrtMemPoolGetAttr``: the counters are ``uint64_t``, the reuse flags ``uint32_t``."""
+        runtime = self._need("aclrtMemPoolGetAttr")
+        attr = MemPoolAttr(attr)
+        flag = attr <= MemPoolAttr.REUSE_ALLOW_INTERNAL_DEPENDENCIES
+        value = ffi.new("uint32_t *" if flag else "uint64_t *")
+        self.library.check(runtime.aclrtMemPoolGetAttr(pool, int(attr), value), f"aclrtMemPoolGetAttr({attr.name})")
+        return int(value[0])
