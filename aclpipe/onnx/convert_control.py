@@ -40,7 +40,8 @@ from .context import (
     static_ints,
 )
 from .convert_math import cast_to
-from .graph_context import HostValueNeeded
+from .graph_context import GraphContext, HostValueNeeded
+from .loop_region import loop_as_region
 from .mapping import converts
 
 __all__: list[str] = []
@@ -50,6 +51,9 @@ _SCAN_VERSIONS = (11, 16, 19, 21, 23, 24, 25)
 #: A Loop without a trip count runs until its condition turns false; this bounds it where the
 #: context sets no limit of its own (the eager evaluator).
 _UNBOUNDED_LOOP_LIMIT = 1_000_000
+#: Loops of at most this many trips are unrolled (each iteration folds on its own, and the
+#: planner overlaps neighbouring iterations); longer ones become one ``Loop`` node.
+UNROLL_TRIPS = 16
 
 
 # -- If ----------------------------------------------------------------------------------------
@@ -95,6 +99,12 @@ def convert_loop(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
                          f"outputs; with {len(carried)} loop-carried values it must take {2 + len(carried)} "
                          f"and give at least {1 + len(carried)}")
     trips = None if trip_value is None else _trip_count(ctx, node, trip_value)
+    if isinstance(ctx, GraphContext) and trips is not None and trips > UNROLL_TRIPS:
+        start = True if condition is None else _known_flag(ctx, node, condition, "Loop's condition")
+        if start is not False:
+            outputs = loop_as_region(ctx, node, body, trips, None if start else condition, carried)
+            if outputs is not None:
+                return outputs
     loop = _Unrolled(ctx, node, body, carried, scan_count)
     known = True if condition is None else _known_flag(ctx, node, condition, "Loop's condition")
     if known is None:

@@ -451,7 +451,7 @@ class Pipeline:
         failure: BaseException | None = None
         res = self._res
         try:
-            await ticket.program.enqueue(ticket.slot, ticket.run, res.workspaces)
+            await ticket.program.enqueue(ticket.slot, ticket.run, res.workspaces, res.timeline)
         except BaseException as error:  # noqa: BLE001 - re-raised by the caller once the run is settled
             failure = error
         try:

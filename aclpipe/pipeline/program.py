@@ -49,6 +49,7 @@ from ..runtime.executor import Executor
 from ..runtime.launches import LaunchTable, enqueue_records
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
+from .loop import LoopBody, LoopRunner
 
 if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
@@ -104,6 +105,7 @@ class Step:
     workspace_size: int = 0
     copy: tuple[int, int, int, MemcpyKind] | None = None  # (dst, src, nbytes, kind) for H2D/D2H
     key: tuple[int, int] = (0, 0)  # (slot, node): what the ``cached`` workspace strategy keys on
+    region: LoopRunner | None = None  # a Loop node: its body, run as control flow (pipeline.loop)
 
 
 @dataclass(eq=False)
@@ -136,6 +138,8 @@ class Slot:
     reads: list[tuple[str, np.ndarray, int, int, str]] | None = None
     copies: HostCopies | None = None  # staging -> each run's result arrays, in its completion
     results: dict[str, np.ndarray] | None = None  # the arrays the run in flight fills
+    #: In place of ``body`` when the program holds Loop nodes: launch tables cut around them.
+    segments: list[LaunchTable | Step] | None = None
 
     @property
     def event_count(self) -> int:
@@ -176,6 +180,8 @@ class Program:
         self._constant_descs: dict[str, TensorDesc] = {}
         #: value -> its descriptor in the slot being built (see _descs); emptied when it is built
         self._slot_descs: dict[str, TensorDesc] = {}
+        #: Loop node -> its body, prepared once for every slot (see pipeline.loop)
+        self.loop_bodies: dict[str, LoopBody] = {}
         try:
             for index in range(depth):
                 self.slots.append(self._build_slot(index))
@@ -284,6 +290,9 @@ class Program:
 
     def _prepare_node(self, slot: Slot, step: Step) -> None:
         node = step.node
+        if node.op == "Loop":
+            self._prepare_loop(slot, step)
+            return
         step.inputs = self._descs(slot, node.inputs)
         step.outputs = self._descs(slot, node.outputs)
         executor = Executor.prepare(self.device.backend, node.op, step.inputs, step.outputs, node.attrs,
@@ -299,6 +308,21 @@ class Program:
             stream = self.streams[step.lane]
             self.workspace_sizes[stream] = max(self.workspace_sizes.get(stream, 0), step.workspace_size)
 
+    def _prepare_loop(self, slot: Slot, step: Step) -> None:
+        """A Loop node: its body prepared once per program, run by a runner of the slot's own."""
+        node = step.node
+        step.inputs = self._descs(slot, node.inputs)
+        step.outputs = self._descs(slot, node.outputs)
+        body = self.loop_bodies.get(node.name)
+        if body is None:
+            body = self.loop_bodies[node.name] = LoopBody(self.device, node.attrs["region"], node.name)
+        step.region = LoopRunner(body, step.inputs, step.outputs, self.streams[step.lane], step.lane)
+
+    @property
+    def has_loops(self) -> bool:
+        """Whether the program holds Loop nodes (runs cut around them, never captured whole)."""
+        return bool(self.loop_bodies)
+
     @property
     def event_count(self) -> int:
         """Events this program holds, over all its slots."""
@@ -310,6 +334,8 @@ class Program:
         for slot in self.slots:
             for step in slot.steps:
                 step.stream = handles[step.lane]
+                if step.region is not None:
+                    step.region.rebind()
             if slot.graph is None:  # a captured slot replays its model: no table to renew
                 self._build_tables(slot)
 
@@ -341,11 +367,35 @@ class Program:
             return
         if slot.body is not None:
             slot.body.close()
+        if self.has_loops:
+            self._build_segments(slot, pinned)
+            return
         records: list[LaunchRecord] = []
         for step in slot.steps:
             workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
             records.extend(self._records(step, step.executor, workspace))
         slot.body = LaunchTable(backend, records)
+
+    def _build_segments(self, slot: Slot, pinned: Mapping[Stream, Workspace]) -> None:
+        """The slot's launches as tables cut around its Loop steps, which run in between."""
+        backend = self.device.backend
+        for segment in slot.segments or ():
+            if isinstance(segment, LaunchTable):
+                segment.close()
+        segments: list[LaunchTable | Step] = []
+        records: list[LaunchRecord] = []
+        for step in slot.steps:
+            if step.region is None:
+                workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
+                records.extend(self._records(step, step.executor, workspace))
+                continue
+            if records:
+                segments.append(LaunchTable(backend, records))
+                records = []
+            segments.append(step)
+        if records:
+            segments.append(LaunchTable(backend, records))
+        slot.segments = segments
 
     def _pin_per_slot(self, workspaces: WorkspaceStrategy) -> bool:
         """Give every slot workspaces of its own (see the module doc: captured slots replay at
@@ -378,7 +428,7 @@ class Program:
         """Streams the models of a capture of every slot would hold (0: it cannot be captured):
         one per stream each slot's run uses, its replay stream and D2H included (captured
         streams consume stream resources, 15_model_running_instance__management.md)."""
-        if not can_capture(self.device) or not replay_lanes or self.fallback_nodes:
+        if not can_capture(self.device) or not replay_lanes or self.fallback_nodes or self.has_loops:
             return 0
         d2h_lane = len(self.streams) - 1
         return sum(2 + sum(1 for lane, _ in slot.tails if lane != d2h_lane) for slot in self.slots)
@@ -399,7 +449,8 @@ class Program:
         number).  Returns whether the program was captured; without replay lanes, without room
         for each slot's workspaces, or when the device runs out of streams part way
         (``starved`` is then set), it is left to run from its launch tables."""
-        if not can_capture(self.device) or not replay_lanes or not self.pin_workspaces(workspaces):
+        if (not can_capture(self.device) or not replay_lanes or self.has_loops
+                or not self.pin_workspaces(workspaces)):
             return False
         if not self._pin_per_slot(workspaces):
             return False
@@ -457,7 +508,8 @@ class Program:
         slot.body.enqueue(None)
         enqueue_records(backend, self._tail_records(slot, joiner=slot.replay_lane), None)
 
-    async def enqueue(self, slot: Slot, run: int, workspaces: WorkspaceStrategy) -> None:
+    async def enqueue(self, slot: Slot, run: int, workspaces: WorkspaceStrategy, timeline: Timeline | None = None
+                      ) -> None:
         """Enqueue one run's work on ``slot``.
 
         It may stop part way by raising (a host-side failure such as a workspace allocation);
@@ -466,6 +518,9 @@ class Program:
 
         A device whose streams stop on failure is refused: a stopped stream drops the records
         the other streams wait on, so a run would never complete (see :mod:`.faults`).
+
+        A Loop node reads its exit condition back through ``timeline`` (the pipeline's), else by
+        synchronizing an event in a worker thread (see :mod:`~aclpipe.pipeline.loop`).
         """
         if self.device.failure_mode == "stop":
             raise error_from_code(
@@ -478,9 +533,28 @@ class Program:
             slot.graph.replay(self.streams[slot.replay_lane], {"run": run})
         elif slot.body is not None:
             slot.body.enqueue(run)
+        elif slot.segments is not None:
+            for segment in slot.segments:
+                if isinstance(segment, LaunchTable):
+                    segment.enqueue(run)
+                else:
+                    await self._run_loop(segment, run, timeline)
         else:
             for step in slot.steps:
-                await self._launch(step, run, workspaces)
+                if step.region is not None:
+                    await self._run_loop(step, run, timeline)
+                else:
+                    await self._launch(step, run, workspaces)
+
+    async def _run_loop(self, step: Step, run: int, timeline: Timeline | None) -> None:
+        """A Loop step: its waits, the whole loop on its stream, then its record."""
+        backend = self.device.backend
+        for event in step.waits:
+            backend.stream_wait_event(step.stream, event)
+        assert step.region is not None
+        await step.region.run(run, timeline)
+        if step.record is not None:
+            backend.event_record(step.record, step.stream)
 
     def lanes(self, slot: Slot) -> Sequence[int]:
         """The streams (by lane) a run on ``slot`` puts work on: a captured slot replays its
@@ -497,7 +571,7 @@ class Program:
         :meth:`read_outputs`).  Returns the D2H lane value that marks the run complete."""
         backend, d2h = self.device.backend, self.streams[d2h_lane].handle
         if slot.graph is None:
-            if slot.body is None:
+            if slot.body is None and slot.segments is None:
                 workspaces.publish()
             assert slot.tail is not None
             slot.tail.enqueue(None)
@@ -673,6 +747,14 @@ class Program:
                 if table is not None:
                     table.close()
             slot.body = slot.tail = None
+            for segment in slot.segments or ():
+                if isinstance(segment, LaunchTable):
+                    segment.close()
+            slot.segments = None
+            for step in slot.steps:
+                if step.region is not None:
+                    step.region.close()
+                    step.region = None
             for executor in slot.executors:
                 executor.destroy()
             slot.executors.clear()
@@ -692,6 +774,9 @@ class Program:
             slot.pinned = None
         self.slots.clear()
         self._building = None
+        for body in self.loop_bodies.values():
+            body.close()
+        self.loop_bodies.clear()
         if self._streams_held is not None:  # the models are destroyed: their streams are free
             budget, count = self._streams_held
             self._streams_held = None
