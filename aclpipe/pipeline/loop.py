@@ -36,6 +36,7 @@ import numpy as np
 from ..backends.protocol import LaunchKind, LaunchRecord, MemcpyKind
 from ..errors import GraphError
 from ..plan import Plan, make_plan
+from ..runtime.capture import Capture, CapturedRun
 from ..runtime.executor import Executor
 from ..runtime.launches import LaunchTable
 from ..tensor import TensorDesc
@@ -97,6 +98,7 @@ class _Arena:
         #: launch tables and nested loops, in order; the last table ends with the carry copies
         self.segments: list[LaunchTable | LoopRunner] = []
         self.read_condition: list[LaunchTable] = []  # the running flag to each flag buffer
+        self.model: CapturedRun | None = None  # one iteration captured (segments' launches and carry copies)
         self.finish: LaunchTable | None = None  # carried values from this arena's inputs to the node's outputs
 
 
@@ -129,6 +131,7 @@ class LoopRunner:
         self.scan_tables: list[LaunchTable] = []  # per iteration
         #: invariant body input -> its index among the invariants
         self._invariants = {name: index for index, name in enumerate(self.region.invariant_inputs)}
+        self._written_ahead = self._carried_in_place()
         self._scan_executors: list[Executor] = []
         self._context = {"node": body.name, "op": "Loop"}
         try:
@@ -154,6 +157,9 @@ class LoopRunner:
         """Where ``value``'s storage is when the body runs in ``arena``."""
         placement = self.body.plan.values[value]
         storage = placement.base or value
+        redirected = self._written_ahead.get(storage)
+        if redirected is not None:  # written straight into the other arena's carried input
+            return self._address(self.arenas[1 - self.arenas.index(arena)], redirected)
         stored = self.body.plan.values[storage]
         if stored.kind == "constant":
             return self.body.constants[storage].address
@@ -162,6 +168,18 @@ class LoopRunner:
             return self.inputs[len(self.region.carried_inputs) + invariant].address
         assert arena.buffer is not None and stored.arena_offset is not None
         return arena.buffer.address + stored.arena_offset
+
+    def _carried_in_place(self) -> dict[str, str]:
+        """Carried output value -> the carried input it becomes, for every one its node may
+        write straight into the other arena's input (no copy after each iteration).  Safe: the
+        other arena's last iteration is over (one stream), and its inputs share bytes only with
+        values written after their last read there.  Views, inputs and constants are copied."""
+        plan, ahead = self.body.plan, {}
+        for name_in, name_out in zip(self.region.carried_inputs, self.region.carried_outputs):
+            value = plan.values[plan.outputs[name_out]]
+            if value.kind in ("activation", "output") and value.base is None and value.writer is not None:
+                ahead[value.name] = name_in
+        return ahead
 
     def _desc(self, arena: _Arena, value: str | None) -> TensorDesc | None:
         if value is None:
@@ -194,15 +212,7 @@ class LoopRunner:
         stream = self.stream.handle
         self.start = LaunchTable(self.device.backend, self._carry(None, self.arenas[0], stream))
         for parity, arena in enumerate(self.arenas):
-            other = self.arenas[1 - parity]
-            arena.segments = self._segments(arena, stream)
-            last = arena.segments[-1] if arena.segments and isinstance(arena.segments[-1], LaunchTable) else None
-            carry = self._carry(arena, other, stream)
-            if last is not None:
-                arena.segments[-1] = LaunchTable(self.device.backend, [*last.records, *carry])
-                last.close()
-            else:
-                arena.segments.append(LaunchTable(self.device.backend, carry))
+            arena.segments = self._iteration_segments(arena, self.arenas[1 - parity], stream)
             arena.finish = LaunchTable(self.device.backend, self._finish(arena, stream))
             if self.region.condition is not None:
                 source = self._desc(arena, self.body.plan.outputs[self.region.condition])
@@ -212,6 +222,18 @@ class LoopRunner:
                     _COPY, stream, None, None, 0, 0, flag.address, source.data_address, 1, _D2H, self._context)])
                     for flag in self.flags]
         self._build_scan_tables(stream)
+
+    def _iteration_segments(self, arena: _Arena, other: _Arena, stream: Any) -> list[LaunchTable | LoopRunner]:
+        """One iteration in ``arena`` on ``stream``: the body, then the carry copies to ``other``."""
+        segments = self._segments(arena, stream)
+        last = segments[-1] if segments and isinstance(segments[-1], LaunchTable) else None
+        carry = self._carry(arena, other, stream)
+        if last is not None:
+            segments[-1] = LaunchTable(self.device.backend, [*last.records, *carry])
+            last.close()
+        else:
+            segments.append(LaunchTable(self.device.backend, carry))
+        return segments
 
     def _segments(self, arena: _Arena, stream: Any) -> list[LaunchTable | LoopRunner]:
         """The body's launches in plan order, cut around nested loops."""
@@ -243,6 +265,8 @@ class LoopRunner:
         carried outputs, or (None) from the node's inputs."""
         records = []
         for index, (name_in, name_out) in enumerate(zip(self.region.carried_inputs, self.region.carried_outputs)):
+            if source is not None and self.body.plan.outputs[name_out] in self._written_ahead:
+                continue
             dst = self._desc(target, name_in)
             src = self.inputs[index] if source is None else self._desc(source, self.body.plan.outputs[name_out])
             assert dst is not None and src is not None
@@ -282,6 +306,44 @@ class LoopRunner:
             self.scan_tables.append(LaunchTable(backend, [LaunchRecord(
                 _KERNEL, stream, None, executor.handle, 0, 0, 0, 0, 0, _D2D, self._context) for executor in executors]))
 
+    # -- capture ---------------------------------------------------------------------------------
+    @property
+    def capturable(self) -> bool:
+        """Whether an iteration can be captured: its body holds no loop (a nested loop reads its
+        exit back on the host, between its own iterations)."""
+        return all(len(arena.segments) == 1 and isinstance(arena.segments[0], LaunchTable) for arena in self.arenas)
+
+    def capture(self, origin: Stream) -> bool:
+        """Capture one iteration per arena as a model (``aclmdlRICapture*`` from ``origin``, a
+        stream nothing else enqueues on meanwhile); each iteration is then one replay on the
+        node's stream.  False when not :attr:`capturable`.  Each model holds one stream."""
+        if not self.capturable:
+            return False
+        for parity, arena in enumerate(self.arenas):
+            segments = self._iteration_segments(arena, self.arenas[1 - parity], origin.handle)
+            try:
+                with Capture(origin) as capture:
+                    for segment in segments:
+                        assert isinstance(segment, LaunchTable)
+                        segment.enqueue(None)
+            finally:
+                for segment in segments:
+                    if isinstance(segment, LaunchTable):
+                        segment.close()
+            arena.model = capture.run
+        return True
+
+    def uncapture(self) -> None:
+        """Destroy the captured models (iterations run from launch tables again)."""
+        for arena in self.arenas:
+            if arena.model is not None:
+                arena.model.close()
+                arena.model = None
+
+    @property
+    def captured(self) -> bool:
+        return any(arena.model is not None for arena in self.arenas)
+
     # -- running ---------------------------------------------------------------------------------
     async def run(self, run: int | None, timeline: Timeline | None) -> None:
         """Enqueue the whole loop on the node's stream, reading the exit condition back when the
@@ -309,7 +371,14 @@ class LoopRunner:
         finish.enqueue(run)
 
     async def _iteration(self, iteration: int, run: int | None, timeline: Timeline | None) -> None:
-        for segment in self.arenas[iteration % 2].segments:
+        arena = self.arenas[iteration % 2]
+        if arena.model is not None:
+            # The run only: each captured task keeps its own node and op, for errors.
+            arena.model.replay(self.stream, None if run is None else {"run": run})
+            if self.scan_tables:
+                self.scan_tables[iteration].enqueue(run)
+            return
+        for segment in arena.segments:
             if isinstance(segment, LaunchTable):
                 segment.enqueue(run)
             else:
@@ -361,6 +430,7 @@ class LoopRunner:
 
     def close(self) -> None:
         """Free everything; the caller has synchronized the stream."""
+        self.uncapture()
         for table in self._tables():
             table.close()
         self._close_nested()

@@ -428,8 +428,11 @@ class Program:
         """Streams the models of a capture of every slot would hold (0: it cannot be captured):
         one per stream each slot's run uses, its replay stream and D2H included (captured
         streams consume stream resources, 15_model_running_instance__management.md)."""
-        if not can_capture(self.device) or not replay_lanes or self.fallback_nodes or self.has_loops:
+        if not can_capture(self.device) or not replay_lanes or self.fallback_nodes:
             return 0
+        if self.has_loops:  # each loop's iterations, not the whole run (see _capture_loops)
+            return sum(2 for slot in self.slots for step in slot.steps
+                       if step.region is not None and step.region.capturable)
         d2h_lane = len(self.streams) - 1
         return sum(2 + sum(1 for lane, _ in slot.tails if lane != d2h_lane) for slot in self.slots)
 
@@ -449,9 +452,10 @@ class Program:
         number).  Returns whether the program was captured; without replay lanes, without room
         for each slot's workspaces, or when the device runs out of streams part way
         (``starved`` is then set), it is left to run from its launch tables."""
-        if (not can_capture(self.device) or not replay_lanes or self.has_loops
-                or not self.pin_workspaces(workspaces)):
+        if not can_capture(self.device) or not replay_lanes or not self.pin_workspaces(workspaces):
             return False
+        if self.has_loops:
+            return self._capture_loops(replay_lanes)
         if not self._pin_per_slot(workspaces):
             return False
         for slot in self.slots:
@@ -492,6 +496,26 @@ class Program:
             event.close()
         slot.tails = [tail for tail in slot.tails if tail[0] != d2h_lane]
         self._build_tables(slot)
+
+    def _capture_loops(self, replay_lanes: Sequence[int]) -> bool:
+        """A program with Loop nodes runs host-driven (each loop reads its exit back between
+        iterations), so it is not captured whole: each loop's iteration is, from the slot's
+        replay lane, and replayed on the loop's stream (see :mod:`~aclpipe.pipeline.loop`)."""
+        runners = [step.region for slot in self.slots for step in slot.steps if step.region is not None]
+        try:
+            for slot in self.slots:
+                origin = self.streams[replay_lanes[slot.index % len(replay_lanes)]]
+                for step in slot.steps:
+                    if step.region is not None:
+                        step.region.capture(origin)
+        except BackendError as error:
+            if error.code != _NO_STREAM_RESOURCE:
+                raise
+            self.starved = True
+            for runner in runners:
+                runner.uncapture()
+            return False
+        return any(runner.captured for runner in runners)
 
     def _capture_run(self, slot: Slot, origin: Any) -> None:
         """Capture one run from ``origin`` (the slot's replay stream): every stream the run uses,
