@@ -58,6 +58,12 @@ class LoopRegion:
     #: The body output holding the next running flag (a carried output), when the exit is
     #: computed on the device; None: every one of ``trips`` iterations runs.
     condition: str | None = None
+    #: Body inputs fed one slice per iteration (an ONNX ``Scan``'s scan inputs), the node's
+    #: last inputs: the sequences, sliced along ``scan_input_axes`` (from the end where
+    #: ``scan_input_reverse``).
+    scan_inputs: tuple[str, ...] = ()
+    scan_input_axes: tuple[int, ...] = ()
+    scan_input_reverse: tuple[bool, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.carried_inputs) != len(self.carried_outputs):
@@ -65,18 +71,33 @@ class LoopRegion:
                              f"{len(self.carried_inputs)} inputs and {len(self.carried_outputs)} outputs")
         if self.condition is not None and self.condition not in self.carried_outputs:
             raise ValueError(f"the loop condition {self.condition!r} must be a carried output")
+        scans_in = len(self.scan_inputs)
+        for field, count in (("scan_input_axes", scans_in), ("scan_input_reverse", scans_in)):
+            given = getattr(self, field)
+            if not given:
+                object.__setattr__(self, field, (0 if field.endswith("axes") else False,) * count)
+            elif len(given) != count:
+                raise ValueError(f"a loop region with {count} such scans needs {count} {field}, got {len(given)}")
 
     @property
     def input_descs(self) -> list[TensorDesc]:
-        """What the node's inputs must be: carried values, then invariants."""
-        return [self._desc(name) for name in (*self.carried_inputs, *self.invariant_inputs)]
+        """What the node's inputs must be: carried values, invariants, then scan sequences."""
+        fixed = [self._desc(name) for name in (*self.carried_inputs, *self.invariant_inputs)]
+        return fixed + [self._stacked(self._desc(name), axis) for name, axis in zip(self.scan_inputs,
+                                                                                     self.scan_input_axes)]
 
     @property
     def output_descs(self) -> list[TensorDesc]:
-        """What the node's outputs are: carried values, then scan outputs stacked on a new axis 0."""
+        """What the node's outputs are: carried values, then scan outputs stacked on a new axis 0,
+        first iteration first (each iteration's slice is written whole, after the one before: a
+        kernel may write past its output's end, CANN 11-01, onto slices not written yet only)."""
         carried = [self._desc(name) for name in self.carried_outputs]
-        scans = [self._desc(name) for name in self.scan_outputs]
-        return carried + [TensorDesc.contiguous((self.trips, *desc.shape), desc.dtype) for desc in scans]
+        return carried + [self._stacked(self._desc(name), 0) for name in self.scan_outputs]
+
+    def _stacked(self, desc: TensorDesc, axis: int) -> TensorDesc:
+        """``trips`` of ``desc`` stacked along a new ``axis``."""
+        shape = list(desc.shape)
+        return TensorDesc.contiguous((*shape[:axis], self.trips, *shape[axis:]), desc.dtype)
 
     def _desc(self, name: str) -> TensorDesc:
         value = self.body.value(self.body.outputs.get(name, name))
@@ -86,7 +107,8 @@ class LoopRegion:
     def __repr__(self) -> str:
         return (f"LoopRegion({self.body.name!r}: {len(self.body.nodes)} body nodes, {self.trips} trips, "
                 f"{len(self.carried_inputs)} carried, {len(self.invariant_inputs)} invariant, "
-                f"{len(self.scan_outputs)} scan outputs, exit {'on the device' if self.condition else 'by count'})")
+                f"{len(self.scan_inputs)} scan inputs, {len(self.scan_outputs)} scan outputs, "
+                f"exit {'on the device' if self.condition else 'by count'})")
 
 
 class LoopSpec(OpSpec):

@@ -41,7 +41,7 @@ from .context import (
 )
 from .convert_math import cast_to
 from .graph_context import GraphContext, HostValueNeeded
-from .loop_region import loop_as_region
+from .loop_region import loop_as_region, scan_as_region
 from .mapping import converts
 
 __all__: list[str] = []
@@ -201,6 +201,13 @@ def convert_scan(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
     if len(lengths) != 1:
         raise ValueError(f"{node.describe()}: the scan inputs have different lengths {sorted(lengths)}")
     steps = lengths.pop()
+    out_axes = _per_item(node, "scan_output_axes", output_count)
+    out_reverse = _per_item(node, "scan_output_directions", output_count)
+    if isinstance(ctx, GraphContext) and steps > UNROLL_TRIPS:
+        outputs = scan_as_region(ctx, node, body, states, sequences, in_axes, in_reverse, out_axes, out_reverse,
+                                 steps)
+        if outputs is not None:
+            return outputs
     names = [value.name for value in body.input]
     collected: list[list[Any]] = [[] for _ in range(output_count)]
     for step in range(steps):
@@ -210,8 +217,6 @@ def convert_scan(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
         states = list(outputs[:state_count])
         for values, value in zip(collected, outputs[state_count:]):
             values.append(value)
-    out_axes = _per_item(node, "scan_output_axes", output_count)
-    out_reverse = _per_item(node, "scan_output_directions", output_count)
     scanned = [_stack(ctx, node, values[::-1] if reverse else values, axis, info)
                for values, axis, reverse, info in zip(collected, out_axes, out_reverse, body.output[state_count:])]
     return states + scanned

@@ -39,7 +39,7 @@ from ..plan import Plan, make_plan
 from ..runtime.capture import Capture, CapturedRun
 from ..runtime.executor import Executor
 from ..runtime.launches import LaunchTable
-from ..tensor import TensorDesc
+from ..tensor import TensorDesc, contiguous_strides
 
 if TYPE_CHECKING:
     from ..graph.region import LoopRegion
@@ -128,11 +128,12 @@ class LoopRunner:
         self.workspace: DeviceBuffer | None = None
         self.flags: list[HostBuffer] = []
         self.start: LaunchTable | None = None
-        self.scan_tables: list[LaunchTable] = []  # per iteration
+        self.scan_in_tables: list[LaunchTable] = []  # per iteration: its slices of the scan inputs
+        self.scan_tables: list[LaunchTable] = []  # per iteration: its scan values to the stacked outputs
+        self._scan_executors: list[tuple[list[Executor], list[Executor]]] = []
         #: invariant body input -> its index among the invariants
         self._invariants = {name: index for index, name in enumerate(self.region.invariant_inputs)}
         self._written_ahead = self._carried_in_place()
-        self._scan_executors: list[Executor] = []
         self._context = {"node": body.name, "op": "Loop"}
         try:
             self._build()
@@ -208,7 +209,7 @@ class LoopRunner:
         for table in self._tables():
             table.close()
         self._close_nested()
-        self.scan_tables = []
+        self.scan_in_tables, self.scan_tables = [], []
         stream = self.stream.handle
         self.start = LaunchTable(self.device.backend, self._carry(None, self.arenas[0], stream))
         for parity, arena in enumerate(self.arenas):
@@ -284,27 +285,40 @@ class LoopRunner:
         return records
 
     def _build_scan_tables(self, stream: Any) -> None:
-        """Per iteration, copies of its scan values into their slice of the stacked outputs
-        (an ``InplaceCopy`` each: a slice need not be 64-byte aligned as device copies must)."""
-        if not self.region.scan_outputs:
+        """Per iteration, the copies of its slice of each scan input into the body's input (before
+        it), and of its scan values into their slice of the stacked outputs (after it): an
+        ``InplaceCopy`` each, since a slice may be strided, and need not be 64-byte aligned as
+        device-to-device copies must."""
+        region = self.region
+        if not region.scan_inputs and not region.scan_outputs:
             return
-        backend, carried = self.device.backend, len(self.region.carried_inputs)
         if not self._scan_executors:
-            for iteration in range(self.region.trips):
-                arena = self.arenas[iteration % 2]
-                for index, name in enumerate(self.region.scan_outputs):
-                    source = self._desc(arena, self.body.plan.outputs[name])
-                    stacked = self.outputs[carried + index]
-                    assert source is not None
-                    target = TensorDesc(source.shape, source.dtype, (), iteration * source.numel, source.format,
-                                        stacked.address)
-                    self._scan_executors.append(Executor.prepare(backend, "InplaceCopy", (source,), (target,), {},
-                                                                 node=self.body.name, repeatable=True))
-        per_iteration = len(self.region.scan_outputs)
-        for iteration in range(self.region.trips):
-            executors = self._scan_executors[iteration * per_iteration:(iteration + 1) * per_iteration]
-            self.scan_tables.append(LaunchTable(backend, [LaunchRecord(
-                _KERNEL, stream, None, executor.handle, 0, 0, 0, 0, 0, _D2D, self._context) for executor in executors]))
+            self._scan_executors = [self._scan_copies(iteration) for iteration in range(region.trips)]
+        backend = self.device.backend
+        for before, after in self._scan_executors:
+            self.scan_in_tables.append(LaunchTable(backend, [self._kernel(stream, ex) for ex in before]))
+            self.scan_tables.append(LaunchTable(backend, [self._kernel(stream, ex) for ex in after]))
+
+    def _scan_copies(self, iteration: int) -> tuple[list[Executor], list[Executor]]:
+        region, arena, backend = self.region, self.arenas[iteration % 2], self.device.backend
+        first_sequence = len(region.carried_inputs) + len(region.invariant_inputs)
+        before, after = [], []
+        for index, (name, axis, reverse) in enumerate(zip(region.scan_inputs, region.scan_input_axes,
+                                                           region.scan_input_reverse)):
+            step = region.trips - 1 - iteration if reverse else iteration
+            source = _slice(self.inputs[first_sequence + index], axis, step)
+            target = self._desc(arena, name)
+            before.append(Executor.prepare(backend, "InplaceCopy", (source,), (target,), {}, node=self.body.name,
+                                           repeatable=True))
+        for index, name in enumerate(region.scan_outputs):
+            source = self._desc(arena, self.body.plan.outputs[name])
+            target = _slice(self.outputs[len(region.carried_inputs) + index], 0, iteration)
+            after.append(Executor.prepare(backend, "InplaceCopy", (source,), (target,), {}, node=self.body.name,
+                                          repeatable=True))
+        return before, after
+
+    def _kernel(self, stream: Any, executor: Executor) -> LaunchRecord:
+        return LaunchRecord(_KERNEL, stream, None, executor.handle, 0, 0, 0, 0, 0, _D2D, self._context)
 
     # -- capture ---------------------------------------------------------------------------------
     @property
@@ -372,6 +386,8 @@ class LoopRunner:
 
     async def _iteration(self, iteration: int, run: int | None, timeline: Timeline | None) -> None:
         arena = self.arenas[iteration % 2]
+        if self.scan_in_tables:
+            self.scan_in_tables[iteration].enqueue(run)
         if arena.model is not None:
             # The run only: each captured task keeps its own node and op, for errors.
             arena.model.replay(self.stream, None if run is None else {"run": run})
@@ -411,7 +427,7 @@ class LoopRunner:
         self._build_tables()
 
     def _tables(self) -> list[LaunchTable]:
-        tables = list(self.scan_tables)
+        tables = [*self.scan_in_tables, *self.scan_tables]
         if self.start is not None:
             tables.append(self.start)
         for arena in self.arenas:
@@ -434,7 +450,7 @@ class LoopRunner:
         for table in self._tables():
             table.close()
         self._close_nested()
-        self.scan_tables = []
+        self.scan_in_tables, self.scan_tables = [], []
         for arena in self.arenas:
             for executor in arena.executors:
                 executor.destroy()
@@ -443,8 +459,9 @@ class LoopRunner:
                 arena.buffer.close()
                 arena.buffer = None
         self.arenas.clear()
-        for executor in self._scan_executors:
-            executor.destroy()
+        for before, after in self._scan_executors:
+            for executor in [*before, *after]:
+                executor.destroy()
         self._scan_executors.clear()
         for buffer in [*self.flags, *([self.workspace] if self.workspace is not None else [])]:
             buffer.close()
@@ -453,6 +470,14 @@ class LoopRunner:
 
 def _copy(stream: Any, dst: int, src: int, nbytes: int, context: Mapping[str, Any]) -> LaunchRecord:
     return LaunchRecord(_COPY, stream, None, None, 0, 0, dst, src, nbytes, _D2D, context)
+
+
+def _slice(stacked: TensorDesc, axis: int, index: int) -> TensorDesc:
+    """Slice ``index`` of ``stacked`` (contiguous) along ``axis``, that axis dropped: a strided view."""
+    strides = contiguous_strides(stacked.shape)
+    shape = stacked.shape[:axis] + stacked.shape[axis + 1:]
+    return TensorDesc(shape, stacked.dtype, strides[:axis] + strides[axis + 1:], stacked.offset + index * strides[axis],
+                      stacked.format, stacked.address)
 
 
 def _contiguous(node: str, what: str, desc: TensorDesc | None) -> TensorDesc:

@@ -138,7 +138,8 @@ def test_a_loop_inside_a_loop_body_runs_as_a_nested_region():
         [tensor("c_out", [], BOOL), tensor("v_out", [3])])
     outer = helper.make_graph(
         [helper.make_node("Loop", ["inner_trips", "", "acc"], ["summed"], body=inner),
-         helper.make_node("Mul", ["summed", "half"], ["acc_out"]), helper.make_node("Identity", ["cond"], ["cond_out"])],
+         helper.make_node("Mul", ["summed", "half"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
         "outer", [tensor("i", [], INT64), tensor("cond", [], BOOL), tensor("acc", [3])],
         [tensor("cond_out", [], BOOL), tensor("acc_out", [3])])
     nodes = [helper.make_node("Loop", ["trips", "", "start"], ["total"], body=outer)]
@@ -181,3 +182,29 @@ def test_a_body_that_needs_the_iteration_number_on_the_host_is_unrolled():
 def test_unrolling_is_still_bounded_where_a_loop_must_unroll():
     with pytest.raises(GraphError, match=r"more than 50 subgraphs .*OnnxLimits.iterations"):
         load_onnx(_slicing_model(100), limits=OnnxLimits(iterations=50))
+
+
+# -- Scan --------------------------------------------------------------------------------------
+def test_a_long_scan_is_one_node_with_strided_slices_both_ways():
+    steps = 30
+    body = helper.make_graph(
+        [helper.make_node("Add", ["state", "a"], ["state_out"]),
+         helper.make_node("Mul", ["a", "b"], ["product"]),
+         helper.make_node("Add", ["product", "bias"], ["shifted"])],
+        "body", [tensor("state", [2]), tensor("a", [2]), tensor("b", [2])],
+        [tensor("state_out", [2]), tensor("product", [2]), tensor("shifted", [2])])
+    nodes = [helper.make_node("Scan", ["init", "seq_a", "seq_b"], ["final", "products", "shifted_all"], body=body,
+                              num_scan_inputs=2, scan_input_axes=[0, 1], scan_input_directions=[0, 1],
+                              scan_output_axes=[1, 0], scan_output_directions=[1, 0])]
+    model = make_model(nodes, [tensor("init", [2]), tensor("seq_a", [steps, 2]), tensor("seq_b", [2, steps]),
+                               tensor("bias", [2])],
+                       [tensor("final", None), tensor("products", None), tensor("shifted_all", None)])
+    feeds = [{"init": RNG.standard_normal(2).astype(np.float32),
+              "seq_a": RNG.standard_normal((steps, 2)).astype(np.float32),
+              "seq_b": RNG.standard_normal((2, steps)).astype(np.float32),
+              "bias": RNG.standard_normal(2).astype(np.float32)}]
+    graph = _check(model, feeds)
+    loops, nodes = _loop_nodes(graph)
+    # The loop, then the reversed output's IndexSelect and its move to axis 1 (Permute).
+    assert [node.op for node in nodes] == ["Loop", "IndexSelect", "Permute"]
+    assert loops[0].attrs["region"].scan_inputs
