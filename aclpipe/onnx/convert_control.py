@@ -1,25 +1,28 @@
-"""Control flow: ``If``, ``Loop`` and ``Scan``, resolved when the graph is specialized.
-
-aclpipe prepares a whole graph before it runs, so control flow is settled at specialization
-(per input shapes and host values), never by branching on the device:
+"""Control flow: ``If``, ``Loop`` and ``Scan``.
 
 - ``If``: when the condition is known (it folds from shapes or constants, or comes from a
   host-value input), only the chosen branch is emitted.  Otherwise both branches are emitted
   and each output is selected on the device with ``Where`` (the branches must then give
   outputs of one shape and dtype).
-- ``Loop`` and ``Scan`` are *unrolled*: the body is emitted once per iteration, with the
-  iteration number and the loop-carried values of that iteration.  Unrolling (rather than
-  replaying one prepared body) is what lets each iteration fold (the iteration number is a
-  constant, so shape arithmetic on it disappears), lets the planner overlap independent work
-  of neighbouring iterations across streams, and needs nothing from the Pipeline: an unrolled
-  loop is an ordinary graph.  Its cost is graph size, bounded by ``OnnxLimits.iterations`` and
-  ``OnnxLimits.graph_nodes``.  A Loop's trip count must be known at specialization (a
-  constant, shape arithmetic, or a host value).  Its condition may be computed on the device
-  only when there are no scan outputs: all ``M`` iterations are then emitted, and a running
-  device flag (``Where``) freezes the loop-carried values once the condition turns false.
-  ``Scan``'s trip count is the length of its scan inputs, always known.
+- ``Loop`` and ``Scan`` of more than :data:`UNROLL_TRIPS` iterations become one ``Loop``
+  node holding the body, imported once (:mod:`aclpipe.onnx.loop_region`), which the Pipeline
+  runs as control flow (:mod:`aclpipe.pipeline.loop`): the graph grows with the model, not
+  with the trip count, and an exit computed on the device is read back once per block of
+  iterations.
+- Shorter ones, and those the region form cannot hold (the body needs the iteration number on
+  the host, a carried value changes shape, a device-computed exit with scan outputs), are
+  *unrolled*: the body is emitted once per iteration, with the iteration number and the
+  loop-carried values of that iteration.  Each iteration then folds (the iteration number is
+  a constant, so shape arithmetic on it disappears) and the planner overlaps independent work
+  of neighbouring iterations across streams.  Its cost is graph size, bounded by
+  ``OnnxLimits.iterations`` and ``OnnxLimits.graph_nodes``.  An unrolled Loop whose condition
+  is computed on the device has no scan outputs: all ``M`` iterations are emitted, and a
+  running device flag (``Where``) freezes the loop-carried values once the condition turns
+  false.
 
-Subgraphs read outer values by name through ``node.scope`` (nested ones too).
+A Loop's trip count must be known at specialization (a constant, shape arithmetic, or a host
+value); ``Scan``'s is the length of its scan inputs, always known.  Subgraphs read outer
+values by name through ``node.scope`` (nested ones too).
 """
 
 from __future__ import annotations
