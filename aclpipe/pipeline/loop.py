@@ -166,7 +166,7 @@ class LoopRunner:
             return self.body.constants[storage].address
         invariant = self._invariants.get(storage)
         if invariant is not None:
-            return self.inputs[len(self.region.carried_inputs) + invariant].address
+            return self.inputs[len(self.region.carried_inputs) + invariant].data_address
         assert arena.buffer is not None and stored.arena_offset is not None
         return arena.buffer.address + stored.arena_offset
 
@@ -311,9 +311,9 @@ class LoopRunner:
             before.append(Executor.prepare(backend, "InplaceCopy", (source,), (target,), {}, node=self.body.name,
                                            repeatable=True))
         for index, name in enumerate(region.scan_outputs):
-            source = self._desc(arena, self.body.plan.outputs[name])
-            target = _slice(self.outputs[len(region.carried_inputs) + index], 0, iteration)
-            after.append(Executor.prepare(backend, "InplaceCopy", (source,), (target,), {}, node=self.body.name,
+            produced = self._desc(arena, self.body.plan.outputs[name])
+            stacked = _slice(self.outputs[len(region.carried_inputs) + index], 0, iteration)
+            after.append(Executor.prepare(backend, "InplaceCopy", (produced,), (stacked,), {}, node=self.body.name,
                                           repeatable=True))
         return before, after
 
