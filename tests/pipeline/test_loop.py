@@ -102,3 +102,16 @@ def test_a_program_with_a_loop_runs_uncaptured_and_prepares_its_body_once():
 
     stats = anyio.run(main)
     assert stats.prepared == 1
+
+
+def test_a_loop_in_a_stage_pipeline_reads_its_exit_without_the_pipelines_timeline():
+    model, body = _model()
+    w = numpy_helper.to_array(body.initializer[0])
+    feeds = _feeds(3)
+
+    async def main():
+        async with aclpipe.Pipeline(aclpipe.load_onnx(model), device="sim:0,1", split="stages") as pipe:
+            return [await pipe.run(**feed) for feed in feeds]
+
+    for feed, result in zip(feeds, anyio.run(main)):
+        np.testing.assert_allclose(result["y"], _reference(feed, w), rtol=1e-5, atol=1e-6)
