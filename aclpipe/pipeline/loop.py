@@ -50,6 +50,9 @@ __all__ = ["MAX_BLOCK", "LoopBody", "LoopRunner"]
 
 #: The most iterations enqueued between two reads of a device-computed exit condition.
 MAX_BLOCK = 64
+#: Iterations captured in one model besides the single iteration (a replay costs the runtime
+#: more than a task: aclmdlRIExecuteAsync's own work, once per group instead of per iteration).
+GROUP = 16
 
 _KERNEL, _COPY = LaunchKind.KERNEL, LaunchKind.COPY
 _D2D, _D2H = MemcpyKind.DEVICE_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST
@@ -99,6 +102,7 @@ class _Arena:
         self.segments: list[LaunchTable | LoopRunner] = []
         self.read_condition: list[LaunchTable] = []  # the running flag to each flag buffer
         self.model: CapturedRun | None = None  # one iteration captured (segments' launches and carry copies)
+        self.group: CapturedRun | None = None  # GROUP iterations captured, the first in this arena
         self.finish: LaunchTable | None = None  # carried values from this arena's inputs to the node's outputs
 
 
@@ -327,32 +331,55 @@ class LoopRunner:
         exit back on the host, between its own iterations)."""
         return all(len(arena.segments) == 1 and isinstance(arena.segments[0], LaunchTable) for arena in self.arenas)
 
+    @property
+    def models(self) -> int:
+        """The models :meth:`capture` makes (each holds one stream): one iteration per arena,
+        and, without scans and for at least :data:`GROUP` trips, :data:`GROUP` iterations from
+        each arena."""
+        if not self.capturable:
+            return 0
+        return 4 if self._groups else 2
+
+    @property
+    def _groups(self) -> bool:
+        return self.region.trips >= GROUP and not self.scan_tables and not self.scan_in_tables
+
     def capture(self, origin: Stream) -> bool:
         """Capture one iteration per arena as a model (``aclmdlRICapture*`` from ``origin``, a
-        stream nothing else enqueues on meanwhile); each iteration is then one replay on the
-        node's stream.  False when not :attr:`capturable`.  Each model holds one stream."""
+        stream nothing else enqueues on meanwhile), and :data:`GROUP` iterations where they fit
+        (:attr:`models`); an iteration (or a group) is then one replay on the node's stream.
+        False when not :attr:`capturable`."""
         if not self.capturable:
             return False
         for parity, arena in enumerate(self.arenas):
-            segments = self._iteration_segments(arena, self.arenas[1 - parity], origin.handle)
-            try:
-                with Capture(origin) as capture:
-                    for segment in segments:
-                        assert isinstance(segment, LaunchTable)
-                        segment.enqueue(None)
-            finally:
-                for segment in segments:
-                    if isinstance(segment, LaunchTable):
-                        segment.close()
-            arena.model = capture.run
+            arena.model = self._capture(origin, [parity])
+            if self._groups:
+                arena.group = self._capture(origin, [(parity + k) % 2 for k in range(GROUP)])
         return True
+
+    def _capture(self, origin: Stream, parities: Sequence[int]) -> CapturedRun | None:
+        """A model of iterations in these arenas, one after another."""
+        segments = [segment for parity in parities
+                     for segment in self._iteration_segments(self.arenas[parity], self.arenas[1 - parity],
+                                                             origin.handle)]
+        try:
+            with Capture(origin) as capture:
+                for segment in segments:
+                    assert isinstance(segment, LaunchTable)
+                    segment.enqueue(None)
+        finally:
+            for segment in segments:
+                if isinstance(segment, LaunchTable):
+                    segment.close()
+        return capture.run
 
     def uncapture(self) -> None:
         """Destroy the captured models (iterations run from launch tables again)."""
         for arena in self.arenas:
-            if arena.model is not None:
-                arena.model.close()
-                arena.model = None
+            for model in (arena.model, arena.group):
+                if model is not None:
+                    model.close()
+            arena.model = arena.group = None
 
     @property
     def captured(self) -> bool:
@@ -368,10 +395,15 @@ class LoopRunner:
         pending: tuple[int, Any] | None = None  # the previous block's condition read back
         blocks = 0
         while done < trips:
-            count = min(block, trips - done)
-            for _ in range(count):
-                await self._iteration(done, run, timeline)
-                done += 1
+            end = done + min(block, trips - done)
+            while done < end:
+                group = self.arenas[done % 2].group
+                if group is not None and end - done >= GROUP:
+                    group.replay(self.stream, None if run is None else {"run": run})
+                    done += GROUP
+                else:
+                    await self._iteration(done, run, timeline)
+                    done += 1
             if self.region.condition is None or done >= trips:
                 continue
             read = self._read_condition(done - 1, blocks % 2, timeline)

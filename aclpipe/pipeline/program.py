@@ -431,8 +431,7 @@ class Program:
         if not can_capture(self.device) or not replay_lanes or self.fallback_nodes:
             return 0
         if self.has_loops:  # each loop's iterations, not the whole run (see _capture_loops)
-            return sum(2 for slot in self.slots for step in slot.steps
-                       if step.region is not None and step.region.capturable)
+            return sum(step.region.models for slot in self.slots for step in slot.steps if step.region is not None)
         d2h_lane = len(self.streams) - 1
         return sum(2 + sum(1 for lane, _ in slot.tails if lane != d2h_lane) for slot in self.slots)
 
