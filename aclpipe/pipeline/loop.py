@@ -4,25 +4,31 @@ A program holding a ``Loop`` node prepares its body once (:class:`LoopBody`: bou
 for one stream, its constants uploaded), and per slot a :class:`LoopRunner` that runs it:
 
 - Two *arenas* per runner, each with the body's executors bound to its addresses (phase one
-  once per arena).  Iteration ``i`` runs in arena ``i % 2`` and ends by copying its carried
-  outputs (device to device) to the carried inputs of the other arena: the ping-pong keeps an
-  iteration's outputs from overwriting inputs that the planner let them share bytes with.
+  once per arena).  Iteration ``i`` runs in arena ``i % 2`` and leaves its carried values in
+  the other arena's carried inputs: the node computing each one writes it there directly
+  (a copy only for carried values that are views, inputs or constants).  The ping-pong keeps
+  an iteration's results from overwriting inputs the planner let them share bytes with; the
+  other arena is free, since its iteration is over (everything of the loop runs in one
+  stream's order) and its inputs share bytes only with values written after their last read.
   Invariants (outer values the body reads) are bound where the enclosing program keeps them.
-- Each iteration is one launch table (the body's launches and the carry copies), enqueued on
-  the ``Loop`` node's stream: everything of the loop is in that stream's order, so it needs no
-  events.  Scan outputs are copied into their stacked output after each iteration.
-- An exit computed on the device is read back as one byte (a copy to pinned memory and a host
-  function advancing the pipeline's timeline, awaited) once per *block* of iterations.  The
-  body keeps its carried values once its running flag turns false (see
-  :mod:`aclpipe.graph.region`), so iterations past the exit change nothing; block sizes double
-  from 1 up to :data:`MAX_BLOCK`, so a loop that ends early runs at most as many extra
-  iterations as it ran, and a long one pays one read back per ``MAX_BLOCK`` iterations.  The
-  next block is enqueued before the previous one's flag is awaited, so the device is not idle
-  while the host reads it.
+- Where the device captures (``aclmdlRICapture*``, from the slot's replay lane), one iteration
+  per arena is captured as a model, and :data:`GROUP` iterations from each arena as another:
+  an iteration, or a group of them, is then one ``aclmdlRIExecuteAsync`` on the node's stream.
+  Otherwise each iteration is one launch table.  Scan slices are copied in before an
+  iteration and its scan values out after it (per-iteration tables: their addresses differ).
+  A body holding a loop is not captured; the nested loop runs host-driven inside it.
+- An exit computed on the device is read back as one byte (a copy to pinned memory, then a
+  host function advancing the pipeline's timeline, awaited; without a timeline, an event
+  synchronized in a worker thread) once per *block* of iterations.  The body keeps its
+  carried values once its running flag turns false (see :mod:`aclpipe.graph.region`), so
+  iterations past the exit change nothing; block sizes double from 1 up to :data:`MAX_BLOCK`,
+  so a loop that ends early runs at most as many spare iterations as it ran, and a long one
+  pays one read back per ``MAX_BLOCK`` iterations.  The next block is enqueued before the
+  previous one's flag is awaited, so the device is not idle while the host reads it.
 
-CANN's public runtime API has no conditional or while sub-model for captured graphs
-(``hicann/runtime``'s ``aclmdlRI*`` captures a fixed task sequence; its docs list no IF/WHILE
-tasks), so the condition is always read back on the host here.
+CANN 9.1 has conditional tasks in captured models (``aclmdlRICondHandleCreate``,
+``aclmdlRICondHandleGetCondPtr``, ``aclmdlRIAddCondTask`` with a WHILE sub-model, a trial
+feature); aclpipe does not bind them yet, so the exit is always read back on the host.
 """
 
 from __future__ import annotations
