@@ -10,8 +10,10 @@ its outputs written, at arena addresses); running it is the Pipeline's business
 enqueued once per iteration.
 
 The node's inputs are the loop-carried values' initial contents, then the *invariants*: outer
-values the body reads, the same in every iteration.  Its outputs are the carried values after
-the last iteration, then one stacked tensor per scan output (``[trips, *per-iteration shape]``).
+values the body reads, the same in every iteration, then the sequences an ONNX ``Scan`` slices
+(one slice per iteration, along its axis, from either end).  Its outputs are the carried values
+after the last iteration, then one stacked tensor per scan output (``[trips, *per-iteration
+shape]``).
 
 The body graph's inputs are the carried values (``carried_inputs``, in the node's order) and the
 invariants (``invariant_inputs``); its outputs give each carried value's next contents
