@@ -52,7 +52,7 @@ __all__: list[str] = []
 _VERSIONS = (11, 13, 16, 19, 21, 23, 24, 25)
 _SCAN_VERSIONS = (11, 16, 19, 21, 23, 24, 25)
 #: A Loop without a trip count runs until its condition turns false; this bounds it where the
-#: context sets no limit of its own (the eager evaluator).
+#: context sets no limit of its own (the eager evaluator), and as a Loop node.
 _UNBOUNDED_LOOP_LIMIT = 1_000_000
 #: Loops of at most this many trips are unrolled (each iteration folds on its own, and the
 #: planner overlaps neighbouring iterations); longer ones become one ``Loop`` node.
@@ -102,15 +102,16 @@ def convert_loop(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
                          f"outputs; with {len(carried)} loop-carried values it must take {2 + len(carried)} "
                          f"and give at least {1 + len(carried)}")
     trips = None if trip_value is None else _trip_count(ctx, node, trip_value)
-    if isinstance(ctx, GraphContext) and trips is not None and trips > UNROLL_TRIPS:
-        start = True if condition is None else _known_flag(ctx, node, condition, "Loop's condition")
-        if start is not False:
-            outputs = loop_as_region(ctx, node, body, trips, None if start else condition, carried)
-            if outputs is not None:
-                return outputs
+    if trips is not None and trips > UNROLL_TRIPS:
+        outputs = _as_region(ctx, node, body, trips, condition, carried)
+        if outputs is not None:
+            return outputs
+    initial = (condition, carried)
     loop = _Unrolled(ctx, node, body, carried, scan_count)
     known = True if condition is None else _known_flag(ctx, node, condition, "Loop's condition")
     if known is None:
+        if trips is None and (outputs := _as_region(ctx, node, body, None, *initial)) is not None:
+            return outputs
         loop.start_masking(condition, trips)
     # ``known`` is None once the condition is computed on the device: then all M iterations run.
     while known is not False and (trips is None or loop.iteration < trips):
@@ -121,8 +122,25 @@ def convert_loop(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
         if loop.running is None:
             known = _known_flag(ctx, node, new_condition, "Loop's condition")
             if known is None:
+                # Without M, the exit turned out to be computed on the device: the whole loop
+                # runs as a Loop node instead (what was unrolled so far is pruned).
+                if trips is None and (outputs := _as_region(ctx, node, body, None, *initial)) is not None:
+                    return outputs
                 loop.start_masking(new_condition, trips)
     return loop.outputs()
+
+
+def _as_region(ctx: BuildContext, node: OnnxNode, body: onnx.GraphProto, trips: int | None, condition: Any,
+               carried: list[Any]) -> list[Any] | None:
+    """The loop as one Loop node, or None where it must unroll (see the module docs).  Without
+    ``trips`` only an exit computed on the device takes it (a folded one decides the count)."""
+    if not isinstance(ctx, GraphContext):
+        return None
+    start = True if condition is None else _known_flag(ctx, node, condition, "Loop's condition")
+    if start is False:
+        return None
+    return loop_as_region(ctx, node, body, _UNBOUNDED_LOOP_LIMIT if trips is None else trips,
+                          None if start else condition, carried, device_exit_only=trips is None)
 
 
 def _trip_count(ctx: BuildContext, node: OnnxNode, value: Any) -> int:

@@ -13,7 +13,9 @@ flag carried on the device, and every carried value kept (``Where``) once the fl
 
 It declines (returns None, and the caller unrolls the loop) when the body cannot be one graph
 for every iteration: a carried value changes shape, the body needs the iteration number on the
-host (shape arithmetic on it), or the body's next condition is known to be false.
+host (shape arithmetic on it), or the body's next condition is known to be false; and when
+nothing in the loop comes from the device (constant carried values, no outer device values,
+no device exit), since unrolling then folds the whole loop into constants.
 """
 
 from __future__ import annotations
@@ -139,9 +141,11 @@ class _LoopBody(_Body):
 
 
 def loop_as_region(ctx: GraphContext, node: OnnxNode, body: onnx.GraphProto, trips: int, condition: Any,
-                   carried: list[Any]) -> list[Any] | None:
+                   carried: list[Any], *, device_exit_only: bool = False) -> list[Any] | None:
     """The Loop's outputs through one ``Loop`` node, or None when the loop must be unrolled
-    (see the module docs).  ``condition`` is the loop's initial condition (None: true)."""
+    (see the module docs).  ``condition`` is the loop's initial condition (None: true);
+    ``device_exit_only``: None as well unless the exit is computed on the device (a loop without
+    a trip count whose condition folds runs as long as folding says)."""
     initial_known = condition is None or isinstance(condition, Folded)
     try:
         built = _LoopBody(ctx, node, body, carried, running=not initial_known)
@@ -149,6 +153,11 @@ def loop_as_region(ctx: GraphContext, node: OnnxNode, body: onnx.GraphProto, tri
             built = _LoopBody(ctx, node, body, carried, running=True)
     except UnsupportedFeature:
         return None  # e.g. the iteration number is needed on the host: only unrolling gives it
+    if device_exit_only and built.running is None:
+        return None
+    if (built.running is None and not built.scope.invariants and all(isinstance(v, Folded) for v in carried)
+            and trips <= ctx.limits.iterations):
+        return None  # nothing in it comes from the device: unrolling folds the whole loop
     if isinstance(built.condition, Folded) and not bool(np.asarray(built.condition.array).reshape(-1)[0]):
         return None  # one iteration: unrolling folds it
     if built.running is not None and built.scan_values:

@@ -208,3 +208,33 @@ def test_a_long_scan_is_one_node_with_strided_slices_both_ways():
     # The loop, then the reversed output's IndexSelect and its move to axis 1 (Permute).
     assert [node.op for node in nodes] == ["Loop", "IndexSelect", "Permute"]
     assert loops[0].attrs["region"].scan_inputs
+
+
+def test_a_loop_without_a_trip_count_runs_until_its_device_computed_exit():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "x"], ["acc_out"]),
+         helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+         helper.make_node("ReduceSum", ["big"], ["limit"], keepdims=0),
+         helper.make_node("Less", ["total", "limit"], ["cond_out"])],
+        "body", [tensor("i", [], INT64), tensor("cond", [], BOOL), tensor("acc", [3])],
+        [tensor("cond_out", [], BOOL), tensor("acc_out", [3])])
+    nodes = [helper.make_node("Loop", ["", "go", "start"], ["final"], body=body)]
+    model = make_model(nodes, [tensor("x", [3]), tensor("big", [2000])], [tensor("final", None)],
+                       [_const("go", True, np.bool_), _const("start", [0, 0, 0])])
+    feeds = [{"x": np.ones(3, np.float32), "big": np.full(2000, limit / 2000, np.float32)} for limit in (2.0, 500.0)]
+    graph = _check(model, feeds)
+    loops, _ = _loop_nodes_of(graph, feeds[0])
+    assert len(loops) == 1
+
+
+def test_a_long_loop_over_constants_only_still_folds():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "one"], ["acc_out"]), helper.make_node("Identity", ["cond"], ["c"])],
+        "body", [tensor("i", [], INT64), tensor("cond", [], BOOL), tensor("acc", [])],
+        [tensor("c", [], BOOL), tensor("acc_out", [])])
+    nodes = [helper.make_node("Loop", ["trips", "", "zero"], ["count"], body=body),
+             helper.make_node("Mul", ["x", "count"], ["y"])]
+    model = make_model(nodes, [tensor("x", [2])], [tensor("y", None)],
+                       [_const("trips", 100, np.int64), _const("zero", 0.0), _const("one", 1.0)])
+    graph = _check(model, [{"x": np.array([1, 2], np.float32)}])
+    assert [node.op for node in graph.specialize().nodes] == ["Mul"]
