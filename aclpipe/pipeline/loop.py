@@ -341,10 +341,13 @@ class LoopRunner:
     def models(self) -> int:
         """The models :meth:`capture` makes (each holds one stream): one iteration per arena,
         and, without scans and for at least :data:`GROUP` trips, :data:`GROUP` iterations from
-        each arena."""
+        each arena; for a body holding loops, theirs."""
         if not self.capturable:
-            return 0
+            return sum(nested.models for nested in self._nested())
         return 4 if self._groups else 2
+
+    def _nested(self) -> list[LoopRunner]:
+        return [segment for arena in self.arenas for segment in arena.segments if isinstance(segment, LoopRunner)]
 
     @property
     def _groups(self) -> bool:
@@ -354,9 +357,11 @@ class LoopRunner:
         """Capture one iteration per arena as a model (``aclmdlRICapture*`` from ``origin``, a
         stream nothing else enqueues on meanwhile), and :data:`GROUP` iterations where they fit
         (:attr:`models`); an iteration (or a group) is then one replay on the node's stream.
-        False when not :attr:`capturable`."""
+        A body holding loops runs host-driven, its loops captured instead; False when nothing
+        was captured."""
         if not self.capturable:
-            return False
+            captured = [nested.capture(origin) for nested in self._nested()]  # every one, not the first
+            return any(captured)
         for parity, arena in enumerate(self.arenas):
             arena.model = self._capture(origin, [parity])
             if self._groups:
@@ -386,10 +391,13 @@ class LoopRunner:
                 if model is not None:
                     model.close()
             arena.model = arena.group = None
+        for nested in self._nested():
+            nested.uncapture()
 
     @property
     def captured(self) -> bool:
-        return any(arena.model is not None for arena in self.arenas)
+        """Whether some iteration, of this loop or a nested one, replays a captured model."""
+        return any(arena.model is not None for arena in self.arenas) or any(n.captured for n in self._nested())
 
     # -- running ---------------------------------------------------------------------------------
     async def run(self, run: int | None, timeline: Timeline | None) -> None:
