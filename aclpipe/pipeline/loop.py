@@ -346,6 +346,13 @@ class LoopRunner:
             return sum(nested.models for nested in self._nested())
         return 4 if self._groups else 2
 
+    @property
+    def executor_count(self) -> int:
+        """Executors prepared for this loop: the body's per arena, the scan copies', nested loops'."""
+        scans = sum(len(before) + len(after) for before, after in self._scan_executors)
+        return (sum(len(arena.executors) for arena in self.arenas) + scans
+                + sum(nested.executor_count for nested in self._nested()))
+
     def _nested(self) -> list[LoopRunner]:
         return [segment for arena in self.arenas for segment in arena.segments if isinstance(segment, LoopRunner)]
 

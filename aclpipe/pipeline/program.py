@@ -319,6 +319,12 @@ class Program:
         step.region = LoopRunner(body, step.inputs, step.outputs, self.streams[step.lane], step.lane)
 
     @property
+    def executor_count(self) -> int:
+        """Executors prepared for every slot, loop bodies' included."""
+        return sum(len(slot.executors) + sum(step.region.executor_count for step in slot.steps if step.region)
+                   for slot in self.slots)
+
+    @property
     def has_loops(self) -> bool:
         """Whether the program holds Loop nodes (runs cut around them, never captured whole)."""
         return bool(self.loop_bodies)
