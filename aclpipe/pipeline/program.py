@@ -50,6 +50,7 @@ from ..runtime.launches import LaunchTable, enqueue_records
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
 from .loop import LoopBody, LoopRunner
+from .segments import Segments, loop_events, segment_streams
 
 if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
@@ -72,7 +73,9 @@ def events_per_slot(plan: Plan, streams: int, *, done_joins: bool = False) -> in
     (07_event_management.md)."""
     copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
     lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
-    return sum(1 for node in plan.nodes if node.record) + len(lanes) + (3 if done_joins else 4)
+    loops = sum(1 for node in plan.nodes if node.op == "Loop")  # captured around (pipeline.segments)
+    extra = loop_events(loops, streams) if loops else 0
+    return sum(1 for node in plan.nodes if node.record) + len(lanes) + (3 if done_joins else 4) + extra
 
 
 def model_streams_per_slot(plan: Plan, streams: int) -> int:
@@ -140,6 +143,8 @@ class Slot:
     results: dict[str, np.ndarray] | None = None  # the arrays the run in flight fills
     #: In place of ``body`` when the program holds Loop nodes: launch tables cut around them.
     segments: list[LaunchTable | Step] | None = None
+    #: Those segments captured, replayed on ``replay_lane`` around the loops (pipeline.segments).
+    around: Segments | None = None
 
     @property
     def event_count(self) -> int:
@@ -342,7 +347,7 @@ class Program:
                 step.stream = handles[step.lane]
                 if step.region is not None:
                     step.region.rebind()
-            if slot.graph is None:  # a captured slot replays its model: no table to renew
+            if slot.graph is None and slot.around is None:  # a captured slot replays its models: no table to renew
                 self._build_tables(slot)
 
     # -- fixing what varies: pinned workspaces, launch tables, capture ----------------------------
@@ -436,8 +441,9 @@ class Program:
         streams consume stream resources, 15_model_running_instance__management.md)."""
         if not can_capture(self.device) or not replay_lanes or self.fallback_nodes:
             return 0
-        if self.has_loops:  # each loop's iterations, not the whole run (see _capture_loops)
-            return sum(step.region.models for slot in self.slots for step in slot.steps if step.region is not None)
+        if self.has_loops:  # each loop's iterations and the segments around them (see _capture_loops)
+            loops = sum(step.region.models for slot in self.slots for step in slot.steps if step.region is not None)
+            return loops + sum(segment_streams(slot.steps) for slot in self.slots)
         d2h_lane = len(self.streams) - 1
         return sum(2 + sum(1 for lane, _ in slot.tails if lane != d2h_lane) for slot in self.slots)
 
@@ -460,7 +466,7 @@ class Program:
         if not can_capture(self.device) or not replay_lanes or not self.pin_workspaces(workspaces):
             return False
         if self.has_loops:
-            return self._capture_loops(replay_lanes)
+            return self._capture_loops(workspaces, replay_lanes)
         if not self._pin_per_slot(workspaces):
             return False
         for slot in self.slots:
@@ -502,10 +508,12 @@ class Program:
         slot.tails = [tail for tail in slot.tails if tail[0] != d2h_lane]
         self._build_tables(slot)
 
-    def _capture_loops(self, replay_lanes: Sequence[int]) -> bool:
+    def _capture_loops(self, workspaces: WorkspaceStrategy, replay_lanes: Sequence[int]) -> bool:
         """A program with Loop nodes runs host-driven (each loop reads its exit back between
         iterations), so it is not captured whole: each loop's iteration is, from the slot's
-        replay lane, and replayed on the loop's stream (see :mod:`~aclpipe.pipeline.loop`)."""
+        replay lane, and replayed on the loop's stream (see :mod:`~aclpipe.pipeline.loop`);
+        then, where each slot can pin workspaces of its own, the launches between the loops
+        (:mod:`~aclpipe.pipeline.segments`)."""
         runners = [step.region for slot in self.slots for step in slot.steps if step.region is not None]
         try:
             for slot in self.slots:
@@ -513,14 +521,41 @@ class Program:
                 for step in slot.steps:
                     if step.region is not None:
                         step.region.capture(origin)
+            if self._pin_per_slot(workspaces):
+                for slot in self.slots:
+                    self._capture_around(slot, replay_lanes[slot.index % len(replay_lanes)])
         except BackendError as error:
             if error.code != _NO_STREAM_RESOURCE:
                 raise
             self.starved = True
+            for slot in self.slots:
+                self._uncapture_around(slot)
             for runner in runners:
                 runner.uncapture()
             return False
-        return any(runner.captured for runner in runners)
+        return any(runner.captured for runner in runners) or any(slot.around for slot in self.slots)
+
+    def _capture_around(self, slot: Slot, replay_lane: int) -> None:
+        pinned = slot.pinned if slot.pinned is not None else self.pinned
+        assert pinned is not None
+
+        def records_of(step: Step) -> list[LaunchRecord]:
+            workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
+            return self._records(step, step.executor, workspace)
+
+        self._build_tables(slot)  # the fallback, with the slot's own workspaces
+        slot.around = Segments.capture(self.device, self.streams, replay_lane, slot.steps, records_of)
+        slot.replay_lane = replay_lane
+        slot.joined = slot.done if slot.done is not None else self.device.create_event()
+
+    def _uncapture_around(self, slot: Slot) -> None:
+        if slot.around is None:
+            return
+        slot.around.close()
+        slot.around = None
+        if slot.joined is not None and slot.joined is not slot.done:
+            slot.joined.close()
+        slot.joined = slot.replay_lane = None
 
     def _capture_run(self, slot: Slot, origin: Any) -> None:
         """Capture one run from ``origin`` (the slot's replay stream): every stream the run uses,
@@ -560,6 +595,8 @@ class Program:
         if slot.graph is not None:
             assert slot.replay_lane is not None
             slot.graph.replay(self.streams[slot.replay_lane], {"run": run})
+        elif slot.around is not None:
+            await slot.around.enqueue(run, timeline)
         elif slot.body is not None:
             slot.body.enqueue(run)
         elif slot.segments is not None:
@@ -599,7 +636,7 @@ class Program:
         copies the outputs from the staging into the run's result arrays (made now; see
         :meth:`read_outputs`).  Returns the D2H lane value that marks the run complete."""
         backend, d2h = self.device.backend, self.streams[d2h_lane].handle
-        if slot.graph is None:
+        if slot.graph is None and slot.around is None:
             if slot.body is None and slot.segments is None:
                 workspaces.publish()
             assert slot.tail is not None
@@ -780,6 +817,9 @@ class Program:
                 if isinstance(segment, LaunchTable):
                     segment.close()
             slot.segments = None
+            if slot.around is not None:
+                slot.around.close()
+                slot.around = None
             for step in slot.steps:
                 if step.region is not None:
                     step.region.close()
