@@ -145,3 +145,22 @@ def test_work_on_other_streams_before_and_after_a_loop_orders_around_it():
         y = _reference(feed, w)
         want = (y - feed["x"]) * np.exp(feed["h0"]) + 1 / (1 + np.exp(-feed["h0"]))
         np.testing.assert_allclose(result["out"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_cancelled_while_its_loop_reads_its_exit_leaves_the_pipeline_usable():
+    model, body = _model(trips=400)
+    w = numpy_helper.to_array(body.initializer[0])
+    feed = {**_feeds(1)[0], "big": np.full(2000, 1.0, np.float32)}  # never exits: all 400 trips
+
+    async def main():
+        device = aclpipe.open_device("sim", sanitizer=True)
+        try:
+            async with aclpipe.Pipeline(aclpipe.load_onnx(model), device) as pipe:
+                await pipe.run(**feed)  # prepared
+                with anyio.move_on_after(0.005):
+                    await pipe.run(**feed)
+                return await pipe.run(**feed)
+        finally:
+            device.close()
+
+    np.testing.assert_allclose(anyio.run(main)["y"], _reference(feed, w, trips=400), rtol=1e-5, atol=1e-6)
