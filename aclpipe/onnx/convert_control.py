@@ -1,25 +1,28 @@
-"""Control flow: ``If``, ``Loop`` and ``Scan``, resolved when the graph is specialized.
-
-aclpipe prepares a whole graph before it runs, so control flow is settled at specialization
-(per input shapes and host values), never by branching on the device:
+"""Control flow: ``If``, ``Loop`` and ``Scan``.
 
 - ``If``: when the condition is known (it folds from shapes or constants, or comes from a
   host-value input), only the chosen branch is emitted.  Otherwise both branches are emitted
   and each output is selected on the device with ``Where`` (the branches must then give
   outputs of one shape and dtype).
-- ``Loop`` and ``Scan`` are *unrolled*: the body is emitted once per iteration, with the
-  iteration number and the loop-carried values of that iteration.  Unrolling (rather than
-  replaying one prepared body) is what lets each iteration fold (the iteration number is a
-  constant, so shape arithmetic on it disappears), lets the planner overlap independent work
-  of neighbouring iterations across streams, and needs nothing from the Pipeline: an unrolled
-  loop is an ordinary graph.  Its cost is graph size, bounded by ``OnnxLimits.iterations`` and
-  ``OnnxLimits.graph_nodes``.  A Loop's trip count must be known at specialization (a
-  constant, shape arithmetic, or a host value).  Its condition may be computed on the device
-  only when there are no scan outputs: all ``M`` iterations are then emitted, and a running
-  device flag (``Where``) freezes the loop-carried values once the condition turns false.
-  ``Scan``'s trip count is the length of its scan inputs, always known.
+- ``Loop`` and ``Scan`` of more than :data:`UNROLL_TRIPS` iterations become one ``Loop``
+  node holding the body, imported once (:mod:`aclpipe.onnx.loop_region`), which the Pipeline
+  runs as control flow (:mod:`aclpipe.pipeline.loop`): the graph grows with the model, not
+  with the trip count, and an exit computed on the device is read back once per block of
+  iterations.
+- Shorter ones, and those the region form cannot hold (the body needs the iteration number on
+  the host, a carried value changes shape, a device-computed exit with scan outputs), are
+  *unrolled*: the body is emitted once per iteration, with the iteration number and the
+  loop-carried values of that iteration.  Each iteration then folds (the iteration number is
+  a constant, so shape arithmetic on it disappears) and the planner overlaps independent work
+  of neighbouring iterations across streams.  Its cost is graph size, bounded by
+  ``OnnxLimits.iterations`` and ``OnnxLimits.graph_nodes``.  An unrolled Loop whose condition
+  is computed on the device has no scan outputs: all ``M`` iterations are emitted, and a
+  running device flag (``Where``) freezes the loop-carried values once the condition turns
+  false.
 
-Subgraphs read outer values by name through ``node.scope`` (nested ones too).
+A Loop's trip count must be known at specialization (a constant, shape arithmetic, or a host
+value); ``Scan``'s is the length of its scan inputs, always known.  Subgraphs read outer
+values by name through ``node.scope`` (nested ones too).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from .context import (
     static_ints,
 )
 from .convert_math import cast_to
-from .graph_context import HostValueNeeded
+from .graph_context import GraphContext, HostValueNeeded
+from .loop_region import loop_as_region, scan_as_region
 from .mapping import converts
 
 __all__: list[str] = []
@@ -48,8 +52,11 @@ __all__: list[str] = []
 _VERSIONS = (11, 13, 16, 19, 21, 23, 24, 25)
 _SCAN_VERSIONS = (11, 16, 19, 21, 23, 24, 25)
 #: A Loop without a trip count runs until its condition turns false; this bounds it where the
-#: context sets no limit of its own (the eager evaluator).
+#: context sets no limit of its own (the eager evaluator), and as a Loop node.
 _UNBOUNDED_LOOP_LIMIT = 1_000_000
+#: Loops of at most this many trips are unrolled (each iteration folds on its own, and the
+#: planner overlaps neighbouring iterations); longer ones become one ``Loop`` node.
+UNROLL_TRIPS = 16
 
 
 # -- If ----------------------------------------------------------------------------------------
@@ -95,9 +102,16 @@ def convert_loop(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
                          f"outputs; with {len(carried)} loop-carried values it must take {2 + len(carried)} "
                          f"and give at least {1 + len(carried)}")
     trips = None if trip_value is None else _trip_count(ctx, node, trip_value)
+    if trips is not None and trips > UNROLL_TRIPS:
+        outputs = _as_region(ctx, node, body, trips, condition, carried)
+        if outputs is not None:
+            return outputs
+    initial = (condition, carried)
     loop = _Unrolled(ctx, node, body, carried, scan_count)
     known = True if condition is None else _known_flag(ctx, node, condition, "Loop's condition")
     if known is None:
+        if trips is None and (outputs := _as_region(ctx, node, body, None, *initial)) is not None:
+            return outputs
         loop.start_masking(condition, trips)
     # ``known`` is None once the condition is computed on the device: then all M iterations run.
     while known is not False and (trips is None or loop.iteration < trips):
@@ -108,8 +122,25 @@ def convert_loop(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
         if loop.running is None:
             known = _known_flag(ctx, node, new_condition, "Loop's condition")
             if known is None:
+                # Without M, the exit turned out to be computed on the device: the whole loop
+                # runs as a Loop node instead (what was unrolled so far is pruned).
+                if trips is None and (outputs := _as_region(ctx, node, body, None, *initial)) is not None:
+                    return outputs
                 loop.start_masking(new_condition, trips)
     return loop.outputs()
+
+
+def _as_region(ctx: BuildContext, node: OnnxNode, body: onnx.GraphProto, trips: int | None, condition: Any,
+               carried: list[Any]) -> list[Any] | None:
+    """The loop as one Loop node, or None where it must unroll (see the module docs).  Without
+    ``trips`` only an exit computed on the device takes it (a folded one decides the count)."""
+    if not isinstance(ctx, GraphContext):
+        return None
+    start = True if condition is None else _known_flag(ctx, node, condition, "Loop's condition")
+    if start is False:
+        return None
+    return loop_as_region(ctx, node, body, _UNBOUNDED_LOOP_LIMIT if trips is None else trips,
+                          None if start else condition, carried, device_exit_only=trips is None)
 
 
 def _trip_count(ctx: BuildContext, node: OnnxNode, value: Any) -> int:
@@ -191,6 +222,13 @@ def convert_scan(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
     if len(lengths) != 1:
         raise ValueError(f"{node.describe()}: the scan inputs have different lengths {sorted(lengths)}")
     steps = lengths.pop()
+    out_axes = _per_item(node, "scan_output_axes", output_count)
+    out_reverse = _per_item(node, "scan_output_directions", output_count)
+    if isinstance(ctx, GraphContext) and steps > UNROLL_TRIPS:
+        outputs = scan_as_region(ctx, node, body, states, sequences, in_axes, in_reverse, out_axes, out_reverse,
+                                 steps)
+        if outputs is not None:
+            return outputs
     names = [value.name for value in body.input]
     collected: list[list[Any]] = [[] for _ in range(output_count)]
     for step in range(steps):
@@ -200,8 +238,6 @@ def convert_scan(ctx: BuildContext, node: OnnxNode, inputs: list[Any]) -> list[A
         states = list(outputs[:state_count])
         for values, value in zip(collected, outputs[state_count:]):
             values.append(value)
-    out_axes = _per_item(node, "scan_output_axes", output_count)
-    out_reverse = _per_item(node, "scan_output_directions", output_count)
     scanned = [_stack(ctx, node, values[::-1] if reverse else values, axis, info)
                for values, axis, reverse, info in zip(collected, out_axes, out_reverse, body.output[state_count:])]
     return states + scanned

@@ -451,7 +451,7 @@ class Pipeline:
         failure: BaseException | None = None
         res = self._res
         try:
-            await ticket.program.enqueue(ticket.slot, ticket.run, res.workspaces)
+            await ticket.program.enqueue(ticket.slot, ticket.run, res.workspaces, res.timeline)
         except BaseException as error:  # noqa: BLE001 - re-raised by the caller once the run is settled
             failure = error
         try:
@@ -590,7 +590,7 @@ class Pipeline:
         return PipelineStats(
             runs=self._runs, failed_runs=self._faults.failed, signatures=len(programs),
             prepare_hits=self._prepare_hits,
-            executors=sum(len(slot.executors) for p in programs for slot in p.slots),
+            executors=sum(p.executor_count for p in programs),
             events_per_run=max((p.plan.num_events for p in programs), default=0),
             waits_per_run=max((p.plan.num_waits for p in programs), default=0),
             arena_bytes=sum(p.plan.arena_size * len(p.slots) for p in programs),

@@ -49,6 +49,8 @@ from ..runtime.executor import Executor
 from ..runtime.launches import LaunchTable, enqueue_records
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
+from .loop import LoopBody, LoopRunner
+from .segments import Segments, loop_events, segment_streams
 
 if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
@@ -71,7 +73,9 @@ def events_per_slot(plan: Plan, streams: int, *, done_joins: bool = False) -> in
     (07_event_management.md)."""
     copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
     lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
-    return sum(1 for node in plan.nodes if node.record) + len(lanes) + (3 if done_joins else 4)
+    loops = sum(1 for node in plan.nodes if node.op == "Loop")  # captured around (pipeline.segments)
+    extra = loop_events(loops, streams) if loops else 0
+    return sum(1 for node in plan.nodes if node.record) + len(lanes) + (3 if done_joins else 4) + extra
 
 
 def model_streams_per_slot(plan: Plan, streams: int) -> int:
@@ -104,6 +108,7 @@ class Step:
     workspace_size: int = 0
     copy: tuple[int, int, int, MemcpyKind] | None = None  # (dst, src, nbytes, kind) for H2D/D2H
     key: tuple[int, int] = (0, 0)  # (slot, node): what the ``cached`` workspace strategy keys on
+    region: LoopRunner | None = None  # a Loop node: its body, run as control flow (pipeline.loop)
 
 
 @dataclass(eq=False)
@@ -136,6 +141,10 @@ class Slot:
     reads: list[tuple[str, np.ndarray, int, int, str]] | None = None
     copies: HostCopies | None = None  # staging -> each run's result arrays, in its completion
     results: dict[str, np.ndarray] | None = None  # the arrays the run in flight fills
+    #: In place of ``body`` when the program holds Loop nodes: launch tables cut around them.
+    segments: list[LaunchTable | Step] | None = None
+    #: Those segments captured, replayed on ``replay_lane`` around the loops (pipeline.segments).
+    around: Segments | None = None
 
     @property
     def event_count(self) -> int:
@@ -176,6 +185,8 @@ class Program:
         self._constant_descs: dict[str, TensorDesc] = {}
         #: value -> its descriptor in the slot being built (see _descs); emptied when it is built
         self._slot_descs: dict[str, TensorDesc] = {}
+        #: Loop node -> its body, prepared once for every slot (see pipeline.loop)
+        self.loop_bodies: dict[str, LoopBody] = {}
         try:
             for index in range(depth):
                 self.slots.append(self._build_slot(index))
@@ -284,6 +295,9 @@ class Program:
 
     def _prepare_node(self, slot: Slot, step: Step) -> None:
         node = step.node
+        if node.op == "Loop":
+            self._prepare_loop(slot, step)
+            return
         step.inputs = self._descs(slot, node.inputs)
         step.outputs = self._descs(slot, node.outputs)
         executor = Executor.prepare(self.device.backend, node.op, step.inputs, step.outputs, node.attrs,
@@ -299,6 +313,27 @@ class Program:
             stream = self.streams[step.lane]
             self.workspace_sizes[stream] = max(self.workspace_sizes.get(stream, 0), step.workspace_size)
 
+    def _prepare_loop(self, slot: Slot, step: Step) -> None:
+        """A Loop node: its body prepared once per program, run by a runner of the slot's own."""
+        node = step.node
+        step.inputs = self._descs(slot, node.inputs)
+        step.outputs = self._descs(slot, node.outputs)
+        body = self.loop_bodies.get(node.name)
+        if body is None:
+            body = self.loop_bodies[node.name] = LoopBody(self.device, node.attrs["region"], node.name)
+        step.region = LoopRunner(body, step.inputs, step.outputs, self.streams[step.lane], step.lane)
+
+    @property
+    def executor_count(self) -> int:
+        """Executors prepared for every slot, loop bodies' included."""
+        return sum(len(slot.executors) + sum(step.region.executor_count for step in slot.steps if step.region)
+                   for slot in self.slots)
+
+    @property
+    def has_loops(self) -> bool:
+        """Whether the program holds Loop nodes (runs cut around them, never captured whole)."""
+        return bool(self.loop_bodies)
+
     @property
     def event_count(self) -> int:
         """Events this program holds, over all its slots."""
@@ -310,7 +345,9 @@ class Program:
         for slot in self.slots:
             for step in slot.steps:
                 step.stream = handles[step.lane]
-            if slot.graph is None:  # a captured slot replays its model: no table to renew
+                if step.region is not None:
+                    step.region.rebind()
+            if slot.graph is None and slot.around is None:  # a captured slot replays its models: no table to renew
                 self._build_tables(slot)
 
     # -- fixing what varies: pinned workspaces, launch tables, capture ----------------------------
@@ -341,11 +378,35 @@ class Program:
             return
         if slot.body is not None:
             slot.body.close()
+        if self.has_loops:
+            self._build_segments(slot, pinned)
+            return
         records: list[LaunchRecord] = []
         for step in slot.steps:
             workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
             records.extend(self._records(step, step.executor, workspace))
         slot.body = LaunchTable(backend, records)
+
+    def _build_segments(self, slot: Slot, pinned: Mapping[Stream, Workspace]) -> None:
+        """The slot's launches as tables cut around its Loop steps, which run in between."""
+        backend = self.device.backend
+        for segment in slot.segments or ():
+            if isinstance(segment, LaunchTable):
+                segment.close()
+        segments: list[LaunchTable | Step] = []
+        records: list[LaunchRecord] = []
+        for step in slot.steps:
+            if step.region is None:
+                workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
+                records.extend(self._records(step, step.executor, workspace))
+                continue
+            if records:
+                segments.append(LaunchTable(backend, records))
+                records = []
+            segments.append(step)
+        if records:
+            segments.append(LaunchTable(backend, records))
+        slot.segments = segments
 
     def _pin_per_slot(self, workspaces: WorkspaceStrategy) -> bool:
         """Give every slot workspaces of its own (see the module doc: captured slots replay at
@@ -380,6 +441,9 @@ class Program:
         streams consume stream resources, 15_model_running_instance__management.md)."""
         if not can_capture(self.device) or not replay_lanes or self.fallback_nodes:
             return 0
+        if self.has_loops:  # each loop's iterations and the segments around them (see _capture_loops)
+            loops = sum(step.region.models for slot in self.slots for step in slot.steps if step.region is not None)
+            return loops + sum(segment_streams(slot.steps) for slot in self.slots)
         d2h_lane = len(self.streams) - 1
         return sum(2 + sum(1 for lane, _ in slot.tails if lane != d2h_lane) for slot in self.slots)
 
@@ -401,6 +465,8 @@ class Program:
         (``starved`` is then set), it is left to run from its launch tables."""
         if not can_capture(self.device) or not replay_lanes or not self.pin_workspaces(workspaces):
             return False
+        if self.has_loops:
+            return self._capture_loops(workspaces, replay_lanes)
         if not self._pin_per_slot(workspaces):
             return False
         for slot in self.slots:
@@ -442,6 +508,55 @@ class Program:
         slot.tails = [tail for tail in slot.tails if tail[0] != d2h_lane]
         self._build_tables(slot)
 
+    def _capture_loops(self, workspaces: WorkspaceStrategy, replay_lanes: Sequence[int]) -> bool:
+        """A program with Loop nodes runs host-driven (each loop reads its exit back between
+        iterations), so it is not captured whole: each loop's iteration is, from the slot's
+        replay lane, and replayed on the loop's stream (see :mod:`~aclpipe.pipeline.loop`);
+        then, where each slot can pin workspaces of its own, the launches between the loops
+        (:mod:`~aclpipe.pipeline.segments`)."""
+        runners = [step.region for slot in self.slots for step in slot.steps if step.region is not None]
+        try:
+            for slot in self.slots:
+                origin = self.streams[replay_lanes[slot.index % len(replay_lanes)]]
+                for step in slot.steps:
+                    if step.region is not None:
+                        step.region.capture(origin)
+            if self._pin_per_slot(workspaces):
+                for slot in self.slots:
+                    self._capture_around(slot, replay_lanes[slot.index % len(replay_lanes)])
+        except BackendError as error:
+            if error.code != _NO_STREAM_RESOURCE:
+                raise
+            self.starved = True
+            for slot in self.slots:
+                self._uncapture_around(slot)
+            for runner in runners:
+                runner.uncapture()
+            return False
+        return any(runner.captured for runner in runners) or any(slot.around for slot in self.slots)
+
+    def _capture_around(self, slot: Slot, replay_lane: int) -> None:
+        pinned = slot.pinned if slot.pinned is not None else self.pinned
+        assert pinned is not None
+
+        def records_of(step: Step) -> list[LaunchRecord]:
+            workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
+            return self._records(step, step.executor, workspace)
+
+        self._build_tables(slot)  # the fallback, with the slot's own workspaces
+        slot.around = Segments.capture(self.device, self.streams, replay_lane, slot.steps, records_of)
+        slot.replay_lane = replay_lane
+        slot.joined = slot.done if slot.done is not None else self.device.create_event()
+
+    def _uncapture_around(self, slot: Slot) -> None:
+        if slot.around is None:
+            return
+        slot.around.close()
+        slot.around = None
+        if slot.joined is not None and slot.joined is not slot.done:
+            slot.joined.close()
+        slot.joined = slot.replay_lane = None
+
     def _capture_run(self, slot: Slot, origin: Any) -> None:
         """Capture one run from ``origin`` (the slot's replay stream): every stream the run uses,
         D2H included, joins the capture through the fork and rejoins the origin through its tail
@@ -457,7 +572,8 @@ class Program:
         slot.body.enqueue(None)
         enqueue_records(backend, self._tail_records(slot, joiner=slot.replay_lane), None)
 
-    async def enqueue(self, slot: Slot, run: int, workspaces: WorkspaceStrategy) -> None:
+    async def enqueue(self, slot: Slot, run: int, workspaces: WorkspaceStrategy, timeline: Timeline | None = None
+                      ) -> None:
         """Enqueue one run's work on ``slot``.
 
         It may stop part way by raising (a host-side failure such as a workspace allocation);
@@ -466,6 +582,9 @@ class Program:
 
         A device whose streams stop on failure is refused: a stopped stream drops the records
         the other streams wait on, so a run would never complete (see :mod:`.faults`).
+
+        A Loop node reads its exit condition back through ``timeline`` (the pipeline's), else by
+        synchronizing an event in a worker thread (see :mod:`~aclpipe.pipeline.loop`).
         """
         if self.device.failure_mode == "stop":
             raise error_from_code(
@@ -476,11 +595,32 @@ class Program:
         if slot.graph is not None:
             assert slot.replay_lane is not None
             slot.graph.replay(self.streams[slot.replay_lane], {"run": run})
+        elif slot.around is not None:
+            await slot.around.enqueue(run, timeline)
         elif slot.body is not None:
             slot.body.enqueue(run)
+        elif slot.segments is not None:
+            for segment in slot.segments:
+                if isinstance(segment, LaunchTable):
+                    segment.enqueue(run)
+                else:
+                    await self._run_loop(segment, run, timeline)
         else:
             for step in slot.steps:
-                await self._launch(step, run, workspaces)
+                if step.region is not None:
+                    await self._run_loop(step, run, timeline)
+                else:
+                    await self._launch(step, run, workspaces)
+
+    async def _run_loop(self, step: Step, run: int, timeline: Timeline | None) -> None:
+        """A Loop step: its waits, the whole loop on its stream, then its record."""
+        backend = self.device.backend
+        for event in step.waits:
+            backend.stream_wait_event(step.stream, event)
+        assert step.region is not None
+        await step.region.run(run, timeline)
+        if step.record is not None:
+            backend.event_record(step.record, step.stream)
 
     def lanes(self, slot: Slot) -> Sequence[int]:
         """The streams (by lane) a run on ``slot`` puts work on: a captured slot replays its
@@ -496,8 +636,8 @@ class Program:
         copies the outputs from the staging into the run's result arrays (made now; see
         :meth:`read_outputs`).  Returns the D2H lane value that marks the run complete."""
         backend, d2h = self.device.backend, self.streams[d2h_lane].handle
-        if slot.graph is None:
-            if slot.body is None:
+        if slot.graph is None and slot.around is None:
+            if slot.body is None and slot.segments is None:
                 workspaces.publish()
             assert slot.tail is not None
             slot.tail.enqueue(None)
@@ -673,6 +813,17 @@ class Program:
                 if table is not None:
                     table.close()
             slot.body = slot.tail = None
+            for segment in slot.segments or ():
+                if isinstance(segment, LaunchTable):
+                    segment.close()
+            slot.segments = None
+            if slot.around is not None:
+                slot.around.close()
+                slot.around = None
+            for step in slot.steps:
+                if step.region is not None:
+                    step.region.close()
+                    step.region = None
             for executor in slot.executors:
                 executor.destroy()
             slot.executors.clear()
@@ -692,6 +843,9 @@ class Program:
             slot.pinned = None
         self.slots.clear()
         self._building = None
+        for body in self.loop_bodies.values():
+            body.close()
+        self.loop_bodies.clear()
         if self._streams_held is not None:  # the models are destroyed: their streams are free
             budget, count = self._streams_held
             self._streams_held = None

@@ -162,14 +162,18 @@ def test_a_device_condition_with_scan_outputs_is_refused():
         load_onnx(model)
 
 
-def test_unrolling_is_bounded():
+def test_a_huge_trip_count_is_one_loop_node_not_an_unrolled_graph():
+    # Unrolling stays bounded (OnnxLimits.iterations, graph_nodes) where a loop must unroll:
+    # test_loop_region.py; a long loop is one node, its stacked scan output sized first.
     nodes = [helper.make_node("Loop", ["trips", "", "start"], ["total", "history"], body=_accumulating_body())]
     model = make_model(nodes, [tensor("x", [3])], [tensor("total", None), tensor("history", None)],
                        [_const("trips", 10**9, np.int64), _const("start", [1, 2, 3])])
-    with pytest.raises(GraphError, match=r"more than 50 subgraphs .*OnnxLimits.iterations"):
-        load_onnx(model, limits=OnnxLimits(iterations=50))
-    with pytest.raises(GraphError, match=r"more than 60 nodes .*OnnxLimits.graph_nodes"):
-        load_onnx(model, limits=OnnxLimits(graph_nodes=60))
+    with pytest.raises(GraphError, match=r"float32\[1000000000, 3\].*OnnxLimits.tensor_bytes"):
+        load_onnx(model, limits=OnnxLimits(iterations=50, graph_nodes=60))
+    nodes = [helper.make_node("Loop", ["trips", "", "start"], ["total"], body=_accumulating_body(scan=False))]
+    model = make_model(nodes, [tensor("x", [3])], [tensor("total", None)],
+                       [_const("trips", 10**9, np.int64), _const("start", [1, 2, 3])])
+    assert [node.op for node in load_onnx(model, limits=OnnxLimits(iterations=50, graph_nodes=60)).nodes] == ["Loop"]
 
 
 def test_a_loop_with_no_trip_count_runs_while_its_folded_condition_holds():
