@@ -71,7 +71,7 @@ def workspace_sizes(plan: Plan) -> dict[str, int | str]:
     own ``prepare``), or the phase-one error text for a node that refuses."""
     sizes: dict[str, int | str] = {}
     for node in plan.nodes:
-        if node.op in COPY_OPS:
+        if node.op in COPY_OPS or node.op == "Loop":  # a Loop's body is prepared by the pipeline
             continue
         inputs = [plan.values[v].desc if v is not None else None for v in node.inputs]
         outputs = [plan.values[v].desc if v is not None else None for v in node.outputs]
@@ -131,6 +131,10 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
                  for k in range(plan.num_streams))
     say(console, f"workspace strategy 'static' would hold {format_bytes(static)} (the largest per stream); "
                  "'pool' defaults to twice that")
+    for node in plan.nodes:
+        if node.op == "Loop":
+            say(console, f"node {node.name!r}: runs as control flow, {node.attrs['region']!r}; the pipeline plans "
+                         "and prepares the body once and runs it per iteration")
     for name, size in sizes.items():
         if isinstance(size, str):
             say(console, f"node {name!r}: phase one {size}", style="yellow")

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, HostBuffer, Stream
     from ..runtime.completion.timeline import Timeline
 
-__all__ = ["MAX_BLOCK", "LoopBody", "LoopRunner"]
+__all__ = ["MAX_BLOCK", "LoopBody", "LoopRunner", "region_models"]
 
 #: The most iterations enqueued between two reads of a device-computed exit condition.
 MAX_BLOCK = 64
@@ -63,6 +63,18 @@ GROUP = 16
 _KERNEL, _COPY = LaunchKind.KERNEL, LaunchKind.COPY
 _D2D, _D2H = MemcpyKind.DEVICE_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST
 
+
+
+def region_models(region: LoopRegion) -> int:
+    """The models a captured loop of ``region`` makes, from the region alone (what
+    :attr:`LoopRunner.models` gives once prepared; ``aclpipe plan`` counts with it): one
+    iteration per arena, and :data:`GROUP` iterations per arena where the loop has at least
+    that many trips and no scans; a body holding loops runs host-driven, its loops captured."""
+    nested = [node.attrs["region"] for node in region.body.nodes if node.op == "Loop"]
+    if nested:
+        return sum(region_models(inner) for inner in nested)
+    groups = region.trips >= GROUP and not region.scan_inputs and not region.scan_outputs
+    return 4 if groups else 2
 
 class LoopBody:
     """A region's body, planned for one stream and with its constants on ``device``: what every

@@ -49,7 +49,7 @@ from ..runtime.executor import Executor
 from ..runtime.launches import LaunchTable, enqueue_records
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
-from .loop import LoopBody, LoopRunner
+from .loop import LoopBody, LoopRunner, region_models
 from .segments import Segments, loop_events, segment_streams
 
 if TYPE_CHECKING:
@@ -84,8 +84,23 @@ def model_streams_per_slot(plan: Plan, streams: int) -> int:
     uses, D2H included (captured streams consume stream resources,
     15_model_running_instance__management.md)."""
     copies = {plan.h2d_stream: streams - 2, plan.d2h_stream: streams - 1}
+    if any(node.op == "Loop" for node in plan.nodes):
+        return _around_loops(plan, copies)
     lanes = {copies.get(node.stream, node.stream) for node in plan.nodes} - {streams - 1}
     return 2 + len(lanes)
+
+
+def _around_loops(plan: Plan, copies: Mapping[int, int]) -> int:
+    """Model streams of a slot holding loops: each loop's models, and per segment around them
+    its replay stream and every stream it uses (as :meth:`Program.model_streams` counts)."""
+    total, lanes = 0, set[int]()
+    for node in plan.nodes:
+        if node.op != "Loop":
+            lanes.add(copies.get(node.stream, node.stream))
+            continue
+        total += region_models(node.attrs["region"]) + (1 + len(lanes) if lanes else 0)
+        lanes = set()
+    return total + (1 + len(lanes) if lanes else 0)
 
 
 _WAIT, _COPY, _KERNEL, _RECORD = LaunchKind.WAIT, LaunchKind.COPY, LaunchKind.KERNEL, LaunchKind.RECORD
