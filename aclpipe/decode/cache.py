@@ -1,38 +1,38 @@
-"""The KV cache: one slot of ``max_len`` positions per sequence, for every layer's keys and values.
+"""The KV cache: one device buffer per layer's keys and values, a slot per sequence.
 
-A sequence takes a slot when its prefill starts and gives it back the moment it finishes or
-is cancelled.  A step reads the past of its sequences as one [batch, heads, past, head_dim]
-array per cache input (``past`` is the step's cache bucket; positions a sequence has not
-filled are masked by its ``attention_mask`` row) and appends each sequence's new positions to
-its slot, in place: the ``Concat(past, new)`` behind every present (:mod:`.kv_pattern`)
-guarantees that the present is the past followed by ``new``, so the step reads back ``new``
-alone (:func:`~aclpipe.decode.kv_pattern.step_model`), never the whole present.
+Each cache input of the model (``past_key_values.{i}.key`` / ``.value``) has one device
+buffer of [max_batch, heads, capacity, head_dim] (``capacity`` = ``max_len`` + 1: a decode
+step's view holds its cache bucket plus the new position).  A sequence takes a slot (a row of
+every buffer) when its prefill starts and gives it back the moment it finishes or is
+cancelled; its keys and values are written there by the steps themselves, in place
+(:mod:`.kv_append`), and read there by the attention: the cache never crosses to the host,
+and no step copies it.
 
-Where the cache lives.  Here it is host memory, and each step copies its sequences' past
-to the device with the step's inputs (through the pipeline's staging) and reads the presents
-back: correct, and cheap for small models, but the cache crosses the host every step.  Keeping
-it on the device with no copy needs two things the prepared programs do not offer yet: (1) an
-input bound to a caller's device view instead of the slot's staging (phase one then runs on
-``cache[:batch, :, :past, :]``, a strided view of one [slots, heads, max_len, head_dim]
-buffer per cache input; a step running rows ``0..batch`` with finished slots masked needs no
-gather), and (2) the ``Concat(past, new)`` behind each present rewritten to an in-place
-scatter of ``new`` at each row's length (``aclnnScatterNdUpdate``), its readers reading that
-view.
+Rows are slots.  A step of batch bucket ``B`` runs rows ``0..B-1``, the cache seen as
+``buffer[:B, :, :total, :]`` (a strided view with a fixed address, so every bucket's
+program, captured or not, binds it once); row ``r`` is slot ``r``.  A free slot below ``B``
+is a padded row (masked, writing nothing).  That layout needs no gather and no copy when
+membership changes, at the price of running the free slots below the highest one in use:
+slots are taken lowest first (:meth:`KVCache.acquire`), so the running sequences stay packed
+at the bottom and the padding is at most what finished meanwhile.  The alternative,
+compacting the slots when a sequence leaves, would copy a whole sequence's cache (every
+layer) on the device for every departure below the top.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
 
 import numpy as np
 
+from ..runtime import Device, DeviceBuffer
 from .kv_pattern import KVLayout
 
 __all__ = ["KVCache"]
 
 
 class KVCache:
-    """Cache slots for ``max_batch`` sequences of up to ``max_len`` positions.
+    """Device-resident cache slots for ``max_batch`` sequences of up to ``max_len`` positions.
 
     Parameters
     ----------
@@ -42,16 +42,27 @@ class KVCache:
         Sequences held at once.
     max_len:
         Positions per sequence (prompt and generated tokens).
+    device:
+        Where the buffers live (zeroed once here: masked positions are then finite).
     """
 
-    def __init__(self, layout: KVLayout, max_batch: int, max_len: int, dtype: str = "float32"):
+    def __init__(self, layout: KVLayout, max_batch: int, max_len: int, device: Device, dtype: str = "float32"):
         self.layout = layout
         self.max_batch = max_batch
         self.max_len = max_len
-        shape = (max_batch, layout.heads, max_len, layout.head_dim)
-        self._store = {past: np.zeros(shape, dtype) for past, _ in layout.pairs()}
+        self.capacity = max_len + 1
+        self.dtype = dtype
+        self.shape = (max_batch, layout.heads, self.capacity, layout.head_dim)
+        self.buffers: dict[str, DeviceBuffer] = {}
+        zeros = np.zeros(self.shape, dtype)
+        try:
+            for past, _ in layout.pairs():
+                self.buffers[past] = device.upload(zeros, label=f"kv cache {past}")
+        except BaseException:
+            self.close()
+            raise
         self.lengths = np.zeros(max_batch, np.int64)
-        self._free = list(range(max_batch - 1, -1, -1))  # popped from the end: slot 0 first
+        self._free = list(range(max_batch))  # a heap: the lowest free slot first
 
     @property
     def free(self) -> int:
@@ -60,46 +71,32 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(array.nbytes for array in self._store.values())
+        return sum(buffer.nbytes for buffer in self.buffers.values())
+
+    @property
+    def rows_in_use(self) -> int:
+        """One past the highest slot in use (0 when none is): the rows a step must run."""
+        taken = np.ones(self.max_batch, bool)
+        taken[self._free] = False
+        used = np.flatnonzero(taken)
+        return int(used[-1]) + 1 if used.size else 0
 
     def acquire(self) -> int:
-        """A free slot, emptied (length 0)."""
+        """The lowest free slot, emptied (length 0)."""
         if not self._free:
             raise RuntimeError("no free cache slot: check KVCache.free before acquiring")
-        slot = self._free.pop()
+        slot = heapq.heappop(self._free)
         self.lengths[slot] = 0
         return slot
 
     def release(self, slot: int) -> None:
-        """Give ``slot`` back (idempotent per acquire: a slot given back twice is a bug)."""
+        """Give ``slot`` back (once per acquire: a slot given back twice is a bug)."""
         if slot in self._free:
             raise RuntimeError(f"cache slot {slot} was given back twice")
-        self._free.append(slot)
+        heapq.heappush(self._free, slot)
 
-    def past(self, slots: Sequence[int], past_len: int, rows: int) -> dict[str, np.ndarray]:
-        """Past input name -> [rows, heads, past_len, head_dim]: the slots' first ``past_len``
-        positions, then zero rows up to the batch bucket's ``rows``."""
-        index = np.asarray(slots, np.int64)
-        out = {}
-        for name, store in self._store.items():
-            array = np.zeros((rows, *store.shape[1:2], past_len, store.shape[3]), store.dtype)
-            array[:len(slots)] = store[index, :, :past_len]
-            out[name] = array
-        return out
-
-    def append(self, slots: Sequence[int], news: Mapping[str, np.ndarray], counts: Sequence[int]) -> None:
-        """Write each slot's first ``counts[i]`` new positions (``news``: past input name ->
-        [rows, heads, seq, head_dim], the step's new keys or values) after its current length."""
-        index = np.asarray(slots, np.int64)
-        starts = self.lengths[index]
-        one_each = all(count == 1 for count in counts)  # a decode step: one fancy-indexed write per cache input
-        heads = np.arange(self.layout.heads)
-        for past, store in self._store.items():
-            new = news[past]
-            if one_each:
-                store[index[:, None], heads[None, :], starts[:, None]] = new[:len(slots), :, 0]
-                continue
-            for row, (slot, count) in enumerate(zip(slots, counts)):
-                start = int(starts[row])
-                store[slot, :, start:start + count] = new[row, :, :count]
-        self.lengths[index] += np.asarray(counts, np.int64)
+    def close(self) -> None:
+        """Free the buffers (after every step that used them has completed)."""
+        for buffer in self.buffers.values():
+            buffer.close()
+        self.buffers.clear()

@@ -17,18 +17,23 @@ more than one step.
 Shapes.  A step's batch is padded to a batch bucket, and its past to a cache bucket (the
 smallest that holds its longest sequence; shorter sequences' extra positions and the padded
 rows are masked by ``attention_mask``, so every sequence computes exactly what it would
-alone).  Each (batch bucket, cache bucket) is one input signature of the pipeline, prepared
-once and (where the device captures) captured once; the buckets bound how many there are.
+alone).  Row ``r`` of a step is cache slot ``r`` (:mod:`.cache`): a step runs the rows up
+to the batch bucket that holds the highest slot in use, and a row that is not part of it (a
+free slot, or a running sequence during a prefill) is masked and writes nothing.  Each
+(batch bucket, cache bucket) is one input signature of the pipeline, prepared once and
+(where the device captures) captured once; the buckets bound how many there are.
 
 Who runs the steps.  No background task: the callers reading tokens take turns.  One whose
 next token is not ready runs the next step (shielded: a step, once started, ends; a caller
 cancelled meanwhile leaves its request cancelled after it); the others wait for it.  So the
 decoder works under asyncio and trio alike, and from the blocking wrapper's loop thread.
 
-Where the cache lives.  On the host for now: each step copies its sequences' past to the
-device with its inputs and reads back each present's new positions only (the model is run
-with those as outputs in place of the presents: :func:`.kv_pattern.step_model`); :mod:`.cache`
-says what device residency needs from the prepared programs.
+Where the cache lives.  On the device (:mod:`.cache`): each ``Concat(past, new)`` of the
+model is rewritten into an in-place write of the new positions at each row's length
+(:mod:`.cache_graph`, :mod:`.kv_append`), the present each writes is bound to its layer's
+cache buffer (:meth:`aclpipe.Pipeline.bind_storage`), and the attention reads it there.  A
+step copies its token ids, mask, positions and write positions to the device (O(batch x new
+tokens)) and its logits back; the cache never crosses to the host, and no step copies it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from ..runtime import Device, open_device
 from .buckets import bucket_for, check_buckets
 from .budget import CapturePlan, bucket_use, capture_plan
 from .cache import KVCache
+from .cache_graph import KV_POSITIONS, CacheGraph
 from .errors import PromptTooLongError
 from .kv_pattern import KVLayout, read_kv_layout, step_model
 from .request import Generation, Request
@@ -74,7 +80,8 @@ class Decoder:
         An ONNX decoder in the optimum / onnxruntime-genai convention (:mod:`.kv_pattern`): a
         path, bytes, an ``onnx.ModelProto`` or a graph from :func:`aclpipe.load_onnx`.
     device:
-        As for :class:`~aclpipe.Pipeline` (a device, a name, several for replicas, or None).
+        As for :class:`~aclpipe.Pipeline`: a device, a name, or None; one device (the cache
+        lives there: run one decoder per device to use several).
     max_batch:
         Sequences generated at once (cache slots); more requests wait for a free slot.
     max_len:
@@ -90,8 +97,8 @@ class Decoder:
 
     Notes
     -----
-    The KV cache is held on the host (:mod:`aclpipe.decode.cache`); each step copies its
-    sequences' past to the device with its inputs.  A request whose iterator is dropped
+    The KV cache lives on the device (:mod:`aclpipe.decode.cache`), appended to in place by
+    the steps.  A request whose iterator is dropped
     without being closed keeps its slot until it reaches ``max_new_tokens`` or ``eos_id``:
     close it (``await gen.aclose()``, or ``async with decoder.generate(...) as gen``) to free
     the slot at once.  The async API serves one event loop at a time, like the
@@ -104,31 +111,40 @@ class Decoder:
         for label, value in (("max_batch", max_batch), ("max_len", max_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive int, got {value!r}")
+        if not (device is None or isinstance(device, (Device, str))) or (isinstance(device, str)
+                                                                          and is_device_list(device)):
+            raise ValueError(f"a Decoder runs on one device (its KV cache lives there), got {device!r}; "
+                             "run one Decoder per device to use several")
         graph = model if isinstance(model, OnnxGraph) else load_onnx(model)
         self.layout: KVLayout = read_kv_layout(graph.model)
-        # Steps read back each present's new positions only (kv_pattern.step_model).
-        graph = load_onnx(step_model(graph.model, self.layout), name=graph.name, limits=graph.limits)
         self.max_batch = max_batch
         self.max_len = max_len
         self.batch_buckets = check_buckets("batch_buckets", batch_buckets, max_batch, 1)
         self.cache_buckets = check_buckets("cache_buckets", cache_buckets, max_len, 16)
-        # One device: opened here (and closed by aclose) so that the programs are counted
-        # against its budget before the pipeline is made.  Several: the pipeline's replicas.
-        opened: Device | str | Sequence[Device | str] | None = device
-        if device is None or (isinstance(device, str) and not is_device_list(device)):
-            opened = open_device(device)
+        # Steps return the logits only; each Concat(past, new) appends to the cache in place.
+        step = load_onnx(step_model(graph.model, self.layout), name=graph.name, limits=graph.limits)
+        self.graph = CacheGraph(step, self.layout, slots=max_batch, capacity=max_len + 1)
+        # Opened here (and closed by aclose) so that the cache and the programs are counted
+        # against its budget before the pipeline is made.
+        opened = device if isinstance(device, Device) else open_device(device)
         owns_device = opened is not device
+        cache: KVCache | None = None
         try:
+            cache = KVCache(self.layout, max_batch, max_len, opened)
             if max_programs is None:
-                max_programs = self._fitting_programs(graph, opened, streams)
-            self.pipeline = Pipeline(graph, opened, streams=streams, depth=1, max_programs=max_programs)
+                max_programs = self._fitting_programs(self.graph, opened, streams)
+            self.pipeline = Pipeline(self.graph, opened, streams=streams, depth=1, max_programs=max_programs)
+            for past, value in self.graph.cache_values.items():
+                self.pipeline.bind_storage(value, cache.buffers[past])
         except BaseException:
-            if owns_device and isinstance(opened, Device):
+            if cache is not None:
+                cache.close()
+            if owns_device:
                 opened.close()
             raise
-        self._owned_device = opened if owns_device and isinstance(opened, Device) else None
+        self.cache = cache
+        self._owned_device = opened if owns_device else None
         self.max_programs = max_programs
-        self.cache = KVCache(self.layout, max_batch, max_len)
         self._waiting: collections.deque[Request] = collections.deque()
         self._running: list[Request] = []
         self._stepping: anyio.Event | None = None
@@ -138,6 +154,8 @@ class Decoder:
         self._closed = False
         self.steps = {"prefill": 0, "decode": 0}
         self.tokens_made = 0
+        #: Bytes the steps copied to the device (their inputs) and back (their logits).
+        self.copied = {"h2d": 0, "d2h": 0}
 
     # -- step programs and the device's budget (decode.budget) -------------------------------------
     def signatures(self) -> list[tuple[str, int, int, int]]:
@@ -148,20 +166,16 @@ class Decoder:
 
     def input_shapes(self, batch: int, seq: int, past: int) -> dict[str, tuple[int, ...]]:
         """The step's input shapes for a batch of ``batch`` rows of ``seq`` new tokens after ``past``."""
-        layout = self.layout
-        shapes: dict[str, tuple[int, ...]] = {"input_ids": (batch, seq), "attention_mask": (batch, past + seq)}
-        if layout.position_ids:
+        shapes: dict[str, tuple[int, ...]] = {"input_ids": (batch, seq), "attention_mask": (batch, past + seq),
+                                              KV_POSITIONS: (batch,)}
+        if self.layout.position_ids:
             shapes["position_ids"] = (batch, seq)
-        for name, _ in layout.pairs():
-            shapes[name] = (batch, layout.heads, past, layout.head_dim)
         return shapes
 
-    def _fitting_programs(self, graph: OnnxGraph, device: Any, streams: int) -> int:
+    def _fitting_programs(self, graph: CacheGraph, device: Device, streams: int) -> int:
         """Programs held at once, so that any of them fit the device's budget: counted from the
         largest prefill and decode signatures, which bound the others (same graph, smaller shapes)."""
         signatures = self.signatures()
-        if not isinstance(device, Device):
-            return len(signatures)  # several devices: each replica holds its own, as counted on one
         bounds = {kind: bucket_use(kind, batch, seq, past, make_plan(graph.bind(**self.input_shapes(batch, seq, past)),
                                                                      streams=streams),
                                    event_errors=device.capabilities.event_errors)
@@ -297,9 +311,9 @@ class Decoder:
                             past_len=bucket_for(max(lengths), self.cache_buckets))
 
     async def _run(self, batch: list[Request], new_ids: list[list[int]], past_len: int) -> None:
-        slots = [request.slot for request in batch]
-        assert all(slot is not None for slot in slots)
-        feeds = self._feeds([slot for slot in slots if slot is not None], new_ids, past_len)
+        slots = [request.slot for request in batch if request.slot is not None]
+        assert len(slots) == len(batch)
+        feeds = self._feeds(slots, new_ids, past_len)
         self._stepping_now = {request.number for request in batch}
         try:
             outputs = await self.pipeline.run(**feeds)
@@ -310,11 +324,14 @@ class Decoder:
             return
         finally:
             self._stepping_now = set()
-        counts = [len(ids) for ids in new_ids]
-        news = {past: outputs[new] for (past, _), new in zip(self.layout.pairs(), self.layout.news)}
-        self.cache.append([slot for slot in slots if slot is not None], news, counts)
-        # Each row's logits at its last new token; the greedy picks in one call for the batch.
-        last = outputs["logits"][np.arange(len(batch)), np.asarray(counts) - 1]
+        counts = np.asarray([len(ids) for ids in new_ids], np.int64)
+        rows = np.asarray(slots, np.int64)
+        self.cache.lengths[rows] += counts  # the step wrote them on the device
+        logits = outputs["logits"]
+        self.copied["h2d"] += sum(array.nbytes for array in feeds.values())
+        self.copied["d2h"] += logits.nbytes
+        # Each sequence's logits at its last new token (its row is its slot); greedy picks in one call.
+        last = logits[rows, counts - 1]
         greedy = last.argmax(axis=-1)
         for row, request in enumerate(batch):
             if request.cancelled:
@@ -327,24 +344,28 @@ class Decoder:
                 self._leave(request)
 
     def _feeds(self, slots: list[int], new_ids: list[list[int]], past_len: int) -> dict[str, np.ndarray]:
-        """The step's inputs: ids right-padded to a length bucket, rows padded to a batch bucket,
-        the past padded to ``past_len``; ``attention_mask`` shows each row its own positions only."""
-        rows = bucket_for(len(slots), self.batch_buckets)
+        """The step's inputs, one row per cache slot up to the batch bucket that holds the
+        highest slot in use: ids right-padded to a length bucket; ``attention_mask`` shows each
+        sequence of the step its own positions (the past it has, then its new ones) and every
+        other row its first position only; each sequence writes its new positions at its
+        length (:data:`KV_POSITIONS`), the other rows nothing (-1)."""
+        rows = bucket_for(self.cache.rows_in_use, self.batch_buckets)
         width = max(len(ids) for ids in new_ids)
         width = width if width == 1 else bucket_for(width, self.cache_buckets)
-        count = len(slots)
-        lengths = self.cache.lengths[np.asarray(slots, np.int64)]
+        index = np.asarray(slots, np.int64)
+        lengths = self.cache.lengths[index]
         news = np.array([len(tokens) for tokens in new_ids], np.int64)
         ids = np.zeros((rows, width), np.int64)
-        for row, tokens in enumerate(new_ids):
-            ids[row, :len(tokens)] = tokens
+        for slot, tokens in zip(slots, new_ids):
+            ids[slot, :len(tokens)] = tokens
         mask = np.zeros((rows, past_len + width), np.int64)
-        mask[:count, :past_len] = np.arange(past_len) < lengths[:, None]
-        mask[:count, past_len:] = np.arange(width) < news[:, None]
-        mask[count:, past_len] = 1  # padded rows see one position: no row is all masked
+        mask[:, 0] = 1  # no row is all masked
+        mask[index] = np.arange(past_len + width) < (lengths + news)[:, None]
         positions = np.zeros((rows, width), np.int64)
-        positions[:count] = lengths[:, None] + np.arange(width)
-        feeds = {"input_ids": ids, "attention_mask": mask, **self.cache.past(slots, past_len, rows)}
+        positions[index] = lengths[:, None] + np.arange(width)
+        writes = np.full(rows, -1, np.int64)
+        writes[index] = lengths
+        feeds = {"input_ids": ids, "attention_mask": mask, KV_POSITIONS: writes}
         if self.layout.position_ids:
             feeds["position_ids"] = positions
         return feeds
@@ -356,7 +377,8 @@ class Decoder:
         return {"prefill_steps": self.steps["prefill"], "decode_steps": self.steps["decode"],
                 "tokens": self.tokens_made, "active": self.active, "waiting": self.waiting,
                 "free_slots": self.cache.free, "programs": pipe.signatures, "captured": pipe.captured,
-                "starved": pipe.starved, "cache_bytes": self.cache.nbytes}
+                "starved": pipe.starved, "cache_bytes": self.cache.nbytes, "h2d_bytes": self.copied["h2d"],
+                "d2h_bytes": self.copied["d2h"]}
 
     async def aclose(self) -> None:
         """Refuse new requests, fail the unfinished ones, close the pipeline; idempotent."""
@@ -369,6 +391,9 @@ class Decoder:
         self._waiting.clear()
         try:
             await self.pipeline.aclose()
+            # Every run is over: nothing reads the cache any more.  (A cancelled aclose leaves
+            # it: the device may still use it, and it goes with the device.)
+            self.cache.close()
         finally:
             if self._owned_device is not None:
                 self._owned_device.close()

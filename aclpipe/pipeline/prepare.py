@@ -94,6 +94,8 @@ class Preparer:
         self.replay_lanes = tuple(replay_lanes)
         self.budget = budget if budget is not None else StreamBudget.of(device)
         self.constants: dict[str, DeviceBuffer] = {}
+        #: Values whose storage is a caller's device buffer (see Program): the caller frees them.
+        self.bound: dict[str, DeviceBuffer] = {}
         self._plans: LruDict[Signature, Plan] = LruDict(plans)
 
     def signature(self, inputs: Mapping[str, Any]) -> Signature:
@@ -129,7 +131,7 @@ class Preparer:
         the device's budget; a half-built one is freed."""
         self.upload_constants(plan)
         with paused_gc():  # per node and slot: descriptors, executors, launch records, tasks; all kept
-            program = Program(self.device, plan, self.constants, self.streams, self.depth)
+            program = Program(self.device, plan, self.constants, self.streams, self.depth, self.bound)
             try:
                 if not program.pin_workspaces(workspaces):
                     workspaces.reserve(program.workspace_sizes)

@@ -225,12 +225,10 @@ def test_a_failed_step_fails_its_requests_only(toy_model, monkeypatch):
     assert tokens == reference_greedy(toy_model, PROMPTS[1], 5)
 
 
-def test_replicas_take_the_same_device_forms_as_a_pipeline(toy_model):
-    async def main():
-        async with Decoder(toy_model, device="sim:0,1", max_batch=2, max_len=32) as decoder:
-            return await _all(decoder, PROMPTS[:2], [6, 6])
-
-    assert anyio.run(main) == [reference_greedy(toy_model, prompt, 6) for prompt in PROMPTS[:2]]
+def test_several_devices_are_refused_for_the_cache_lives_on_one(toy_model):
+    for devices in ("sim:0,1", ["sim:0", "sim:1"]):
+        with pytest.raises(ValueError, match="one Decoder per device"):
+            Decoder(toy_model, device=devices, max_batch=2, max_len=32)
 
 
 def test_a_path_bytes_or_loaded_graph_all_serve(toy_model, tmp_path):
