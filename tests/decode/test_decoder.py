@@ -242,3 +242,24 @@ def test_a_path_bytes_or_loaded_graph_all_serve(toy_model, tmp_path):
     for model in (str(path), toy_model.SerializeToString(), aclpipe.load_onnx(toy_model)):
         with Decoder(model, max_batch=1, max_len=16) as decoder:
             assert decoder.generate_sync([1, 2, 3], 4) == expected
+
+
+def test_a_decode_step_copies_the_same_bytes_whatever_the_cache_holds(toy_model):
+    """The cache stays on the device: what a step copies (ids, mask, positions in; logits out)
+    grows with the mask's width, never with the cache's contents."""
+    async def main():
+        async with Decoder(toy_model, max_batch=2, max_len=64, cache_buckets=[16, 64]) as decoder:
+            generation = decoder.generate(PROMPTS[0], 40)
+            await generation.__anext__()  # the prefill
+            copied = []
+            for _ in range(30):
+                before = dict(decoder.copied)
+                await generation.__anext__()
+                copied.append((decoder.copied["h2d"] - before["h2d"], decoder.copied["d2h"] - before["d2h"]))
+            return copied, decoder.cache.nbytes
+
+    copied, cache_bytes = anyio.run(main)
+    # One row: ids, positions and write position (8 bytes each), a mask of bucket + 1 columns; vocab logits.
+    assert set(copied[:10]) == {(8 * 3 + 8 * 17, 64 * 4)}  # past bucket 16
+    assert set(copied[-10:]) == {(8 * 3 + 8 * 65, 64 * 4)}  # past bucket 64
+    assert max(h2d + d2h for h2d, d2h in copied) < cache_bytes / 20
