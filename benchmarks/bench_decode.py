@@ -112,6 +112,10 @@ async def batching(count: int, rounds: int) -> None:
     print(f"  verdict: {'PASS' if ratio <= 2 else 'FAIL'} (<= 2x)")
     print(f"  steps: {stats['prefill_steps']} prefill, {stats['decode_steps']} decode; programs {stats['programs']} "
           f"({stats['captured']} captured, {stats['starved']} starved)")
+    steps = stats["prefill_steps"] + stats["decode_steps"]
+    print(f"copies per step (the KV cache stays on the device, {stats['cache_bytes'] / 2**10:.0f} KiB): "
+          f"{stats['h2d_bytes'] / steps:.0f} B host-to-device (ids, mask, positions), "
+          f"{stats['d2h_bytes'] / steps:.0f} B device-to-host (logits)")
 
 
 async def host(count: int) -> None:

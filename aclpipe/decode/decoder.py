@@ -134,8 +134,8 @@ class Decoder:
             if max_programs is None:
                 max_programs = self._fitting_programs(self.graph, opened, streams)
             self.pipeline = Pipeline(self.graph, opened, streams=streams, depth=1, max_programs=max_programs)
-            for past, value in self.graph.cache_values.items():
-                self.pipeline.bind_storage(value, cache.buffers[past])
+            for past, cached in self.graph.cache_values.items():
+                self.pipeline.bind_storage(cached, cache.buffers[past])
         except BaseException:
             if cache is not None:
                 cache.close()

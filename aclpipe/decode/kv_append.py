@@ -56,11 +56,13 @@ class KvAppend(OpSpec):
         batch, heads, seq, head_dim = updates.shape
         if indices.shape != (batch,):
             raise op_error(self.name, "indices", f"one position per row: [{batch}]", list(indices.shape))
-        slots, capacity = attrs.get("slots"), attrs.get("capacity")
-        for label, value, least in (("slots", slots, batch), ("capacity", capacity, seq)):
+        sizes = []
+        for label, least in (("slots", batch), ("capacity", seq)):
+            value = attrs.get(label)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise op_error(self.name, label, f"an int >= {least}", value)
-        return TensorDesc.contiguous((slots, heads, capacity, head_dim), updates.dtype)
+            sizes.append(value)
+        return TensorDesc.contiguous((sizes[0], heads, sizes[1], head_dim), updates.dtype)
 
     def infer(self, inputs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[TensorDesc | None]:
         return [self._check(inputs, attrs)]
