@@ -177,7 +177,8 @@ class Decoder:
         largest prefill and decode signatures, which bound the others (same graph, smaller shapes)."""
         signatures = self.signatures()
         bounds = {kind: bucket_use(kind, batch, seq, past, make_plan(graph.bind(**self.input_shapes(batch, seq, past)),
-                                                                     streams=streams),
+                                                                     streams=streams,
+                                                                     external=graph.cache_values.values()),
                                    event_errors=device.capabilities.event_errors)
                   for kind, batch, seq, past in (("prefill", self.max_batch, self.max_len, 0),
                                                  ("decode", self.max_batch, 1, self.max_len))}

@@ -110,9 +110,15 @@ class Preparer:
         key = inputs if isinstance(inputs, Signature) else self.signature(inputs)
         plan = self._plans.get(key)
         if plan is None:  # binding and planning pause the collector themselves (aclpipe.gc_pause)
-            plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+            plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams, external=self.bound)
             self._plans[key] = plan
         return plan
+
+    def bind_storage(self, value: str, buffer: DeviceBuffer) -> None:
+        """Keep ``value`` in ``buffer`` in the programs prepared from now on (the plans made so
+        far gave it arena room: they are made again)."""
+        self.bound[value] = buffer
+        self._plans.clear()
 
     def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy,
                 make_room: Callable[[], bool] | None = None) -> Program:

@@ -72,3 +72,13 @@ def test_a_step_writes_its_new_positions_at_each_rows_length_and_nothing_else(to
             buffer.close()
     written = key != 7.0
     assert written[0, :, 2].all() and written.sum() == 4 * 8  # slot 0, position 2, every head: nothing else
+
+
+def test_the_programs_arenas_hold_no_cache(toy_model):
+    from aclpipe.decode import Decoder
+
+    with Decoder(toy_model, max_batch=16, max_len=256) as decoder:
+        plan = decoder.pipeline.plan_for(**decoder.input_shapes(16, 1, 256))
+        cache_bytes = decoder.cache.nbytes
+    assert all(plan.values[value].arena_offset is None for value in decoder.graph.cache_values.values())
+    assert plan.arena_size < cache_bytes / 2  # one step's activations (a transposed key among them)
