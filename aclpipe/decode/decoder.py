@@ -41,7 +41,7 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import anyio
 import anyio.lowlevel
@@ -80,8 +80,9 @@ class Decoder:
         An ONNX decoder in the optimum / onnxruntime-genai convention (:mod:`.kv_pattern`): a
         path, bytes, an ``onnx.ModelProto`` or a graph from :func:`aclpipe.load_onnx`.
     device:
-        As for :class:`~aclpipe.Pipeline`: a device, a name, or None; one device (the cache
-        lives there: run one decoder per device to use several).
+        As for :class:`~aclpipe.Pipeline`: a device, a name, None, or several devices (a list,
+        ``"sim:0,1"``): then one decoder per device, each request on one of them
+        (:class:`~aclpipe.decode.replicas.DecoderReplicas`: a sequence's cache lives on one device).
     max_batch:
         Sequences generated at once (cache slots); more requests wait for a free slot.
     max_len:
@@ -105,16 +106,23 @@ class Decoder:
     :class:`~aclpipe.Pipeline` beneath it; :meth:`generate_sync` serves any number of threads.
     """
 
+    def __new__(cls, model: DecoderModel, *args: Any, **options: Any) -> Self:
+        # Several devices: a decoder per device (the cache lives on one), behind the same API.
+        if cls is Decoder and is_device_list(options.get("device")):
+            from .replicas import DecoderReplicas
+
+            return cast(Self, object.__new__(DecoderReplicas))
+        return object.__new__(cls)
+
     def __init__(self, model: DecoderModel, *, device: Device | str | Sequence[Device | str] | None = None,
                  max_batch: int = 8, max_len: int = 256, batch_buckets: Sequence[int] | None = None,
                  cache_buckets: Sequence[int] | None = None, streams: int = 2, max_programs: int | None = None):
         for label, value in (("max_batch", max_batch), ("max_len", max_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive int, got {value!r}")
-        if not (device is None or isinstance(device, (Device, str))) or (isinstance(device, str)
-                                                                          and is_device_list(device)):
-            raise ValueError(f"a Decoder runs on one device (its KV cache lives there), got {device!r}; "
-                             "run one Decoder per device to use several")
+        if not (device is None or isinstance(device, (Device, str))) or is_device_list(device):
+            raise ValueError(f"one decoder runs on one device (its KV cache lives there), got {device!r}; "
+                             "Decoder(model, device=[...]) makes one per device")
         graph = model if isinstance(model, OnnxGraph) else load_onnx(model)
         self.layout: KVLayout = read_kv_layout(graph.model)
         self.max_batch = max_batch

@@ -225,10 +225,23 @@ def test_a_failed_step_fails_its_requests_only(toy_model, monkeypatch):
     assert tokens == reference_greedy(toy_model, PROMPTS[1], 5)
 
 
-def test_several_devices_are_refused_for_the_cache_lives_on_one(toy_model):
-    for devices in ("sim:0,1", ["sim:0", "sim:1"]):
-        with pytest.raises(ValueError, match="one Decoder per device"):
-            Decoder(toy_model, device=devices, max_batch=2, max_len=32)
+def test_replicas_take_the_same_device_forms_as_a_pipeline_each_with_its_own_cache(toy_model):
+    async def main():
+        async with Decoder(toy_model, device="sim:0,1", max_batch=2, max_len=32) as decoder:
+            tokens = await _all(decoder, PROMPTS[:4], [6, 6, 6, 6])
+            return tokens, decoder.stats()
+
+    tokens, stats = anyio.run(main)
+    assert tokens == [reference_greedy(toy_model, prompt, 6) for prompt in PROMPTS[:4]]
+    assert [replica["tokens"] for replica in stats["replicas"]] == [12, 12]  # two requests on each device
+    assert stats["free_slots"] == 4 and stats["tokens"] == 24
+
+
+def test_replicas_block_too_and_close_the_devices_they_opened(toy_model):
+    with Decoder(toy_model, device=["sim:0", "sim:1"], max_batch=1, max_len=16) as decoder:
+        assert decoder.generate_sync([1, 2, 3], 4) == reference_greedy(toy_model, [1, 2, 3], 4)
+        devices = [replica.pipeline.device for replica in decoder.replicas]
+    assert all(device.closed for device in devices)
 
 
 def test_a_path_bytes_or_loaded_graph_all_serve(toy_model, tmp_path):
