@@ -8,15 +8,16 @@ cancelled; its keys and values are written there by the steps themselves, in pla
 (:mod:`.kv_append`), and read there by the attention: the cache never crosses to the host,
 and no step copies it.
 
-Rows are slots.  A step of batch bucket ``B`` runs rows ``0..B-1``, the cache seen as
-``buffer[:B, :, :total, :]`` (a strided view with a fixed address, so every bucket's
-program, captured or not, binds it once); row ``r`` is slot ``r``.  A free slot below ``B``
-is a padded row (masked, writing nothing).  That layout needs no gather and no copy when
+Rows are slots.  A decode step of batch bucket ``B`` runs rows ``0..B-1``, the cache seen
+as ``buffer[:B, :, :total, :]`` (a strided view with a fixed address, so every bucket's
+program, captured or not, binds it once); row ``r`` is slot ``r``, and a free slot below
+``B`` is a padded row (masked, writing nothing).  That layout needs no gather and no copy when
 membership changes, at the price of running the free slots below the highest one in use:
 slots are taken lowest first (:meth:`KVCache.acquire`), so the running sequences stay packed
 at the bottom and the padding is at most what finished meanwhile.  The alternative,
 compacting the slots when a sequence leaves, would copy a whole sequence's cache (every
-layer) on the device for every departure below the top.
+layer) on the device for every departure below the top.  A prefill reads no cache: its rows
+are the joining sequences only, each writing its prompt's keys and values into its own slot.
 """
 
 from __future__ import annotations

@@ -2,18 +2,25 @@
 
 :class:`CacheGraph` wraps the imported model (:class:`~aclpipe.onnx.OnnxGraph`) and rewrites
 each specialization: every ``Cat(past, new)`` behind a present (:mod:`.kv_pattern`) becomes a
-:class:`~.kv_append.KvAppend` of ``new`` into the cache at each row's position, and the past
-inputs are gone.  The step's inputs are then the model's others (``input_ids``,
-``attention_mask``, ``position_ids``) and :data:`KV_POSITIONS` ([batch] int64: where each
-row's new positions go, -1 for a row the step does not write); its output is ``logits``.
+:class:`~.kv_append.KvAppend` of ``new`` into the cache, and the past inputs are gone.  What
+the attention then reads in place of the present depends on the step:
+
+- a decode step (``past`` > 0) reads the cache where it is: a
+  :class:`~.kv_append.KvView` of its first ``batch`` slots and ``past + seq`` positions (row
+  ``r`` is slot ``r``);
+- a prefill (``past`` = 0) reads the new positions themselves, as the Concat of an empty past
+  gave them: its rows are the joining sequences only, whatever their slots.
+
+The step's inputs are the model's others (``input_ids``, ``attention_mask``,
+``position_ids``) and :data:`KV_WRITES` ([batch, 2] int64: each row's slot and the position
+its new positions go to, -1 for a row that writes nothing); its output is ``logits``.
 
 The cache value each KvAppend writes has the same name in every specialization (the
-present's, suffixed ``.cache``: :attr:`CacheGraph.cache_values`), and the present becomes a
-:class:`~.kv_append.KvView` of it; the decoder binds each to its layer's cache buffer
-(:meth:`aclpipe.Pipeline.bind_storage`), so every program of every bucket reads and writes
-the one cache.  A specialization for a step of ``seq`` new tokens after ``past`` positions is
-the model's for ``past_key_values.*`` of [batch, heads, past, head_dim], ``past`` being the
-attention mask's width less ``seq``.
+present's, suffixed ``.cache``: :attr:`CacheGraph.cache_values`); the decoder binds each to
+its layer's cache buffer (:meth:`aclpipe.Pipeline.bind_storage`), so every program of every
+bucket reads and writes the one cache.  A specialization for a step of ``seq`` new tokens
+after ``past`` positions is the model's for ``past_key_values.*`` of [batch, heads, past,
+head_dim], ``past`` being the attention mask's width less ``seq``.
 """
 
 from __future__ import annotations
@@ -29,10 +36,10 @@ from ..onnx.onnx_graph import OnnxGraph
 from .kv_append import KV_APPEND, KV_VIEW
 from .kv_pattern import KVLayout
 
-__all__ = ["KV_POSITIONS", "CacheGraph"]
+__all__ = ["KV_WRITES", "CacheGraph"]
 
-#: The input that says where each row's new positions go in its cache slot.
-KV_POSITIONS = "aclpipe.kv_positions"
+#: The input that says where each row's new positions go: (slot, position) per row, [batch, 2].
+KV_WRITES = "aclpipe.kv_writes"
 
 
 class CacheGraph(Graph):
@@ -59,14 +66,14 @@ class CacheGraph(Graph):
             if name not in self._pasts:
                 self.input(name, spec.shape, spec.dtype)
         batch = model.inputs["input_ids"].shape[0]
-        self.input(KV_POSITIONS, [batch if isinstance(batch, (int, str)) else None], "int64")
+        self.input(KV_WRITES, [batch if isinstance(batch, (int, str)) else None, 2], "int64")
         self._outputs_view = MappingProxyType(dict(model.outputs))
         #: Past input -> the cache value its KvAppend writes (what the decoder binds to its buffer).
         self.cache_values: dict[str, str] = {}
         probe_batch = batch if isinstance(batch, int) else 1
         self.bind(**{"input_ids": (probe_batch, 1), "attention_mask": (probe_batch, 2),
                      **({"position_ids": (probe_batch, 1)} if layout.position_ids else {}),
-                     KV_POSITIONS: (probe_batch,)})
+                     KV_WRITES: (probe_batch, 2)})
 
     @property
     def outputs(self) -> Mapping[str, str]:
@@ -91,7 +98,7 @@ class CacheGraph(Graph):
             raise GraphError(f"attention_mask {list(shapes['attention_mask'])} is narrower than input_ids "
                              f"{list(shapes['input_ids'])}: expected [batch, past + seq]")
         layout = self.layout
-        model = {name: shape for name, shape in shapes.items() if name != KV_POSITIONS}
+        model = {name: shape for name, shape in shapes.items() if name != KV_WRITES}
         model.update(dict.fromkeys(self._pasts, (batch, layout.heads, past, layout.head_dim)))
         return model
 
@@ -100,7 +107,7 @@ class CacheGraph(Graph):
         rewritten = Graph(graph.name)
         values: dict[str, Any] = {name: rewritten.input(name, spec.shape, spec.dtype)
                                   for name, spec in graph.inputs.items() if name not in self._pasts}
-        values[KV_POSITIONS] = rewritten.input(KV_POSITIONS, shapes[KV_POSITIONS], "int64")
+        values[KV_WRITES] = rewritten.input(KV_WRITES, shapes[KV_WRITES], "int64")
         for name, array in graph.constants.items():
             values[name] = rewritten.constant(name, array)
         for node in graph.nodes:
@@ -109,12 +116,15 @@ class CacheGraph(Graph):
                 assert past is not None
                 self._check_append(node.name, past, node.inputs, node.attrs, node.outputs)
                 present = node.outputs[0]
-                cache = rewritten.op(KV_APPEND, values[node.inputs[1]], values[KV_POSITIONS],  # type: ignore[index]
+                cache = rewritten.op(KV_APPEND, values[node.inputs[1]], values[KV_WRITES],  # type: ignore[index]
                                      name=f"{node.name}.append", outputs=[f"{present}.cache"],
                                      slots=self.slots, capacity=self.capacity)
-                batch = shapes["input_ids"][0]
-                result = rewritten.op(KV_VIEW, cache, name=node.name, outputs=[present], rows=batch,
-                                      total=shapes["attention_mask"][1])
+                batch, seq = shapes["input_ids"]
+                total = shapes["attention_mask"][1]
+                if total == seq:  # a prefill: the present is the new positions, no cache to read
+                    values[present] = values[node.inputs[1]]  # type: ignore[index]
+                    continue
+                result = rewritten.op(KV_VIEW, cache, name=node.name, outputs=[present], rows=batch, total=total)
             else:
                 read = sorted(self._pasts.intersection(name for name in node.inputs if name is not None))
                 if read:

@@ -17,9 +17,9 @@ more than one step.
 Shapes.  A step's batch is padded to a batch bucket, and its past to a cache bucket (the
 smallest that holds its longest sequence; shorter sequences' extra positions and the padded
 rows are masked by ``attention_mask``, so every sequence computes exactly what it would
-alone).  Row ``r`` of a step is cache slot ``r`` (:mod:`.cache`): a step runs the rows up
-to the batch bucket that holds the highest slot in use, and a row that is not part of it (a
-free slot, or a running sequence during a prefill) is masked and writes nothing.  Each
+alone).  A prefill runs the joining sequences only; row ``r`` of a decode step is cache
+slot ``r`` (:mod:`.cache`), up to the batch bucket that holds the highest slot in use, and a
+free slot below it is a masked row that writes nothing.  Each
 (batch bucket, cache bucket) is one input signature of the pipeline, prepared once and
 (where the device captures) captured once; the buckets bound how many there are.
 
@@ -60,7 +60,7 @@ from ..runtime import Device, open_device
 from .buckets import bucket_for, check_buckets
 from .budget import CapturePlan, bucket_use, capture_plan
 from .cache import KVCache
-from .cache_graph import KV_POSITIONS, CacheGraph
+from .cache_graph import KV_WRITES, CacheGraph
 from .errors import PromptTooLongError
 from .kv_pattern import KVLayout, read_kv_layout, step_model
 from .request import Generation, Request
@@ -175,7 +175,7 @@ class Decoder:
     def input_shapes(self, batch: int, seq: int, past: int) -> dict[str, tuple[int, ...]]:
         """The step's input shapes for a batch of ``batch`` rows of ``seq`` new tokens after ``past``."""
         shapes: dict[str, tuple[int, ...]] = {"input_ids": (batch, seq), "attention_mask": (batch, past + seq),
-                                              KV_POSITIONS: (batch,)}
+                                              KV_WRITES: (batch, 2)}
         if self.layout.position_ids:
             shapes["position_ids"] = (batch, seq)
         return shapes
@@ -322,7 +322,7 @@ class Decoder:
     async def _run(self, batch: list[Request], new_ids: list[list[int]], past_len: int) -> None:
         slots = [request.slot for request in batch if request.slot is not None]
         assert len(slots) == len(batch)
-        feeds = self._feeds(slots, new_ids, past_len)
+        feeds, rows = self._feeds(slots, new_ids, past_len)
         self._stepping_now = {request.number for request in batch}
         try:
             outputs = await self.pipeline.run(**feeds)
@@ -334,12 +334,11 @@ class Decoder:
         finally:
             self._stepping_now = set()
         counts = np.asarray([len(ids) for ids in new_ids], np.int64)
-        rows = np.asarray(slots, np.int64)
-        self.cache.lengths[rows] += counts  # the step wrote them on the device
+        self.cache.lengths[np.asarray(slots, np.int64)] += counts  # the step wrote them on the device
         logits = outputs["logits"]
         self.copied["h2d"] += sum(array.nbytes for array in feeds.values())
         self.copied["d2h"] += logits.nbytes
-        # Each sequence's logits at its last new token (its row is its slot); greedy picks in one call.
+        # Each sequence's logits at its last new token; the greedy picks in one call for the batch.
         last = logits[rows, counts - 1]
         greedy = last.argmax(axis=-1)
         for row, request in enumerate(batch):
@@ -352,32 +351,38 @@ class Decoder:
             if request.done:
                 self._leave(request)
 
-    def _feeds(self, slots: list[int], new_ids: list[list[int]], past_len: int) -> dict[str, np.ndarray]:
-        """The step's inputs, one row per cache slot up to the batch bucket that holds the
-        highest slot in use: ids right-padded to a length bucket; ``attention_mask`` shows each
-        sequence of the step its own positions (the past it has, then its new ones) and every
-        other row its first position only; each sequence writes its new positions at its
-        length (:data:`KV_POSITIONS`), the other rows nothing (-1)."""
-        rows = bucket_for(self.cache.rows_in_use, self.batch_buckets)
+    def _feeds(self, slots: list[int], new_ids: list[list[int]], past_len: int,
+               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The step's inputs, and the row of each of its sequences.  A prefill's rows are the
+        joining sequences, padded to a batch bucket; a decode step's are the cache slots up to
+        the batch bucket that holds the highest one in use (its attention reads the cache in
+        place: :mod:`.cache_graph`).  Ids are right-padded to a length bucket;
+        ``attention_mask`` shows each sequence its own positions (the past it has, then its new
+        ones) and every other row its first position only; each sequence writes its new
+        positions in its slot at its length (:data:`KV_WRITES`), the other rows nothing."""
+        count = len(slots)
+        rows = bucket_for(count if past_len == 0 else self.cache.rows_in_use, self.batch_buckets)
+        row_of = np.arange(count) if past_len == 0 else np.asarray(slots, np.int64)
         width = max(len(ids) for ids in new_ids)
         width = width if width == 1 else bucket_for(width, self.cache_buckets)
-        index = np.asarray(slots, np.int64)
-        lengths = self.cache.lengths[index]
+        lengths = self.cache.lengths[np.asarray(slots, np.int64)]
         news = np.array([len(tokens) for tokens in new_ids], np.int64)
         ids = np.zeros((rows, width), np.int64)
-        for slot, tokens in zip(slots, new_ids):
-            ids[slot, :len(tokens)] = tokens
+        for row, tokens in zip(row_of.tolist(), new_ids):
+            ids[row, :len(tokens)] = tokens
         mask = np.zeros((rows, past_len + width), np.int64)
         mask[:, 0] = 1  # no row is all masked
-        mask[index] = np.arange(past_len + width) < (lengths + news)[:, None]
+        mask[row_of] = np.arange(past_len + width) < (lengths + news)[:, None]
         positions = np.zeros((rows, width), np.int64)
-        positions[index] = lengths[:, None] + np.arange(width)
-        writes = np.full(rows, -1, np.int64)
-        writes[index] = lengths
-        feeds = {"input_ids": ids, "attention_mask": mask, KV_POSITIONS: writes}
+        positions[row_of] = lengths[:, None] + np.arange(width)
+        writes = np.zeros((rows, 2), np.int64)
+        writes[:, 1] = -1
+        writes[row_of, 0] = slots
+        writes[row_of, 1] = lengths
+        feeds = {"input_ids": ids, "attention_mask": mask, KV_WRITES: writes}
         if self.layout.position_ids:
             feeds["position_ids"] = positions
-        return feeds
+        return feeds, row_of
 
     # -- reporting and closing ---------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

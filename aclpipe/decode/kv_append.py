@@ -2,20 +2,21 @@
 
 ``KvAppend(updates, indices; slots, capacity)`` writes ``updates`` ([batch, heads, seq,
 head_dim], the step's new keys or values) into its output ``cacheRef``, the whole [slots,
-heads, capacity, head_dim] cache of one layer's keys or values, at each row's own position
-``indices[row]`` along the sequence axis (row ``b`` is slot ``b``), and writes nothing else:
-the positions before are that sequence's cache, left in place.  A row whose index is
-negative is not written (a slot that is not part of this step: a prefill runs every slot's
-row up to the batch bucket, see :mod:`.decoder`).  Like ``InplaceCopy``'s ``selfRef``, the
-written cache is modelled as the *output* (launches declare the write), and the decoder
-binds it to the cache buffer (:meth:`aclpipe.Pipeline.bind_storage`).
+heads, capacity, head_dim] cache of one layer's keys or values: row ``b`` goes to slot
+``indices[b, 0]`` from position ``indices[b, 1]`` along the sequence axis, and nothing else is
+written (the positions before are that sequence's cache, left in place).  A row whose
+position is negative is not written (a padded row, or a slot that is not part of the step).
+Like ``InplaceCopy``'s ``selfRef``, the written cache is modelled as the *output* (launches
+declare the write), and the decoder binds it to the cache buffer
+(:meth:`aclpipe.Pipeline.bind_storage`).
 
-``KvView(cache; rows, total)`` is what the attention reads in place of the Concat's present:
-the first ``rows`` slots and ``total`` positions of the cache, a strided view (it launches
-nothing).  The write is declared over the whole buffer rather than the view because a kernel
-may touch up to ``ALIGN_UP(len, 32) + 32`` bytes past what it writes (11-01): past the view,
-that would be positions a later, longer view reads (masked, but a masked NaN still poisons
-the attention's weighted sum); past the buffer, it is the allocation's own padding.
+``KvView(cache; rows, total)`` is what a decode step's attention reads in place of the
+Concat's present: the first ``rows`` slots and ``total`` positions of the cache, a strided
+view (it launches nothing; row ``r`` of a decode step is slot ``r``).  The write is declared
+over the whole buffer rather than the view because a kernel may touch up to
+``ALIGN_UP(len, 32) + 32`` bytes past what it writes (11-01): past the view, that would be
+positions a later, longer view reads (masked, but a masked NaN still poisons the attention's
+weighted sum); past the buffer, it is the allocation's own padding.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class KvAppend(OpSpec):
         if updates.ndim != 4:
             raise op_error(self.name, "updates", "[batch, heads, seq, head_dim]", list(updates.shape))
         batch, heads, seq, head_dim = updates.shape
-        if indices.shape != (batch,):
-            raise op_error(self.name, "indices", f"one position per row: [{batch}]", list(indices.shape))
+        if indices.shape != (batch, 2):
+            raise op_error(self.name, "indices", f"(slot, position) per row: [{batch}, 2]", list(indices.shape))
         sizes = []
         for label, least in (("slots", batch), ("capacity", seq)):
             value = attrs.get(label)
@@ -76,19 +77,24 @@ class KvAppend(OpSpec):
                            f"{cache}")
         updates = inputs[0]
         assert updates is not None
-        seq, capacity = updates.shape[2], expected.shape[2]
+        slots, seq, capacity = expected.shape[0], updates.shape[2], expected.shape[2]
 
         def kernel(views: Sequence[np.ndarray | None], results: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
             new, index, out = views[0], views[1], results[0]
             assert new is not None and index is not None and out is not None
-            for row, start in enumerate(index.tolist()):
-                if start < 0:
-                    continue
-                if start + seq > capacity:
-                    raise IndexError(f"aclnn{KV_APPEND}: indices[{row}] = {start}: {seq} positions from there "
-                                     f"pass the cache's {capacity}")
-                out[row, :, start:start + seq, :] = new[row]
+            rows = np.flatnonzero(index[:, 1] >= 0)
+            targets, starts = index[rows, 0], index[rows, 1]
+            wrong = np.flatnonzero((starts + seq > capacity) | (targets < 0) | (targets >= slots))
+            if wrong.size:
+                row = int(rows[wrong[0]])
+                raise IndexError(f"aclnn{KV_APPEND}: indices[{row}] = {index[row].tolist()}: expected a slot below "
+                                 f"{slots} and {seq} positions from there within the cache's {capacity}")
+            if seq == 1:  # a decode step: one fancy-indexed write for every row
+                out[targets, :, starts, :] = new[rows, :, 0, :]
+                return
+            for row, target, start in zip(rows.tolist(), targets.tolist(), starts.tolist()):
+                out[target, :, start:start + seq, :] = new[row]
 
         return OpPlan(kernel, 0, 0.0, float(2 * updates.nbytes))
 

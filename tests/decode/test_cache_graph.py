@@ -9,7 +9,7 @@ from onnx import helper
 
 from aclpipe import GraphError, Pipeline, load_onnx
 from aclpipe.decode import read_kv_layout
-from aclpipe.decode.cache_graph import KV_POSITIONS, CacheGraph
+from aclpipe.decode.cache_graph import KV_WRITES, CacheGraph
 from aclpipe.decode.kv_pattern import step_model
 
 
@@ -20,12 +20,12 @@ def _graph(model: onnx.ModelProto, slots: int = 4, capacity: int = 33) -> CacheG
 
 def _shapes(batch: int, seq: int, past: int) -> dict[str, tuple[int, ...]]:
     return {"input_ids": (batch, seq), "attention_mask": (batch, past + seq), "position_ids": (batch, seq),
-            KV_POSITIONS: (batch,)}
+            KV_WRITES: (batch, 2)}
 
 
 def test_the_pasts_are_gone_and_each_concat_appends_to_a_cache_in_place(toy_model):
     graph = _graph(toy_model)
-    assert set(graph.inputs) == {"input_ids", "attention_mask", "position_ids", KV_POSITIONS}
+    assert set(graph.inputs) == {"input_ids", "attention_mask", "position_ids", KV_WRITES}
     assert dict(graph.outputs) == {"logits": "logits"}
     bound = graph.bind(**_shapes(2, 1, 16))
     ops = [node.op for node in bound.nodes]
@@ -35,6 +35,12 @@ def test_the_pasts_are_gone_and_each_concat_appends_to_a_cache_in_place(toy_mode
     present = bound.values["Concat_77/cat"]  # the attention reads a strided view of the cache
     assert present.kind == "view" and present.base == graph.cache_values["past_key_values.0.key"]
     assert present.desc.shape == (2, 4, 17, 8) and present.desc.strides == (4 * 33 * 8, 33 * 8, 8, 1)
+
+
+def test_a_prefill_writes_the_cache_and_reads_its_new_positions_where_they_are(toy_model):
+    bound = _graph(toy_model).bind(**_shapes(2, 16, 0))
+    ops = [node.op for node in bound.nodes]
+    assert ops.count("KvAppend") == 4 and "KvView" not in ops and "Cat" not in ops
 
 
 def test_the_cache_values_have_one_name_in_every_bucket(toy_model):
@@ -65,7 +71,7 @@ def test_a_step_writes_its_new_positions_at_each_rows_length_and_nothing_else(to
             for past, value in graph.cache_values.items():
                 pipe.bind_storage(value, caches[past])
             pipe.run_sync({"input_ids": np.array([[3], [4]]), "attention_mask": np.ones((2, 4), np.int64),
-                           "position_ids": np.array([[2], [0]]), KV_POSITIONS: np.array([2, -1])})
+                           "position_ids": np.array([[2], [0]]), KV_WRITES: np.array([[0, 2], [1, -1]])})
         key = device.download(caches["past_key_values.0.key"], "float32", (2, 4, 9, 8))
     finally:
         for buffer in caches.values():

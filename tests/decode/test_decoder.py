@@ -272,7 +272,7 @@ def test_a_decode_step_copies_the_same_bytes_whatever_the_cache_holds(toy_model)
             return copied, decoder.cache.nbytes
 
     copied, cache_bytes = anyio.run(main)
-    # One row: ids, positions and write position (8 bytes each), a mask of bucket + 1 columns; vocab logits.
-    assert set(copied[:10]) == {(8 * 3 + 8 * 17, 64 * 4)}  # past bucket 16
-    assert set(copied[-10:]) == {(8 * 3 + 8 * 65, 64 * 4)}  # past bucket 64
+    # One row: id, position, (slot, position) to write (8 bytes each), a mask of bucket + 1 columns; logits.
+    assert set(copied[:10]) == {(8 * 4 + 8 * 17, 64 * 4)}  # past bucket 16
+    assert set(copied[-10:]) == {(8 * 4 + 8 * 65, 64 * 4)}  # past bucket 64
     assert max(h2d + d2h for h2d, d2h in copied) < cache_bytes / 20

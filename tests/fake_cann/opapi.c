@@ -847,27 +847,33 @@ aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTen
 }
 LAUNCH(SWhere)
 
-/* aclpipe's decoder cache write (aclpipe/decode/kv_append.py): cacheRef[b, :, in[1][b] + s, :] =
- * in[0][b, :, s, :] for every row b whose index is not negative; nothing else is written. */
+/* aclpipe's decoder cache write (aclpipe/decode/kv_append.py): for every row b whose position
+ * p = in[1][b, 1] is not negative, cacheRef[in[1][b, 0], :, p + s, :] = in[0][b, :, s, :]; nothing
+ * else is written. */
 static int kv_append_kernel(const fake_call *c, char *why, size_t why_len)
 {
     const fake_view *updates = &c->in[0], *indices = &c->in[1], *cache = &c->out[0];
     int64_t coords[4], target[4];
     for (int64_t b = 0; b < updates->dims[0]; b++) {
-        int64_t start = (int64_t)load(indices, at(indices, &b, 1));
+        int64_t at_slot[2] = {b, 0}, at_start[2] = {b, 1};
+        int64_t slot = (int64_t)load(indices, at(indices, at_slot, 2));
+        int64_t start = (int64_t)load(indices, at(indices, at_start, 2));
         if (start < 0)
             continue;
-        if (start + updates->dims[2] > cache->dims[2]) {
-            snprintf(why, why_len, "aclnnKvAppend: indices[%lld] = %lld: %lld positions from there pass the cache's "
-                     "%lld", (long long)b, (long long)start, (long long)updates->dims[2], (long long)cache->dims[2]);
+        if (slot < 0 || slot >= cache->dims[0] || start + updates->dims[2] > cache->dims[2]) {
+            snprintf(why, why_len, "aclnnKvAppend: indices[%lld] = (%lld, %lld): expected a slot below %lld and %lld "
+                     "positions from there within the cache's %lld", (long long)b, (long long)slot, (long long)start,
+                     (long long)cache->dims[0], (long long)updates->dims[2], (long long)cache->dims[2]);
             return ACL_ERROR_RT_AICORE_TRAP_WRITE_OVERFLOW;
         }
         int64_t count = updates->dims[1] * updates->dims[2] * updates->dims[3];
         for (int64_t i = 0; i < count; i++) {
             unravel(i, updates->dims + 1, 3, coords + 1);
             coords[0] = b;
-            memcpy(target, coords, sizeof coords);
-            target[2] += start;
+            target[0] = slot;
+            target[1] = coords[1];
+            target[2] = coords[2] + start;
+            target[3] = coords[3];
             store(cache, at(cache, target, 4), load(updates, at(updates, coords, 4)));
         }
     }
@@ -883,11 +889,11 @@ aclnnStatus aclnnKvAppendGetWorkspaceSize(const aclTensor *updates, const aclTen
         rc = need_tensor("KvAppend", "indices", indices, NUMBERS);
     if (rc == ACL_SUCCESS)
         rc = need_tensor("KvAppend", "cacheRef", cacheRef, NUMBERS);
-    if (rc == ACL_SUCCESS && (updates->view.ndim != 4 || indices->view.ndim != 1 ||
+    if (rc == ACL_SUCCESS && (updates->view.ndim != 4 || indices->view.ndim != 2 || indices->view.dims[1] != 2 ||
                               indices->view.dtype != ACL_INT64 || indices->view.dims[0] != updates->view.dims[0] ||
                               slots < updates->view.dims[0] || capacity < updates->view.dims[2]))
         rc = fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnKvAppend: expected updates [batch, heads, seq, head_dim], "
-                           "int64 indices [batch], slots >= batch and capacity >= seq");
+                           "int64 indices [batch, 2], slots >= batch and capacity >= seq");
     if (rc == ACL_SUCCESS) {
         int64_t shape[4] = {slots, updates->view.dims[1], capacity, updates->view.dims[3]};
         rc = need_shape("KvAppend", "cacheRef", &cacheRef->view, shape, 4);
