@@ -247,8 +247,8 @@ class Pipeline:
         next run to read, with no copy (a decoder's KV cache, :mod:`aclpipe.decode`), and the
         plans give it no arena room.  Its descriptor (strides included) is the bound graph's, at
         ``buffer``'s address; ``buffer`` must hold it, and stays the caller's, to free after
-        :meth:`aclose`.  Runs share it, so
-        call only with ``depth=1`` or runs that never overlap."""
+        :meth:`aclose`.  Runs share it, so call only with ``depth=1`` or runs that never
+        overlap."""
         with self._affinity.use("bind_storage"):
             self._check_open()
             if buffer.device is not self.device:

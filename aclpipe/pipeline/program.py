@@ -155,7 +155,7 @@ class Program:
         arena, in every slot (:meth:`Pipeline.bind_storage <aclpipe.Pipeline.bind_storage>`)."""
         self.device = device
         self.plan = plan
-        self.bound = bound or {}
+        self.bound = dict(bound or {})  # as bound when it was prepared
         self.streams = streams
         copies = {plan.h2d_stream: len(streams) - 2, plan.d2h_stream: len(streams) - 1}
         #: plan stream index -> pipeline stream index (the timeline lane)
