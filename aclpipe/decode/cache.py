@@ -1,23 +1,25 @@
 """The KV cache: one device buffer per layer's keys and values, a slot per sequence.
 
 Each cache input of the model (``past_key_values.{i}.key`` / ``.value``) has one device
-buffer of [max_batch, heads, capacity, head_dim] (``capacity`` = ``max_len`` + 1: a decode
-step's view holds its cache bucket plus the new position).  A sequence takes a slot (a row of
-every buffer) when its prefill starts and gives it back the moment it finishes or is
-cancelled; its keys and values are written there by the steps themselves, in place
-(:mod:`.kv_append`), and read there by the attention: the cache never crosses to the host,
-and no step copies it.
+buffer of [max_batch, heads, capacity, head_dim] (``capacity``: ``max_len`` + 1, a decode
+step's view holding its cache bucket plus the new position, rounded up to 16 positions).  A
+sequence takes a slot (a row of every buffer) when its prefill starts and gives it back the
+moment it finishes or is cancelled; its keys and values are written there by the steps
+themselves, in place (:mod:`.kv_append`), and read there by the attention: the cache never
+crosses to the host, and no step copies it.
 
 Rows are slots.  A decode step of batch bucket ``B`` runs rows ``0..B-1``, the cache seen
 as ``buffer[:B, :, :total, :]`` (a strided view with a fixed address, so every bucket's
 program, captured or not, binds it once); row ``r`` is slot ``r``, and a free slot below
-``B`` is a padded row (masked, writing nothing).  That layout needs no gather and no copy when
-membership changes, at the price of running the free slots below the highest one in use:
-slots are taken lowest first (:meth:`KVCache.acquire`), so the running sequences stay packed
-at the bottom and the padding is at most what finished meanwhile.  The alternative,
-compacting the slots when a sequence leaves, would copy a whole sequence's cache (every
-layer) on the device for every departure below the top.  A prefill reads no cache: its rows
-are the joining sequences only, each writing its prompt's keys and values into its own slot.
+``B`` is a padded row (masked, writing nothing).  So no step gathers or scatters slots.
+Slots are taken lowest first (:meth:`KVCache.acquire`), and when sequences leave from below,
+the decoder moves the highest ones down into the free slots (:meth:`KVCache.move`: one
+device-to-device copy of the slot per cache input) once the running ones fit a smaller batch
+bucket than the highest slot in use: a copy only when membership changes, and only when it
+shrinks the steps that follow.  Without it a long sequence left alone in a high slot would
+keep every step at the batch of the busiest moment (the benchmark's 16 requests: 728 rows
+computed over the decode steps instead of 423).  A prefill reads no cache: its rows are the
+joining sequences only, each writing its prompt's keys and values into its own slot.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class KVCache:
         self.layout = layout
         self.max_batch = max_batch
         self.max_len = max_len
-        self.capacity = max_len + 1
+        self.capacity = self.capacity_for(max_len)
         self.dtype = dtype
         self.shape = (max_batch, layout.heads, self.capacity, layout.head_dim)
         self.buffers: dict[str, DeviceBuffer] = {}
@@ -64,6 +66,13 @@ class KVCache:
             raise
         self.lengths = np.zeros(max_batch, np.int64)
         self._free = list(range(max_batch))  # a heap: the lowest free slot first
+
+    @staticmethod
+    def capacity_for(max_len: int) -> int:
+        """Positions per slot: a decode step's view holds its cache bucket plus the new
+        position; whole 16-position blocks keep every slot 64-byte aligned, as device-to-device
+        copies want (:meth:`move`)."""
+        return -(-(max_len + 1) // 16) * 16
 
     @property
     def free(self) -> int:
@@ -95,6 +104,20 @@ class KVCache:
         if slot in self._free:
             raise RuntimeError(f"cache slot {slot} was given back twice")
         heapq.heappush(self._free, slot)
+
+    def move(self, slot: int) -> int:
+        """Move the sequence in ``slot`` to the lowest free slot below it (a device-to-device
+        copy of the slot in every buffer, waited for: call between steps) and free ``slot``;
+        returns the new slot."""
+        if not self._free or self._free[0] >= slot:
+            raise RuntimeError(f"no free cache slot below {slot} to move its sequence to")
+        target = heapq.heappop(self._free)
+        per_slot = self.buffers[next(iter(self.buffers))].nbytes // self.max_batch
+        for buffer in self.buffers.values():
+            buffer.device.copy(buffer, buffer, per_slot, dst_offset=target * per_slot, src_offset=slot * per_slot)
+        self.lengths[target] = self.lengths[slot]
+        heapq.heappush(self._free, slot)
+        return target
 
     def close(self) -> None:
         """Free the buffers (after every step that used them has completed)."""

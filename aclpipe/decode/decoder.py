@@ -19,7 +19,8 @@ smallest that holds its longest sequence; shorter sequences' extra positions and
 rows are masked by ``attention_mask``, so every sequence computes exactly what it would
 alone).  A prefill runs the joining sequences only; row ``r`` of a decode step is cache
 slot ``r`` (:mod:`.cache`), up to the batch bucket that holds the highest slot in use, and a
-free slot below it is a masked row that writes nothing.  Each
+free slot below it is a masked row that writes nothing; before a decode step, sequences in
+high slots move down into free ones when that shrinks its batch bucket.  Each
 (batch bucket, cache bucket) is one input signature of the pipeline, prepared once and
 (where the device captures) captured once; the buckets bound how many there are.
 
@@ -131,7 +132,7 @@ class Decoder:
         self.cache_buckets = check_buckets("cache_buckets", cache_buckets, max_len, 16)
         # Steps return the logits only; each Concat(past, new) appends to the cache in place.
         step = load_onnx(step_model(graph.model, self.layout), name=graph.name, limits=graph.limits)
-        self.graph = CacheGraph(step, self.layout, slots=max_batch, capacity=max_len + 1)
+        self.graph = CacheGraph(step, self.layout, slots=max_batch, capacity=KVCache.capacity_for(max_len))
         # Opened here (and closed by aclose) so that the cache and the programs are counted
         # against its budget before the pipeline is made.
         opened = device if isinstance(device, Device) else open_device(device)
@@ -164,6 +165,7 @@ class Decoder:
         self.tokens_made = 0
         #: Bytes the steps copied to the device (their inputs) and back (their logits).
         self.copied = {"h2d": 0, "d2h": 0}
+        self.moves = 0  # sequences moved down to a lower slot (_compact)
 
     # -- step programs and the device's budget (decode.budget) -------------------------------------
     def signatures(self) -> list[tuple[str, int, int, int]]:
@@ -314,10 +316,22 @@ class Decoder:
         elif self._running:
             self._last_was_prefill = False
             self.steps["decode"] += 1
+            self._compact()
             batch = list(self._running)
             lengths = [int(self.cache.lengths[request.slot]) for request in batch if request.slot is not None]
             await self._run(batch, [[request.last_token] for request in batch],
                             past_len=bucket_for(max(lengths), self.cache_buckets))
+
+    def _compact(self) -> None:
+        """Move the sequences in the highest slots down into free ones while the running
+        sequences fit a smaller batch bucket than the highest slot in use (:meth:`KVCache.move`):
+        a decode step's rows are its slots, so this keeps them to the running sequences'."""
+        target = bucket_for(len(self._running), self.batch_buckets)
+        while bucket_for(self.cache.rows_in_use, self.batch_buckets) > target:
+            top = max(self._running, key=lambda request: -1 if request.slot is None else request.slot)
+            assert top.slot is not None
+            top.slot = self.cache.move(top.slot)
+            self.moves += 1
 
     async def _run(self, batch: list[Request], new_ids: list[list[int]], past_len: int) -> None:
         slots = [request.slot for request in batch if request.slot is not None]
@@ -392,7 +406,7 @@ class Decoder:
                 "tokens": self.tokens_made, "active": self.active, "waiting": self.waiting,
                 "free_slots": self.cache.free, "programs": pipe.signatures, "captured": pipe.captured,
                 "starved": pipe.starved, "cache_bytes": self.cache.nbytes, "h2d_bytes": self.copied["h2d"],
-                "d2h_bytes": self.copied["d2h"]}
+                "d2h_bytes": self.copied["d2h"], "moves": self.moves}
 
     async def aclose(self) -> None:
         """Refuse new requests, fail the unfinished ones, close the pipeline; idempotent."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from aclpipe.decode import KVLayout
@@ -15,7 +16,8 @@ def test_one_zeroed_device_buffer_per_cache_input_with_a_spare_position(device):
     cache = KVCache(LAYOUT, max_batch=3, max_len=8, device=device)
     try:
         assert set(cache.buffers) == {"past_key_values.0.key", "past_key_values.0.value"}
-        assert cache.shape == (3, 2, 9, 3) and cache.nbytes == 2 * 3 * 2 * 9 * 3 * 4
+        # max_len + 1 positions, in whole 16-position blocks (every slot 64-byte aligned)
+        assert cache.shape == (3, 2, 16, 3) and cache.nbytes == 2 * 3 * 2 * 16 * 3 * 4
         whole = device.download(cache.buffers["past_key_values.0.key"], "float32", cache.shape)
         assert not whole.any()
     finally:
@@ -61,3 +63,27 @@ def test_buckets():
     assert [bucket_for(n, [4, 8, 16]) for n in (0, 1, 4, 5, 16)] == [0, 4, 4, 8, 16]
 
 
+
+
+def test_a_sequence_moves_down_to_the_lowest_free_slot_with_its_cache(device):
+    cache = KVCache(LAYOUT, max_batch=4, max_len=15, device=device)
+    try:
+        for _ in range(4):
+            cache.acquire()
+        pattern = np.arange(4 * 2 * 16 * 3, dtype=np.float32).reshape(4, 2, 16, 3)
+        source = device.upload(pattern)
+        for buffer in cache.buffers.values():
+            device.copy(buffer, source, pattern.nbytes)
+        source.close()
+        cache.lengths[3] = 7
+        cache.release(1)
+        cache.release(0)
+        assert cache.move(3) == 0 and cache.lengths[0] == 7
+        assert cache.rows_in_use == 3 and cache.free == 2  # slots 1 and 3
+        moved = device.download(cache.buffers["past_key_values.0.value"], "float32", (4, 2, 16, 3))
+        np.testing.assert_array_equal(moved[0], pattern[3])
+        np.testing.assert_array_equal(moved[2], pattern[2])
+        with pytest.raises(RuntimeError, match="no free cache slot below 1"):
+            cache.move(1)
+    finally:
+        cache.close()

@@ -276,3 +276,16 @@ def test_a_decode_step_copies_the_same_bytes_whatever_the_cache_holds(toy_model)
     assert set(copied[:10]) == {(8 * 4 + 8 * 17, 64 * 4)}  # past bucket 16
     assert set(copied[-10:]) == {(8 * 4 + 8 * 65, 64 * 4)}  # past bucket 64
     assert max(h2d + d2h for h2d, d2h in copied) < cache_bytes / 20
+
+
+def test_the_last_running_sequence_moves_down_when_the_others_leave(toy_model):
+    """Slots 0-2 finish first; the sequence in slot 3 moves to slot 0, so the steps after run
+    one row, and its tokens are still onnxruntime's."""
+    async def main():
+        async with Decoder(toy_model, max_batch=4, max_len=64) as decoder:
+            tokens = await _all(decoder, PROMPTS[:4], [3, 3, 3, 24])
+            return tokens, decoder.stats()
+
+    tokens, stats = anyio.run(main)
+    assert tokens == [reference_greedy(toy_model, p, n) for p, n in zip(PROMPTS[:4], [3, 3, 3, 24])]
+    assert stats["moves"] == 1 and stats["free_slots"] == 4
