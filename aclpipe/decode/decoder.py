@@ -30,11 +30,12 @@ cancelled meanwhile leaves its request cancelled after it); the others wait for 
 decoder works under asyncio and trio alike, and from the blocking wrapper's loop thread.
 
 Where the cache lives.  On the device (:mod:`.cache`): each ``Concat(past, new)`` of the
-model is rewritten into an in-place write of the new positions at each row's length
-(:mod:`.cache_graph`, :mod:`.kv_append`), the present each writes is bound to its layer's
-cache buffer (:meth:`aclpipe.Pipeline.bind_storage`), and the attention reads it there.  A
-step copies its token ids, mask, positions and write positions to the device (O(batch x new
-tokens)) and its logits back; the cache never crosses to the host, and no step copies it.
+model is rewritten into an in-place write of the new positions into each sequence's slot at
+its length (:mod:`.cache_graph`, :mod:`.kv_append`), the cache each writes is bound to its
+layer's buffer (:meth:`aclpipe.Pipeline.bind_storage`), and a decode step's attention reads
+it there.  A step copies its token ids, mask, positions and writes to the device and its
+logits back: bytes that grow with the batch, the new tokens and the mask's width, never with
+the cache, which never crosses to the host and which no step copies.
 """
 
 from __future__ import annotations
