@@ -11,8 +11,13 @@ that preparing (and capturing) the step programs is not timed.
 ``host``      host CPU time of the event loop thread per generated token, with the step programs
               captured (the Atlas A2 spec) and uncaptured (the same spec with capture off):
               printed, with the verdict "captured below uncaptured".
+``copies``    bytes each step of the 16 at once copies to the device and back, against what the
+              same steps copied when the cache was held on the host (each step's past in, its
+              new positions out: computed from the steps' shapes); verdict: the cache never
+              crosses, so a decode step's bytes grow only with its mask's width (8 bytes a
+              position a row), not with the cache (``2 x layers x heads x head_dim x 4``).
 
-Run: ``python benchmarks/bench_decode.py [batching|host ...] [--requests 16] [--rounds 5]``.
+Run: ``python benchmarks/bench_decode.py [batching|host|copies ...] [--requests 16] [--rounds 5]``.
 """
 
 from __future__ import annotations
@@ -112,6 +117,10 @@ async def batching(count: int, rounds: int) -> None:
     print(f"  verdict: {'PASS' if ratio <= 2 else 'FAIL'} (<= 2x)")
     print(f"  steps: {stats['prefill_steps']} prefill, {stats['decode_steps']} decode; programs {stats['programs']} "
           f"({stats['captured']} captured, {stats['starved']} starved)")
+    steps = stats["prefill_steps"] + stats["decode_steps"]
+    print(f"copies per step (the KV cache stays on the device, {stats['cache_bytes'] / 2**10:.0f} KiB): "
+          f"{stats['h2d_bytes'] / steps:.0f} B host-to-device (ids, mask, positions), "
+          f"{stats['d2h_bytes'] / steps:.0f} B device-to-host (logits)")
 
 
 async def host(count: int) -> None:
@@ -132,19 +141,55 @@ async def host(count: int) -> None:
     print(f"  verdict: {'PASS' if per_token[True] < per_token[False] else 'FAIL'} (captured below uncaptured)")
 
 
+async def copies(count: int) -> None:
+    work = requests(count)
+    steps: list[tuple[int, int, int, int, int]] = []  # rows, seq, past, bytes in, bytes out
+    async with _decoder() as decoder:
+        run = decoder.pipeline.run
+
+        async def counted(**feeds: np.ndarray) -> dict[str, np.ndarray]:
+            outputs = await run(**feeds)
+            rows, seq = feeds["input_ids"].shape
+            steps.append((rows, seq, feeds["attention_mask"].shape[1] - seq,
+                          sum(array.nbytes for array in feeds.values()), sum(a.nbytes for a in outputs.values())))
+            return outputs
+
+        decoder.pipeline.run = counted  # type: ignore[method-assign]
+        await _concurrent(decoder, work)
+        layout, device = decoder.layout, decoder.pipeline.device
+    device.close()
+    per_position = 2 * layout.layers * layout.heads * layout.head_dim * 4  # keys and values, float32
+    # The host-held cache: each step's past in, each present's new positions out; no write positions.
+    held = [(h2d + rows * past * per_position - rows * 16, d2h + rows * seq * per_position)
+            for rows, seq, past, h2d, d2h in steps]
+    now_in, now_out = (statistics.mean(step[i] for step in steps) for i in (3, 4))
+    then_in, then_out = (statistics.mean(step[i] for step in held) for i in (0, 1))
+    print(f"copies: {count} requests at once, {len(steps)} steps; per step now {now_in:,.0f} B host-to-device, "
+          f"{now_out:,.0f} B device-to-host; with the cache held on the host {then_in:,.0f} B and {then_out:,.0f} B")
+    decode = [step for step in steps if step[1] == 1]
+    growth = max((h2d - 8 * rows * past) / rows for rows, _, past, h2d, _ in decode)
+    fixed = min((h2d - 8 * rows * past) / rows for rows, _, past, h2d, _ in decode)
+    print(f"  decode steps: {fixed:.0f}-{growth:.0f} B per row besides the mask (8 B a position), whatever the past; "
+          f"the cache held {per_position} B a position")
+    print(f"  verdict: {'PASS' if growth == fixed else 'FAIL'} (the cache never crosses: a step's bytes do not grow "
+          "with it)")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("which", nargs="*", help="batching, host (default: both)")
+    parser.add_argument("which", nargs="*", help="batching, host, copies (default: all)")
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5, help="batching: rounds of both passes (default 5)")
     args = parser.parse_args(argv)
-    which: list[Any] = args.which or ["batching", "host"]
-    unknown = sorted(set(which) - {"batching", "host"})
+    which: list[Any] = args.which or ["batching", "host", "copies"]
+    unknown = sorted(set(which) - {"batching", "host", "copies"})
     if unknown:
-        parser.error(f"unknown benchmark(s) {unknown}: choose batching, host")
+        parser.error(f"unknown benchmark(s) {unknown}: choose batching, host, copies")
     for name in which:
         if name == "batching":
             anyio.run(batching, args.requests, args.rounds)
+        elif name == "copies":
+            anyio.run(copies, args.requests)
         else:
             anyio.run(host, args.requests)
 

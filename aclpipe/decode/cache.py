@@ -1,38 +1,41 @@
-"""The KV cache: one slot of ``max_len`` positions per sequence, for every layer's keys and values.
+"""The KV cache: one device buffer per layer's keys and values, a slot per sequence.
 
-A sequence takes a slot when its prefill starts and gives it back the moment it finishes or
-is cancelled.  A step reads the past of its sequences as one [batch, heads, past, head_dim]
-array per cache input (``past`` is the step's cache bucket; positions a sequence has not
-filled are masked by its ``attention_mask`` row) and appends each sequence's new positions to
-its slot, in place: the ``Concat(past, new)`` behind every present (:mod:`.kv_pattern`)
-guarantees that the present is the past followed by ``new``, so the step reads back ``new``
-alone (:func:`~aclpipe.decode.kv_pattern.step_model`), never the whole present.
+Each cache input of the model (``past_key_values.{i}.key`` / ``.value``) has one device
+buffer of [max_batch, heads, capacity, head_dim] (``capacity``: ``max_len`` + 1, a decode
+step's view holding its cache bucket plus the new position, rounded up to 16 positions).  A
+sequence takes a slot (a row of every buffer) when its prefill starts and gives it back the
+moment it finishes or is cancelled; its keys and values are written there by the steps
+themselves, in place (:mod:`.kv_append`), and read there by the attention: the cache never
+crosses to the host, and no step copies it.
 
-Where the cache lives.  Here it is host memory, and each step copies its sequences' past
-to the device with the step's inputs (through the pipeline's staging) and reads the presents
-back: correct, and cheap for small models, but the cache crosses the host every step.  Keeping
-it on the device with no copy needs two things the prepared programs do not offer yet: (1) an
-input bound to a caller's device view instead of the slot's staging (phase one then runs on
-``cache[:batch, :, :past, :]``, a strided view of one [slots, heads, max_len, head_dim]
-buffer per cache input; a step running rows ``0..batch`` with finished slots masked needs no
-gather), and (2) the ``Concat(past, new)`` behind each present rewritten to an in-place
-scatter of ``new`` at each row's length (``aclnnScatterNdUpdate``), its readers reading that
-view.
+Rows are slots.  A decode step of batch bucket ``B`` runs rows ``0..B-1``, the cache seen
+as ``buffer[:B, :, :total, :]`` (a strided view with a fixed address, so every bucket's
+program, captured or not, binds it once); row ``r`` is slot ``r``, and a free slot below
+``B`` is a padded row (masked, writing nothing).  So no step gathers or scatters slots.
+Slots are taken lowest first (:meth:`KVCache.acquire`), and when sequences leave from below,
+the decoder moves the highest ones down into the free slots (:meth:`KVCache.move`: one
+device-to-device copy of the slot per cache input) once the running ones fit a smaller batch
+bucket than the highest slot in use: a copy only when membership changes, and only when it
+shrinks the steps that follow.  Without it a long sequence left alone in a high slot would
+keep every step at the batch of the busiest moment (the benchmark's 16 requests: 728 rows
+computed over the decode steps instead of 423).  A prefill reads no cache: its rows are the
+joining sequences only, each writing its prompt's keys and values into its own slot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
 
 import numpy as np
 
+from ..runtime import Device, DeviceBuffer
 from .kv_pattern import KVLayout
 
 __all__ = ["KVCache"]
 
 
 class KVCache:
-    """Cache slots for ``max_batch`` sequences of up to ``max_len`` positions.
+    """Device-resident cache slots for ``max_batch`` sequences of up to ``max_len`` positions.
 
     Parameters
     ----------
@@ -42,16 +45,34 @@ class KVCache:
         Sequences held at once.
     max_len:
         Positions per sequence (prompt and generated tokens).
+    device:
+        Where the buffers live (zeroed once here: masked positions are then finite).
     """
 
-    def __init__(self, layout: KVLayout, max_batch: int, max_len: int, dtype: str = "float32"):
+    def __init__(self, layout: KVLayout, max_batch: int, max_len: int, device: Device, dtype: str = "float32"):
         self.layout = layout
         self.max_batch = max_batch
         self.max_len = max_len
-        shape = (max_batch, layout.heads, max_len, layout.head_dim)
-        self._store = {past: np.zeros(shape, dtype) for past, _ in layout.pairs()}
+        self.capacity = self.capacity_for(max_len)
+        self.dtype = dtype
+        self.shape = (max_batch, layout.heads, self.capacity, layout.head_dim)
+        self.buffers: dict[str, DeviceBuffer] = {}
+        zeros = np.zeros(self.shape, dtype)
+        try:
+            for past, _ in layout.pairs():
+                self.buffers[past] = device.upload(zeros, label=f"kv cache {past}")
+        except BaseException:
+            self.close()
+            raise
         self.lengths = np.zeros(max_batch, np.int64)
-        self._free = list(range(max_batch - 1, -1, -1))  # popped from the end: slot 0 first
+        self._free = list(range(max_batch))  # a heap: the lowest free slot first
+
+    @staticmethod
+    def capacity_for(max_len: int) -> int:
+        """Positions per slot: a decode step's view holds its cache bucket plus the new
+        position; whole 16-position blocks keep every slot 64-byte aligned, as device-to-device
+        copies want (:meth:`move`)."""
+        return -(-(max_len + 1) // 16) * 16
 
     @property
     def free(self) -> int:
@@ -60,46 +81,46 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(array.nbytes for array in self._store.values())
+        return sum(buffer.nbytes for buffer in self.buffers.values())
+
+    @property
+    def rows_in_use(self) -> int:
+        """One past the highest slot in use (0 when none is): the rows a step must run."""
+        taken = np.ones(self.max_batch, bool)
+        taken[self._free] = False
+        used = np.flatnonzero(taken)
+        return int(used[-1]) + 1 if used.size else 0
 
     def acquire(self) -> int:
-        """A free slot, emptied (length 0)."""
+        """The lowest free slot, emptied (length 0)."""
         if not self._free:
             raise RuntimeError("no free cache slot: check KVCache.free before acquiring")
-        slot = self._free.pop()
+        slot = heapq.heappop(self._free)
         self.lengths[slot] = 0
         return slot
 
     def release(self, slot: int) -> None:
-        """Give ``slot`` back (idempotent per acquire: a slot given back twice is a bug)."""
+        """Give ``slot`` back (once per acquire: a slot given back twice is a bug)."""
         if slot in self._free:
             raise RuntimeError(f"cache slot {slot} was given back twice")
-        self._free.append(slot)
+        heapq.heappush(self._free, slot)
 
-    def past(self, slots: Sequence[int], past_len: int, rows: int) -> dict[str, np.ndarray]:
-        """Past input name -> [rows, heads, past_len, head_dim]: the slots' first ``past_len``
-        positions, then zero rows up to the batch bucket's ``rows``."""
-        index = np.asarray(slots, np.int64)
-        out = {}
-        for name, store in self._store.items():
-            array = np.zeros((rows, *store.shape[1:2], past_len, store.shape[3]), store.dtype)
-            array[:len(slots)] = store[index, :, :past_len]
-            out[name] = array
-        return out
+    def move(self, slot: int) -> int:
+        """Move the sequence in ``slot`` to the lowest free slot below it (a device-to-device
+        copy of the slot in every buffer, waited for: call between steps) and free ``slot``;
+        returns the new slot."""
+        if not self._free or self._free[0] >= slot:
+            raise RuntimeError(f"no free cache slot below {slot} to move its sequence to")
+        target = heapq.heappop(self._free)
+        per_slot = self.buffers[next(iter(self.buffers))].nbytes // self.max_batch
+        for buffer in self.buffers.values():
+            buffer.device.copy(buffer, buffer, per_slot, dst_offset=target * per_slot, src_offset=slot * per_slot)
+        self.lengths[target] = self.lengths[slot]
+        heapq.heappush(self._free, slot)
+        return target
 
-    def append(self, slots: Sequence[int], news: Mapping[str, np.ndarray], counts: Sequence[int]) -> None:
-        """Write each slot's first ``counts[i]`` new positions (``news``: past input name ->
-        [rows, heads, seq, head_dim], the step's new keys or values) after its current length."""
-        index = np.asarray(slots, np.int64)
-        starts = self.lengths[index]
-        one_each = all(count == 1 for count in counts)  # a decode step: one fancy-indexed write per cache input
-        heads = np.arange(self.layout.heads)
-        for past, store in self._store.items():
-            new = news[past]
-            if one_each:
-                store[index[:, None], heads[None, :], starts[:, None]] = new[:len(slots), :, 0]
-                continue
-            for row, (slot, count) in enumerate(zip(slots, counts)):
-                start = int(starts[row])
-                store[slot, :, start:start + count] = new[row, :, :count]
-        self.lengths[index] += np.asarray(counts, np.int64)
+    def close(self) -> None:
+        """Free the buffers (after every step that used them has completed)."""
+        for buffer in self.buffers.values():
+            buffer.close()
+        self.buffers.clear()

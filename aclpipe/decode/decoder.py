@@ -17,18 +17,25 @@ more than one step.
 Shapes.  A step's batch is padded to a batch bucket, and its past to a cache bucket (the
 smallest that holds its longest sequence; shorter sequences' extra positions and the padded
 rows are masked by ``attention_mask``, so every sequence computes exactly what it would
-alone).  Each (batch bucket, cache bucket) is one input signature of the pipeline, prepared
-once and (where the device captures) captured once; the buckets bound how many there are.
+alone).  A prefill runs the joining sequences only; row ``r`` of a decode step is cache
+slot ``r`` (:mod:`.cache`), up to the batch bucket that holds the highest slot in use, and a
+free slot below it is a masked row that writes nothing; before a decode step, sequences in
+high slots move down into free ones when that shrinks its batch bucket.  Each
+(batch bucket, cache bucket) is one input signature of the pipeline, prepared once and
+(where the device captures) captured once; the buckets bound how many there are.
 
 Who runs the steps.  No background task: the callers reading tokens take turns.  One whose
 next token is not ready runs the next step (shielded: a step, once started, ends; a caller
 cancelled meanwhile leaves its request cancelled after it); the others wait for it.  So the
 decoder works under asyncio and trio alike, and from the blocking wrapper's loop thread.
 
-Where the cache lives.  On the host for now: each step copies its sequences' past to the
-device with its inputs and reads back each present's new positions only (the model is run
-with those as outputs in place of the presents: :func:`.kv_pattern.step_model`); :mod:`.cache`
-says what device residency needs from the prepared programs.
+Where the cache lives.  On the device (:mod:`.cache`): each ``Concat(past, new)`` of the
+model is rewritten into an in-place write of the new positions into each sequence's slot at
+its length (:mod:`.cache_graph`, :mod:`.kv_append`), the cache each writes is bound to its
+layer's buffer (:meth:`aclpipe.Pipeline.bind_storage`), and a decode step's attention reads
+it there.  A step copies its token ids, mask, positions and writes to the device and its
+logits back: bytes that grow with the batch, the new tokens and the mask's width, never with
+the cache, which never crosses to the host and which no step copies.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import anyio
 import anyio.lowlevel
@@ -55,6 +62,7 @@ from ..runtime import Device, open_device
 from .buckets import bucket_for, check_buckets
 from .budget import CapturePlan, bucket_use, capture_plan
 from .cache import KVCache
+from .cache_graph import KV_WRITES, CacheGraph
 from .errors import PromptTooLongError
 from .kv_pattern import KVLayout, read_kv_layout, step_model
 from .request import Generation, Request
@@ -74,7 +82,9 @@ class Decoder:
         An ONNX decoder in the optimum / onnxruntime-genai convention (:mod:`.kv_pattern`): a
         path, bytes, an ``onnx.ModelProto`` or a graph from :func:`aclpipe.load_onnx`.
     device:
-        As for :class:`~aclpipe.Pipeline` (a device, a name, several for replicas, or None).
+        As for :class:`~aclpipe.Pipeline`: a device, a name, None, or several devices (a list,
+        ``"sim:0,1"``): then one decoder per device, each request on one of them
+        (:class:`~aclpipe.decode.replicas.DecoderReplicas`: a sequence's cache lives on one device).
     max_batch:
         Sequences generated at once (cache slots); more requests wait for a free slot.
     max_len:
@@ -90,13 +100,21 @@ class Decoder:
 
     Notes
     -----
-    The KV cache is held on the host (:mod:`aclpipe.decode.cache`); each step copies its
-    sequences' past to the device with its inputs.  A request whose iterator is dropped
+    The KV cache lives on the device (:mod:`aclpipe.decode.cache`), appended to in place by
+    the steps.  A request whose iterator is dropped
     without being closed keeps its slot until it reaches ``max_new_tokens`` or ``eos_id``:
     close it (``await gen.aclose()``, or ``async with decoder.generate(...) as gen``) to free
     the slot at once.  The async API serves one event loop at a time, like the
     :class:`~aclpipe.Pipeline` beneath it; :meth:`generate_sync` serves any number of threads.
     """
+
+    def __new__(cls, model: DecoderModel, *args: Any, **options: Any) -> Self:
+        # Several devices: a decoder per device (the cache lives on one), behind the same API.
+        if cls is Decoder and is_device_list(options.get("device")):
+            from .replicas import DecoderReplicas
+
+            return cast(Self, object.__new__(DecoderReplicas))
+        return object.__new__(cls)
 
     def __init__(self, model: DecoderModel, *, device: Device | str | Sequence[Device | str] | None = None,
                  max_batch: int = 8, max_len: int = 256, batch_buckets: Sequence[int] | None = None,
@@ -104,31 +122,39 @@ class Decoder:
         for label, value in (("max_batch", max_batch), ("max_len", max_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive int, got {value!r}")
+        if not (device is None or isinstance(device, (Device, str))) or is_device_list(device):
+            raise ValueError(f"one decoder runs on one device (its KV cache lives there), got {device!r}; "
+                             "Decoder(model, device=[...]) makes one per device")
         graph = model if isinstance(model, OnnxGraph) else load_onnx(model)
         self.layout: KVLayout = read_kv_layout(graph.model)
-        # Steps read back each present's new positions only (kv_pattern.step_model).
-        graph = load_onnx(step_model(graph.model, self.layout), name=graph.name, limits=graph.limits)
         self.max_batch = max_batch
         self.max_len = max_len
         self.batch_buckets = check_buckets("batch_buckets", batch_buckets, max_batch, 1)
         self.cache_buckets = check_buckets("cache_buckets", cache_buckets, max_len, 16)
-        # One device: opened here (and closed by aclose) so that the programs are counted
-        # against its budget before the pipeline is made.  Several: the pipeline's replicas.
-        opened: Device | str | Sequence[Device | str] | None = device
-        if device is None or (isinstance(device, str) and not is_device_list(device)):
-            opened = open_device(device)
+        # Steps return the logits only; each Concat(past, new) appends to the cache in place.
+        step = load_onnx(step_model(graph.model, self.layout), name=graph.name, limits=graph.limits)
+        self.graph = CacheGraph(step, self.layout, slots=max_batch, capacity=KVCache.capacity_for(max_len))
+        # Opened here (and closed by aclose) so that the cache and the programs are counted
+        # against its budget before the pipeline is made.
+        opened = device if isinstance(device, Device) else open_device(device)
         owns_device = opened is not device
+        cache: KVCache | None = None
         try:
+            cache = KVCache(self.layout, max_batch, max_len, opened)
             if max_programs is None:
-                max_programs = self._fitting_programs(graph, opened, streams)
-            self.pipeline = Pipeline(graph, opened, streams=streams, depth=1, max_programs=max_programs)
+                max_programs = self._fitting_programs(self.graph, opened, streams)
+            self.pipeline = Pipeline(self.graph, opened, streams=streams, depth=1, max_programs=max_programs)
+            for past, cached in self.graph.cache_values.items():
+                self.pipeline.bind_storage(cached, cache.buffers[past])
         except BaseException:
-            if owns_device and isinstance(opened, Device):
+            if cache is not None:
+                cache.close()
+            if owns_device:
                 opened.close()
             raise
-        self._owned_device = opened if owns_device and isinstance(opened, Device) else None
+        self.cache = cache
+        self._owned_device = opened if owns_device else None
         self.max_programs = max_programs
-        self.cache = KVCache(self.layout, max_batch, max_len)
         self._waiting: collections.deque[Request] = collections.deque()
         self._running: list[Request] = []
         self._stepping: anyio.Event | None = None
@@ -138,6 +164,9 @@ class Decoder:
         self._closed = False
         self.steps = {"prefill": 0, "decode": 0}
         self.tokens_made = 0
+        #: Bytes the steps copied to the device (their inputs) and back (their logits).
+        self.copied = {"h2d": 0, "d2h": 0}
+        self.moves = 0  # sequences moved down to a lower slot (_compact)
 
     # -- step programs and the device's budget (decode.budget) -------------------------------------
     def signatures(self) -> list[tuple[str, int, int, int]]:
@@ -148,22 +177,19 @@ class Decoder:
 
     def input_shapes(self, batch: int, seq: int, past: int) -> dict[str, tuple[int, ...]]:
         """The step's input shapes for a batch of ``batch`` rows of ``seq`` new tokens after ``past``."""
-        layout = self.layout
-        shapes: dict[str, tuple[int, ...]] = {"input_ids": (batch, seq), "attention_mask": (batch, past + seq)}
-        if layout.position_ids:
+        shapes: dict[str, tuple[int, ...]] = {"input_ids": (batch, seq), "attention_mask": (batch, past + seq),
+                                              KV_WRITES: (batch, 2)}
+        if self.layout.position_ids:
             shapes["position_ids"] = (batch, seq)
-        for name, _ in layout.pairs():
-            shapes[name] = (batch, layout.heads, past, layout.head_dim)
         return shapes
 
-    def _fitting_programs(self, graph: OnnxGraph, device: Any, streams: int) -> int:
+    def _fitting_programs(self, graph: CacheGraph, device: Device, streams: int) -> int:
         """Programs held at once, so that any of them fit the device's budget: counted from the
         largest prefill and decode signatures, which bound the others (same graph, smaller shapes)."""
         signatures = self.signatures()
-        if not isinstance(device, Device):
-            return len(signatures)  # several devices: each replica holds its own, as counted on one
         bounds = {kind: bucket_use(kind, batch, seq, past, make_plan(graph.bind(**self.input_shapes(batch, seq, past)),
-                                                                     streams=streams),
+                                                                     streams=streams,
+                                                                     external=graph.cache_values.values()),
                                    event_errors=device.capabilities.event_errors)
                   for kind, batch, seq, past in (("prefill", self.max_batch, self.max_len, 0),
                                                  ("decode", self.max_batch, 1, self.max_len))}
@@ -291,15 +317,27 @@ class Decoder:
         elif self._running:
             self._last_was_prefill = False
             self.steps["decode"] += 1
+            self._compact()
             batch = list(self._running)
             lengths = [int(self.cache.lengths[request.slot]) for request in batch if request.slot is not None]
             await self._run(batch, [[request.last_token] for request in batch],
                             past_len=bucket_for(max(lengths), self.cache_buckets))
 
+    def _compact(self) -> None:
+        """Move the sequences in the highest slots down into free ones while the running
+        sequences fit a smaller batch bucket than the highest slot in use (:meth:`KVCache.move`):
+        a decode step's rows are its slots, so this keeps them to the running sequences'."""
+        target = bucket_for(len(self._running), self.batch_buckets)
+        while bucket_for(self.cache.rows_in_use, self.batch_buckets) > target:
+            top = max(self._running, key=lambda request: -1 if request.slot is None else request.slot)
+            assert top.slot is not None
+            top.slot = self.cache.move(top.slot)
+            self.moves += 1
+
     async def _run(self, batch: list[Request], new_ids: list[list[int]], past_len: int) -> None:
-        slots = [request.slot for request in batch]
-        assert all(slot is not None for slot in slots)
-        feeds = self._feeds([slot for slot in slots if slot is not None], new_ids, past_len)
+        slots = [request.slot for request in batch if request.slot is not None]
+        assert len(slots) == len(batch)
+        feeds, rows = self._feeds(slots, new_ids, past_len)
         self._stepping_now = {request.number for request in batch}
         try:
             outputs = await self.pipeline.run(**feeds)
@@ -310,11 +348,13 @@ class Decoder:
             return
         finally:
             self._stepping_now = set()
-        counts = [len(ids) for ids in new_ids]
-        news = {past: outputs[new] for (past, _), new in zip(self.layout.pairs(), self.layout.news)}
-        self.cache.append([slot for slot in slots if slot is not None], news, counts)
-        # Each row's logits at its last new token; the greedy picks in one call for the batch.
-        last = outputs["logits"][np.arange(len(batch)), np.asarray(counts) - 1]
+        counts = np.asarray([len(ids) for ids in new_ids], np.int64)
+        self.cache.lengths[np.asarray(slots, np.int64)] += counts  # the step wrote them on the device
+        logits = outputs["logits"]
+        self.copied["h2d"] += sum(array.nbytes for array in feeds.values())
+        self.copied["d2h"] += logits.nbytes
+        # Each sequence's logits at its last new token; the greedy picks in one call for the batch.
+        last = logits[rows, counts - 1]
         greedy = last.argmax(axis=-1)
         for row, request in enumerate(batch):
             if request.cancelled:
@@ -326,28 +366,38 @@ class Decoder:
             if request.done:
                 self._leave(request)
 
-    def _feeds(self, slots: list[int], new_ids: list[list[int]], past_len: int) -> dict[str, np.ndarray]:
-        """The step's inputs: ids right-padded to a length bucket, rows padded to a batch bucket,
-        the past padded to ``past_len``; ``attention_mask`` shows each row its own positions only."""
-        rows = bucket_for(len(slots), self.batch_buckets)
+    def _feeds(self, slots: list[int], new_ids: list[list[int]], past_len: int,
+               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The step's inputs, and the row of each of its sequences.  A prefill's rows are the
+        joining sequences, padded to a batch bucket; a decode step's are the cache slots up to
+        the batch bucket that holds the highest one in use (its attention reads the cache in
+        place: :mod:`.cache_graph`).  Ids are right-padded to a length bucket;
+        ``attention_mask`` shows each sequence its own positions (the past it has, then its new
+        ones) and every other row its first position only; each sequence writes its new
+        positions in its slot at its length (:data:`KV_WRITES`), the other rows nothing."""
+        count = len(slots)
+        rows = bucket_for(count if past_len == 0 else self.cache.rows_in_use, self.batch_buckets)
+        row_of = np.arange(count) if past_len == 0 else np.asarray(slots, np.int64)
         width = max(len(ids) for ids in new_ids)
         width = width if width == 1 else bucket_for(width, self.cache_buckets)
-        count = len(slots)
         lengths = self.cache.lengths[np.asarray(slots, np.int64)]
         news = np.array([len(tokens) for tokens in new_ids], np.int64)
         ids = np.zeros((rows, width), np.int64)
-        for row, tokens in enumerate(new_ids):
+        for row, tokens in zip(row_of.tolist(), new_ids):
             ids[row, :len(tokens)] = tokens
         mask = np.zeros((rows, past_len + width), np.int64)
-        mask[:count, :past_len] = np.arange(past_len) < lengths[:, None]
-        mask[:count, past_len:] = np.arange(width) < news[:, None]
-        mask[count:, past_len] = 1  # padded rows see one position: no row is all masked
+        mask[:, 0] = 1  # no row is all masked
+        mask[row_of] = np.arange(past_len + width) < (lengths + news)[:, None]
         positions = np.zeros((rows, width), np.int64)
-        positions[:count] = lengths[:, None] + np.arange(width)
-        feeds = {"input_ids": ids, "attention_mask": mask, **self.cache.past(slots, past_len, rows)}
+        positions[row_of] = lengths[:, None] + np.arange(width)
+        writes = np.zeros((rows, 2), np.int64)
+        writes[:, 1] = -1
+        writes[row_of, 0] = slots
+        writes[row_of, 1] = lengths
+        feeds = {"input_ids": ids, "attention_mask": mask, KV_WRITES: writes}
         if self.layout.position_ids:
             feeds["position_ids"] = positions
-        return feeds
+        return feeds, row_of
 
     # -- reporting and closing ---------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -356,7 +406,8 @@ class Decoder:
         return {"prefill_steps": self.steps["prefill"], "decode_steps": self.steps["decode"],
                 "tokens": self.tokens_made, "active": self.active, "waiting": self.waiting,
                 "free_slots": self.cache.free, "programs": pipe.signatures, "captured": pipe.captured,
-                "starved": pipe.starved, "cache_bytes": self.cache.nbytes}
+                "starved": pipe.starved, "cache_bytes": self.cache.nbytes, "h2d_bytes": self.copied["h2d"],
+                "d2h_bytes": self.copied["d2h"], "moves": self.moves}
 
     async def aclose(self) -> None:
         """Refuse new requests, fail the unfinished ones, close the pipeline; idempotent."""
@@ -369,6 +420,9 @@ class Decoder:
         self._waiting.clear()
         try:
             await self.pipeline.aclose()
+            # Every run is over: nothing reads the cache any more.  (A cancelled aclose leaves
+            # it: the device may still use it, and it goes with the device.)
+            self.cache.close()
         finally:
             if self._owned_device is not None:
                 self._owned_device.close()

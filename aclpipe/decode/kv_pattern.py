@@ -5,8 +5,8 @@ The optimum / onnxruntime-genai convention: inputs ``input_ids`` [batch, seq],
 ``past_key_values.{i}.key`` / ``.value`` [batch, heads, past, head_dim]; outputs ``logits``
 [batch, seq, vocab] and ``present.{i}.key`` / ``.value``.  Each present must be
 ``Concat(past, new, axis=2)`` of its own past (through Identity nodes at most): that is what
-lets the decoder keep only the new positions of each step, appended to the sequence's cache
-in place, instead of the whole present.
+lets the decoder keep the cache on the device and append each step's new positions to it in
+place (:mod:`.cache_graph`), instead of copying the past into a new present every step.
 """
 
 from __future__ import annotations
@@ -89,17 +89,15 @@ def read_kv_layout(model: onnx.ModelProto) -> KVLayout:
 
 
 def step_model(model: onnx.ModelProto, layout: KVLayout) -> onnx.ModelProto:
-    """The model a decoder step runs: ``logits``, then each present's new positions (the value
-    its Concat puts after the past) in place of the present.  The step then reads back only
-    what it appends to the cache, not the whole present (which the device still computes for
-    the attention that reads it)."""
+    """The model a decoder step runs: ``logits`` its only output.  The presents stay on the
+    device: each ``Concat(past, new)`` becomes an in-place append to the cache, which the
+    attention reads where it is (:class:`~aclpipe.decode.cache_graph.CacheGraph`), so a step
+    reads back nothing but the logits."""
     step = onnx.ModelProto()
     step.CopyFrom(model)
     kept = [value for value in step.graph.output if value.name == "logits"]
     del step.graph.output[:]
     step.graph.output.extend(kept)
-    for new in dict.fromkeys(layout.news):
-        step.graph.output.append(onnx.helper.make_empty_tensor_value_info(new))
     return step
 
 

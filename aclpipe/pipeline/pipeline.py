@@ -48,7 +48,7 @@ from ..backends import is_device_list
 from ..errors import AclpipeError, BackendError, ClosedResourceError, EventLoopError, GraphError
 from ..graph import Graph, Signature
 from ..plan import Plan
-from ..runtime import Device, Stream, open_device
+from ..runtime import Device, DeviceBuffer, Stream, open_device
 from ..runtime.completion.timeline import Timeline
 from ..runtime.workspaces import STRATEGIES, WorkspaceStrategy, make_workspace_strategy, pipeline_options
 from .affinity import LoopAffinity, refuse_inside_event_loop
@@ -240,6 +240,21 @@ class Pipeline:
             entry = self._entry_for(self._res.preparer.signature(inputs))
             self._trim()
             return entry.program.plan
+
+    def bind_storage(self, value: str, buffer: DeviceBuffer) -> None:
+        """Keep graph value ``value`` (a node output, by name) in ``buffer`` instead of the slot's
+        arena, in every program prepared from now on: what the node writes there stays for the
+        next run to read, with no copy (a decoder's KV cache, :mod:`aclpipe.decode`), and the
+        plans give it no arena room.  Its descriptor (strides included) is the bound graph's, at
+        ``buffer``'s address; ``buffer`` must hold it, and stays the caller's, to free after
+        :meth:`aclose`.  Runs share it, so call only with ``depth=1`` or runs that never
+        overlap."""
+        with self._affinity.use("bind_storage"):
+            self._check_open()
+            if buffer.device is not self.device:
+                raise ValueError(f"bind_storage({value!r}): the buffer is on {buffer.device.name}, the pipeline "
+                                 f"runs on {self.device.name}")
+            self._res.preparer.bind_storage(value, buffer)
 
     def _entry_for(self, key: Signature) -> _Entry:
         self._check_open()

@@ -94,6 +94,8 @@ class Preparer:
         self.replay_lanes = tuple(replay_lanes)
         self.budget = budget if budget is not None else StreamBudget.of(device)
         self.constants: dict[str, DeviceBuffer] = {}
+        #: Values whose storage is a caller's device buffer (see Program): the caller frees them.
+        self.bound: dict[str, DeviceBuffer] = {}
         self._plans: LruDict[Signature, Plan] = LruDict(plans)
 
     def signature(self, inputs: Mapping[str, Any]) -> Signature:
@@ -108,9 +110,15 @@ class Preparer:
         key = inputs if isinstance(inputs, Signature) else self.signature(inputs)
         plan = self._plans.get(key)
         if plan is None:  # binding and planning pause the collector themselves (aclpipe.gc_pause)
-            plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams)
+            plan = make_plan(self.graph.bind(**key.bind_arguments()), streams=self.max_streams, external=self.bound)
             self._plans[key] = plan
         return plan
+
+    def bind_storage(self, value: str, buffer: DeviceBuffer) -> None:
+        """Keep ``value`` in ``buffer`` in the programs prepared from now on (the plans made so
+        far gave it arena room: they are made again)."""
+        self.bound[value] = buffer
+        self._plans.clear()
 
     def prepare(self, inputs: Mapping[str, Any] | Signature, workspaces: WorkspaceStrategy,
                 make_room: Callable[[], bool] | None = None) -> Program:
@@ -129,7 +137,7 @@ class Preparer:
         the device's budget; a half-built one is freed."""
         self.upload_constants(plan)
         with paused_gc():  # per node and slot: descriptors, executors, launch records, tasks; all kept
-            program = Program(self.device, plan, self.constants, self.streams, self.depth)
+            program = Program(self.device, plan, self.constants, self.streams, self.depth, self.bound)
             try:
                 if not program.pin_workspaces(workspaces):
                     workspaces.reserve(program.workspace_sizes)

@@ -172,11 +172,14 @@ class Program:
     """Everything one input signature needs, for ``depth`` slots."""
 
     def __init__(self, device: Device, plan: Plan, constants: Mapping[str, DeviceBuffer], streams: list[Stream],
-                 depth: int):
+                 depth: int, bound: Mapping[str, DeviceBuffer] | None = None):
         """``streams`` are the pipeline's: compute streams first, then the H2D and D2H streams.
-        Plan stream ``k`` runs on compute stream ``k``; the plan's copy streams on the last two."""
+        Plan stream ``k`` runs on compute stream ``k``; the plan's copy streams on the last two.
+        ``bound``: values (by name) whose storage is a caller's device buffer instead of the
+        arena, in every slot (:meth:`Pipeline.bind_storage <aclpipe.Pipeline.bind_storage>`)."""
         self.device = device
         self.plan = plan
+        self.bound = dict(bound or {})  # as bound when it was prepared
         self.streams = streams
         copies = {plan.h2d_stream: len(streams) - 2, plan.d2h_stream: len(streams) - 1}
         #: plan stream index -> pipeline stream index (the timeline lane)
@@ -239,7 +242,7 @@ class Program:
     def address(self, slot: Slot, value: str) -> int:
         _, constant, offset = self._location(value)
         if constant is not None:
-            return self.constants[constant].address
+            return self._storage(constant).address
         assert slot.arena is not None
         return slot.arena.address + offset
 
@@ -250,7 +253,7 @@ class Program:
         if location is None:
             values = self.plan.values
             storage = values[value].base or value
-            if values[storage].kind == "constant":
+            if values[storage].kind == "constant" or storage in self.bound:
                 location = (values[value].desc, storage, 0)
             else:
                 offset = values[storage].arena_offset
@@ -286,8 +289,13 @@ class Program:
             return desc.at(slot.arena.address + offset)
         shared = self._constant_descs.get(value)
         if shared is None:
-            shared = self._constant_descs[value] = desc.at(self.constants[constant].address)
+            shared = self._constant_descs[value] = desc.at(self._storage(constant).address)
         return shared
+
+    def _storage(self, name: str) -> DeviceBuffer:
+        """The buffer of a constant, or of a value bound to a caller's buffer."""
+        bound = self.bound.get(name)
+        return bound if bound is not None else self.constants[name]
 
     def _build_step(self, slot: Slot, node: PlannedNode, handles: list[Any], events: dict[int, Event]) -> Step:
         lane = self.lane_of[node.stream]

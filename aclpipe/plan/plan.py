@@ -18,7 +18,7 @@ base's address, with their descriptor's strides and offset; constants: their own
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -189,7 +189,8 @@ def _cost(graph: BoundGraph, row: _Row, costs: Mapping[str, float] | None,
 
 
 def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | None = None,
-              alignment: int | None = None, *, rule: ArenaRule | None = None) -> Plan:
+              alignment: int | None = None, *, rule: ArenaRule | None = None,
+              external: Collection[str] = ()) -> Plan:
     """Plan ``graph`` for at most ``streams`` compute streams.
 
     Parameters
@@ -206,15 +207,18 @@ def make_plan(graph: BoundGraph, streams: int = 4, costs: Mapping[str, float] | 
     rule:
         How arena pieces are sized and aligned; default
         :data:`~aclpipe.plan.arena.A2_RULE` (``ALIGN_UP(len, 32) + 32`` bytes, 64-byte aligned).
+    external:
+        Node outputs that live outside the arena (in a caller's buffer:
+        :meth:`aclpipe.Pipeline.bind_storage`); they get no arena offset.
     """
     if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
         raise ValueError(f"streams must be an int >= 1, got {streams!r}")
     with paused_gc():  # an object or more per node and value, all kept (see aclpipe.gc_pause)
-        return _make_plan(graph, streams, costs, alignment, rule)
+        return _make_plan(graph, streams, costs, alignment, rule, frozenset(external))
 
 
 def _make_plan(graph: BoundGraph, streams: int, costs: Mapping[str, float] | None, alignment: int | None,
-               rule: ArenaRule | None) -> Plan:
+               rule: ArenaRule | None, external: frozenset[str] = frozenset()) -> Plan:
     rows = _draft(graph)
     estimated: dict[tuple[Any, ...], float] = {}  # graphs repeat their layers
     dag = Dag(tuple(tuple(p) for p in _dependencies(graph, rows)),
@@ -229,7 +233,7 @@ def _make_plan(graph: BoundGraph, streams: int, costs: Mapping[str, float] | Non
         "outputs": tuple(row[3]), "attrs": MappingProxyType(row[4]) if row[4] else _NO_ATTRS,
         "waits": events.waits[i], "record": events.records[i], "cost": dag.costs[i]}) for i, row in enumerate(rows)])
     touchers = _touchers(graph, nodes)  # the buffers and the placements both need them
-    buffers = _buffers(graph, nodes, touchers)
+    buffers = [buffer for buffer in _buffers(graph, nodes, touchers) if buffer.name not in external]
     memory = plan_memory(buffers, events, alignment, rule=rule)
     placements = _placements(graph, nodes, memory.offsets, memory.sizes, touchers)
     return Plan(

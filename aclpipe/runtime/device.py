@@ -290,6 +290,12 @@ class Device:
             staging.close()
         return result
 
+    def copy(self, dst: DeviceBuffer, src: DeviceBuffer, nbytes: int, *, dst_offset: int = 0,
+             src_offset: int = 0) -> None:
+        """Copy device memory to device memory (the same buffer or another) and wait."""
+        self._transfer_sync(lambda stream: stream.memcpy(dst, src, nbytes, dst_offset=dst_offset,
+                                                         src_offset=src_offset))
+
     # -- several devices ------------------------------------------------------------------------
     def _peer(self, peer: Device, what: str) -> PeerAccess:
         self._check()

@@ -1,4 +1,4 @@
-"""Cache slots: taken and given back, the past read padded, new positions appended in place."""
+"""Cache slots on the device: taken lowest first, given back once, the rows a step runs."""
 
 from __future__ import annotations
 
@@ -12,39 +12,47 @@ from aclpipe.decode.cache import KVCache
 LAYOUT = KVLayout(layers=1, heads=2, head_dim=3, position_ids=False)
 
 
-def test_append_then_read_the_past_padded_to_a_bucket():
-    cache = KVCache(LAYOUT, max_batch=3, max_len=8)
-    first, second = cache.acquire(), cache.acquire()
-    new = {name: np.arange(2 * 2 * 5 * 3, dtype=np.float32).reshape(2, 2, 5, 3) for name, _ in LAYOUT.pairs()}
-    cache.append([first, second], new, counts=[5, 2])
-    assert list(cache.lengths[[first, second]]) == [5, 2]
-    past = cache.past([second, first], past_len=6, rows=4)["past_key_values.0.key"]
-    assert past.shape == (4, 2, 6, 3)
-    np.testing.assert_array_equal(past[1, :, :5], new["past_key_values.0.key"][0])
-    np.testing.assert_array_equal(past[0, :, :2], new["past_key_values.0.key"][1, :, :2])
-    assert not past[2:].any()
+def test_one_zeroed_device_buffer_per_cache_input_with_a_spare_position(device):
+    cache = KVCache(LAYOUT, max_batch=3, max_len=8, device=device)
+    try:
+        assert set(cache.buffers) == {"past_key_values.0.key", "past_key_values.0.value"}
+        # max_len + 1 positions, in whole 16-position blocks (every slot 64-byte aligned)
+        assert cache.shape == (3, 2, 16, 3) and cache.nbytes == 2 * 3 * 2 * 16 * 3 * 4
+        whole = device.download(cache.buffers["past_key_values.0.key"], "float32", cache.shape)
+        assert not whole.any()
+    finally:
+        cache.close()
 
 
-def test_a_decode_step_appends_one_position_to_each_slot():
-    cache = KVCache(LAYOUT, max_batch=3, max_len=8)
-    slots = [cache.acquire() for _ in range(3)]
-    cache.append(slots, {name: np.zeros((3, 2, 2, 3), np.float32) for name, _ in LAYOUT.pairs()}, counts=[2, 1, 2])
-    step = np.arange(4 * 2 * 1 * 3, dtype=np.float32).reshape(4, 2, 1, 3) + 1  # a padded row last
-    cache.append([slots[2], slots[0]], {name: step for name, _ in LAYOUT.pairs()}, counts=[1, 1])
-    assert list(cache.lengths[slots]) == [3, 1, 3]
-    past = cache.past(slots, past_len=3, rows=3)["past_key_values.0.value"]
-    np.testing.assert_array_equal(past[2, :, 2], step[0, :, 0])
-    np.testing.assert_array_equal(past[0, :, 2], step[1, :, 0])
-    assert not past[1].any()
+def test_slots_are_taken_lowest_first_and_the_rows_in_use_follow(device):
+    cache = KVCache(LAYOUT, max_batch=4, max_len=8, device=device)
+    try:
+        slots = [cache.acquire() for _ in range(3)]
+        assert slots == [0, 1, 2] and cache.rows_in_use == 3
+        cache.release(0)
+        assert cache.rows_in_use == 3  # slot 2 still runs: rows 0..2, row 0 padded
+        assert cache.acquire() == 0
+        cache.release(2)
+        assert cache.rows_in_use == 2
+        cache.release(0)
+        cache.release(1)
+        assert cache.rows_in_use == 0 and cache.free == 4
+    finally:
+        cache.close()
 
 
-def test_slots_come_back_and_are_refused_twice():
-    cache = KVCache(LAYOUT, max_batch=2, max_len=4)
-    slot = cache.acquire()
-    cache.release(slot)
-    assert cache.free == 2
-    with pytest.raises(RuntimeError, match="twice"):
+def test_slots_come_back_and_are_refused_twice(device):
+    cache = KVCache(LAYOUT, max_batch=2, max_len=4, device=device)
+    try:
+        slot = cache.acquire()
+        cache.lengths[slot] = 3
         cache.release(slot)
+        assert cache.free == 2
+        with pytest.raises(RuntimeError, match="twice"):
+            cache.release(slot)
+        assert cache.lengths[cache.acquire()] == 0  # emptied when taken again
+    finally:
+        cache.close()
 
 
 def test_buckets():
@@ -53,3 +61,29 @@ def test_buckets():
     with pytest.raises(ValueError, match="past the decoder's 16"):
         check_buckets("b", [32], 16, 1)
     assert [bucket_for(n, [4, 8, 16]) for n in (0, 1, 4, 5, 16)] == [0, 4, 4, 8, 16]
+
+
+
+
+def test_a_sequence_moves_down_to_the_lowest_free_slot_with_its_cache(device):
+    cache = KVCache(LAYOUT, max_batch=4, max_len=15, device=device)
+    try:
+        for _ in range(4):
+            cache.acquire()
+        pattern = np.arange(4 * 2 * 16 * 3, dtype=np.float32).reshape(4, 2, 16, 3)
+        source = device.upload(pattern)
+        for buffer in cache.buffers.values():
+            device.copy(buffer, source, pattern.nbytes)
+        source.close()
+        cache.lengths[3] = 7
+        cache.release(1)
+        cache.release(0)
+        assert cache.move(3) == 0 and cache.lengths[0] == 7
+        assert cache.rows_in_use == 3 and cache.free == 2  # slots 1 and 3
+        moved = device.download(cache.buffers["past_key_values.0.value"], "float32", (4, 2, 16, 3))
+        np.testing.assert_array_equal(moved[0], pattern[3])
+        np.testing.assert_array_equal(moved[2], pattern[2])
+        with pytest.raises(RuntimeError, match="no free cache slot below 1"):
+            cache.move(1)
+    finally:
+        cache.close()

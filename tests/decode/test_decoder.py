@@ -225,12 +225,23 @@ def test_a_failed_step_fails_its_requests_only(toy_model, monkeypatch):
     assert tokens == reference_greedy(toy_model, PROMPTS[1], 5)
 
 
-def test_replicas_take_the_same_device_forms_as_a_pipeline(toy_model):
+def test_replicas_take_the_same_device_forms_as_a_pipeline_each_with_its_own_cache(toy_model):
     async def main():
         async with Decoder(toy_model, device="sim:0,1", max_batch=2, max_len=32) as decoder:
-            return await _all(decoder, PROMPTS[:2], [6, 6])
+            tokens = await _all(decoder, PROMPTS[:4], [6, 6, 6, 6])
+            return tokens, decoder.stats()
 
-    assert anyio.run(main) == [reference_greedy(toy_model, prompt, 6) for prompt in PROMPTS[:2]]
+    tokens, stats = anyio.run(main)
+    assert tokens == [reference_greedy(toy_model, prompt, 6) for prompt in PROMPTS[:4]]
+    assert [replica["tokens"] for replica in stats["replicas"]] == [12, 12]  # two requests on each device
+    assert stats["free_slots"] == 4 and stats["tokens"] == 24
+
+
+def test_replicas_block_too_and_close_the_devices_they_opened(toy_model):
+    with Decoder(toy_model, device=["sim:0", "sim:1"], max_batch=1, max_len=16) as decoder:
+        assert decoder.generate_sync([1, 2, 3], 4) == reference_greedy(toy_model, [1, 2, 3], 4)
+        devices = [replica.pipeline.device for replica in decoder.replicas]
+    assert all(device.closed for device in devices)
 
 
 def test_a_path_bytes_or_loaded_graph_all_serve(toy_model, tmp_path):
@@ -244,3 +255,37 @@ def test_a_path_bytes_or_loaded_graph_all_serve(toy_model, tmp_path):
     for model in (str(path), toy_model.SerializeToString(), aclpipe.load_onnx(toy_model)):
         with Decoder(model, max_batch=1, max_len=16) as decoder:
             assert decoder.generate_sync([1, 2, 3], 4) == expected
+
+
+def test_a_decode_step_copies_the_same_bytes_whatever_the_cache_holds(toy_model):
+    """The cache stays on the device: what a step copies (ids, mask, positions in; logits out)
+    grows with the mask's width, never with the cache's contents."""
+    async def main():
+        async with Decoder(toy_model, max_batch=2, max_len=64, cache_buckets=[16, 64]) as decoder:
+            generation = decoder.generate(PROMPTS[0], 40)
+            await generation.__anext__()  # the prefill
+            copied = []
+            for _ in range(30):
+                before = dict(decoder.copied)
+                await generation.__anext__()
+                copied.append((decoder.copied["h2d"] - before["h2d"], decoder.copied["d2h"] - before["d2h"]))
+            return copied, decoder.cache.nbytes
+
+    copied, cache_bytes = anyio.run(main)
+    # One row: id, position, (slot, position) to write (8 bytes each), a mask of bucket + 1 columns; logits.
+    assert set(copied[:10]) == {(8 * 4 + 8 * 17, 64 * 4)}  # past bucket 16
+    assert set(copied[-10:]) == {(8 * 4 + 8 * 65, 64 * 4)}  # past bucket 64
+    assert max(h2d + d2h for h2d, d2h in copied) < cache_bytes / 20
+
+
+def test_the_last_running_sequence_moves_down_when_the_others_leave(toy_model):
+    """Slots 0-2 finish first; the sequence in slot 3 moves to slot 0, so the steps after run
+    one row, and its tokens are still onnxruntime's."""
+    async def main():
+        async with Decoder(toy_model, max_batch=4, max_len=64) as decoder:
+            tokens = await _all(decoder, PROMPTS[:4], [3, 3, 3, 24])
+            return tokens, decoder.stats()
+
+    tokens, stats = anyio.run(main)
+    assert tokens == [reference_greedy(toy_model, p, n) for p, n in zip(PROMPTS[:4], [3, 3, 3, 24])]
+    assert stats["moves"] == 1 and stats["free_slots"] == 4

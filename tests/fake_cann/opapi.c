@@ -226,7 +226,7 @@ static void bind(aclOpExecutor *e, int index, const aclTensor *t, bool output)
     }
 
 /* ---- elementwise ----------------------------------------------------------------------- */
-enum { ADD, SUB, MUL, DIV, RELU, GELU, GELU_TANH, SILU, SIGMOID, TANH, EXP };
+enum { ADD, SUB, MUL, DIV, RELU, GELU, GELU_TANH, SILU, SIGMOID, TANH, EXP, MINIMUM, NEG, AND };
 
 static double apply(int kind, double a, double b, double alpha)
 {
@@ -241,6 +241,9 @@ static double apply(int kind, double a, double b, double alpha)
     case SILU: return a / (1.0 + exp(-a));
     case SIGMOID: return 1.0 / (1.0 + exp(-a));
     case TANH: return tanh(a);
+    case MINIMUM: return isnan(a) || isnan(b) ? NAN : (a < b ? a : b); /* NaN propagates, as torch.minimum */
+    case NEG: return -a;
+    case AND: return a != 0.0 && b != 0.0;
     default: return exp(a);
     }
 }
@@ -356,6 +359,19 @@ UNARY_API(Silu, SILU, FLOATS)
 UNARY_API(Sigmoid, SIGMOID, NUMBERS)
 UNARY_API(Tanh, TANH, NUMBERS)
 UNARY_API(Exp, EXP, NUMBERS)
+UNARY_API(Neg, NEG, NUMBERS)
+
+/* Two tensors, no alpha and no scalar form (aclnnMinimum, aclnnLogicalAnd). */
+#define PAIR_API(name, kind)                                                                                    \
+    aclnnStatus aclnn##name##GetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out,     \
+                                              uint64_t *workspaceSize, aclOpExecutor **executor)                \
+    {                                                                                                           \
+        return binary(#name, kind, self, other, NULL, NULL, false, out, workspaceSize, executor);               \
+    }                                                                                                           \
+    LAUNCH(name)
+
+PAIR_API(Minimum, MINIMUM)
+PAIR_API(LogicalAnd, AND)
 
 aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y,
                                         uint64_t *workspaceSize, aclOpExecutor **executor)
@@ -727,3 +743,169 @@ aclnnStatus aclnnInplaceCopyGetWorkspaceSize(aclTensor *selfRef, const aclTensor
     return ACL_SUCCESS;
 }
 LAUNCH(InplaceCopy)
+
+/* ---- indexing: IndexSelect, SWhere (the catalog's Where), KvAppend --------------------------- */
+/* out[c] = in[0][c with c[dim] replaced by in[1][c[dim]]]; integer[0] is dim. */
+static int index_select_kernel(const fake_call *c, char *why, size_t why_len)
+{
+    const fake_view *x = &c->in[0], *index = &c->in[1], *out = &c->out[0];
+    int64_t dim = c->integer[0], coords[FAKE_MAX_DIMS], count = numel(out->dims, out->ndim);
+    for (int64_t i = 0; i < count; i++) {
+        unravel(i, out->dims, out->ndim, coords);
+        int64_t position = coords[dim], picked = (int64_t)load(index, at(index, &position, 1));
+        if (picked < 0 || picked >= x->dims[dim]) {
+            snprintf(why, why_len, "aclnnIndexSelect: index %lld is outside dim %lld of size %lld", (long long)picked,
+                     (long long)dim, (long long)x->dims[dim]);
+            return ACL_ERROR_RT_AICORE_TRAP_READ_OVERFLOW;
+        }
+        coords[dim] = picked;
+        int64_t from = at(x, coords, x->ndim);
+        coords[dim] = position;
+        store(out, at(out, coords, out->ndim), load(x, from));
+    }
+    return ACL_SUCCESS;
+}
+
+aclnnStatus aclnnIndexSelectGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index,
+                                             aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    int rc = need_tensor("IndexSelect", "self", self, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("IndexSelect", "index", index, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("IndexSelect", "out", out, NUMBERS);
+    int64_t ndim = rc == ACL_SUCCESS ? (int64_t)self->view.ndim : 0, shape[FAKE_MAX_DIMS];
+    if (dim < 0)
+        dim += ndim;
+    if (rc == ACL_SUCCESS && (dim < 0 || dim >= ndim || index->view.ndim != 1 ||
+                              (index->view.dtype != ACL_INT64 && index->view.dtype != ACL_INT32)))
+        rc = fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnIndexSelect: expected dim in [0, %lld) and a 1-d int32 "
+                           "or int64 index", (long long)ndim);
+    for (int64_t d = 0; rc == ACL_SUCCESS && d < ndim; d++)
+        shape[d] = d == dim ? index->view.dims[0] : self->view.dims[d];
+    if (rc == ACL_SUCCESS)
+        rc = need_shape("IndexSelect", "out", &out->view, shape, (uint64_t)ndim);
+    if (rc == ACL_SUCCESS)
+        rc = need_outputs("IndexSelect", workspaceSize, executor);
+    if (rc != ACL_SUCCESS)
+        return rc;
+    aclOpExecutor *e = make("IndexSelect", index_select_kernel, 0, workspaceSize, executor);
+    bind(e, 0, self, false);
+    bind(e, 1, index, false);
+    bind(e, 0, out, true);
+    e->call.integer[0] = dim;
+    return ACL_SUCCESS;
+}
+LAUNCH(IndexSelect)
+
+/* out[c] = in[0][c] ? in[1][c] : in[2][c], each broadcast to out. */
+static int where_kernel(const fake_call *c, char *why, size_t why_len)
+{
+    (void)why, (void)why_len;
+    const fake_view *out = &c->out[0];
+    int64_t coords[FAKE_MAX_DIMS], count = numel(out->dims, out->ndim);
+    for (int64_t i = 0; i < count; i++) {
+        unravel(i, out->dims, out->ndim, coords);
+        int pick = load(&c->in[0], at(&c->in[0], coords, out->ndim)) != 0.0 ? 1 : 2;
+        store(out, at(out, coords, out->ndim), load(&c->in[pick], at(&c->in[pick], coords, out->ndim)));
+    }
+    return ACL_SUCCESS;
+}
+
+aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTensor *self, const aclTensor *other,
+                                        aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    int64_t dims[FAKE_MAX_DIMS], all[FAKE_MAX_DIMS];
+    uint64_t ndim = 0, total = 0;
+    int rc = need_tensor("SWhere", "condition", condition, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("SWhere", "self", self, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("SWhere", "other", other, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("SWhere", "out", out, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = broadcast("SWhere", &self->view, &other->view, dims, &ndim);
+    if (rc == ACL_SUCCESS) {
+        fake_view joined = self->view;
+        joined.ndim = ndim;
+        memcpy(joined.dims, dims, sizeof dims);
+        rc = broadcast("SWhere", &condition->view, &joined, all, &total);
+    }
+    if (rc == ACL_SUCCESS)
+        rc = need_shape("SWhere", "out", &out->view, all, total);
+    if (rc == ACL_SUCCESS)
+        rc = need_outputs("SWhere", workspaceSize, executor);
+    if (rc != ACL_SUCCESS)
+        return rc;
+    aclOpExecutor *e = make("SWhere", where_kernel, 0, workspaceSize, executor);
+    bind(e, 0, condition, false);
+    bind(e, 1, self, false);
+    bind(e, 2, other, false);
+    bind(e, 0, out, true);
+    return ACL_SUCCESS;
+}
+LAUNCH(SWhere)
+
+/* aclpipe's decoder cache write (aclpipe/decode/kv_append.py): for every row b whose position
+ * p = in[1][b, 1] is not negative, cacheRef[in[1][b, 0], :, p + s, :] = in[0][b, :, s, :]; nothing
+ * else is written. */
+static int kv_append_kernel(const fake_call *c, char *why, size_t why_len)
+{
+    const fake_view *updates = &c->in[0], *indices = &c->in[1], *cache = &c->out[0];
+    int64_t coords[4], target[4];
+    for (int64_t b = 0; b < updates->dims[0]; b++) {
+        int64_t at_slot[2] = {b, 0}, at_start[2] = {b, 1};
+        int64_t slot = (int64_t)load(indices, at(indices, at_slot, 2));
+        int64_t start = (int64_t)load(indices, at(indices, at_start, 2));
+        if (start < 0)
+            continue;
+        if (slot < 0 || slot >= cache->dims[0] || start + updates->dims[2] > cache->dims[2]) {
+            snprintf(why, why_len, "aclnnKvAppend: indices[%lld] = (%lld, %lld): expected a slot below %lld and %lld "
+                     "positions from there within the cache's %lld", (long long)b, (long long)slot, (long long)start,
+                     (long long)cache->dims[0], (long long)updates->dims[2], (long long)cache->dims[2]);
+            return ACL_ERROR_RT_AICORE_TRAP_WRITE_OVERFLOW;
+        }
+        int64_t count = updates->dims[1] * updates->dims[2] * updates->dims[3];
+        for (int64_t i = 0; i < count; i++) {
+            unravel(i, updates->dims + 1, 3, coords + 1);
+            coords[0] = b;
+            target[0] = slot;
+            target[1] = coords[1];
+            target[2] = coords[2] + start;
+            target[3] = coords[3];
+            store(cache, at(cache, target, 4), load(updates, at(updates, coords, 4)));
+        }
+    }
+    return ACL_SUCCESS;
+}
+
+aclnnStatus aclnnKvAppendGetWorkspaceSize(const aclTensor *updates, const aclTensor *indices, int64_t slots,
+                                          int64_t capacity, aclTensor *cacheRef, uint64_t *workspaceSize,
+                                          aclOpExecutor **executor)
+{
+    int rc = need_tensor("KvAppend", "updates", updates, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("KvAppend", "indices", indices, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("KvAppend", "cacheRef", cacheRef, NUMBERS);
+    if (rc == ACL_SUCCESS && (updates->view.ndim != 4 || indices->view.ndim != 2 || indices->view.dims[1] != 2 ||
+                              indices->view.dtype != ACL_INT64 || indices->view.dims[0] != updates->view.dims[0] ||
+                              slots < updates->view.dims[0] || capacity < updates->view.dims[2]))
+        rc = fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnKvAppend: expected updates [batch, heads, seq, head_dim], "
+                           "int64 indices [batch, 2], slots >= batch and capacity >= seq");
+    if (rc == ACL_SUCCESS) {
+        int64_t shape[4] = {slots, updates->view.dims[1], capacity, updates->view.dims[3]};
+        rc = need_shape("KvAppend", "cacheRef", &cacheRef->view, shape, 4);
+    }
+    if (rc == ACL_SUCCESS)
+        rc = need_outputs("KvAppend", workspaceSize, executor);
+    if (rc != ACL_SUCCESS)
+        return rc;
+    aclOpExecutor *e = make("KvAppend", kv_append_kernel, 0, workspaceSize, executor);
+    bind(e, 0, updates, false);
+    bind(e, 1, indices, false);
+    bind(e, 0, cacheRef, true);
+    return ACL_SUCCESS;
+}
+LAUNCH(KvAppend)

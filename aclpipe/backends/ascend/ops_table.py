@@ -182,6 +182,14 @@ OPS: dict[str, OpBinding] = dict([
     _row("Permute", IN(0), _attr("dims", _permutation), OUT(0)),
     _row("Embedding", IN(0), IN(1), OUT(0)),
     _row("InplaceCopy", OUT(0), IN(0)),
+    # issue 26: what a decoder step needs (the toy GPT of aclpipe.decode.toy_model), and the
+    # decoder's cache write (aclpipe/decode/kv_append.py; the catalog's Where is aclnnSWhere)
+    _row("Minimum", IN(0), IN(1), OUT(0)),
+    _row("Neg", IN(0), OUT(0)),
+    _row("LogicalAnd", IN(0), IN(1), OUT(0)),
+    _row("IndexSelect", IN(0), INT("dim"), IN(1), OUT(0)),
+    ("Where", OpBinding("SWhere", (IN(0), IN(1), IN(2), OUT(0)))),
+    _row("KvAppend", IN(0), IN(1), INT("slots"), INT("capacity"), OUT(0)),
     # issue 14 (prototypes in cdefs.PHASE_ONE)
     _row("Elu", IN(0), SCALAR("alpha"), SCALAR("scale"), SCALAR("inputScale"), OUT(0)),
     _row("Celu", IN(0), SCALAR("alpha"), OUT(0)),

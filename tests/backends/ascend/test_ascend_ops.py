@@ -256,8 +256,8 @@ def test_ops_the_library_lacks_are_unsupported_not_a_crash(ascend):
     outputs = [buffers.output(TensorDesc.contiguous((2, 4), "float32")), None]
     with pytest.raises(UnsupportedOpError, match="aclnnRmsNormGetWorkspaceSize is missing from libopapi.so"):
         ascend.backend.op_prepare("RmsNorm", [x, gamma], outputs, {"epsilon": 1e-6})
-    with pytest.raises(UnsupportedOpError, match="no binding for catalog op 'Where'"):
-        ascend.backend.op_prepare("Where", [x, x, x], outputs[:1], {})
+    with pytest.raises(UnsupportedOpError, match="no binding for catalog op 'GatherNd'"):
+        ascend.backend.op_prepare("GatherNd", [x, x], outputs[:1], {})
 
 
 def test_handles_are_released_with_their_executors(fake_lib, hooks):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import aclpipe.decode  # noqa: F401 - registers the decoder's KvAppend, which the table binds
 from aclpipe.backends.ascend.cdefs import PHASE_ONE
 from aclpipe.backends.ascend.ops_table import OPS
 from aclpipe.ops import get_op
@@ -13,9 +14,9 @@ from aclpipe.ops import get_op
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_row_matches_its_prototype(op):
-    binding = OPS[op]
-    assert op in PHASE_ONE, f"aclnn{op} has a binding but no prototype in cdefs.PHASE_ONE"
-    parameters = [p for p in PHASE_ONE[op].split(",") if p.strip()]
+    binding = OPS[op]  # its aclnn function is binding.op's (the catalog's Where calls aclnnSWhere)
+    assert binding.op in PHASE_ONE, f"aclnn{binding.op} has a binding but no prototype in cdefs.PHASE_ONE"
+    parameters = [p for p in PHASE_ONE[binding.op].split(",") if p.strip()]
     assert len(binding.arguments) == len(parameters) - 2  # workspaceSize, executor
     tensors = [p for p in parameters[:-2] if "aclTensor" in p]
     assert len(tensors) == sum(1 for argument in binding.arguments if argument.kind in ("input", "output"))
