@@ -19,7 +19,7 @@ smallest that holds its longest sequence; shorter sequences' extra positions and
 rows are masked by ``attention_mask``, so every sequence computes exactly what it would
 alone).  A prefill runs the joining sequences only; row ``r`` of a decode step is cache
 slot ``r`` (:mod:`.cache`), up to the batch bucket that holds the highest slot in use, and a
-free slot below it is a masked row that writes nothing; before a decode step, sequences in
+free slot below it is a masked row that writes only to the scratch slot; before a decode step, sequences in
 high slots move down into free ones when that shrinks its batch bucket.  Each
 (batch bucket, cache bucket) is one input signature of the pipeline, prepared once and
 (where the device captures) captured once; the buckets bound how many there are.
@@ -31,7 +31,7 @@ decoder works under asyncio and trio alike, and from the blocking wrapper's loop
 
 Where the cache lives.  On the device (:mod:`.cache`): each ``Concat(past, new)`` of the
 model is rewritten into an in-place write of the new positions into each sequence's slot at
-its length (:mod:`.cache_graph`, :mod:`.kv_append`), the cache each writes is bound to its
+its length (:mod:`.cache_graph`: CANN's ``aclnnInplaceScatterUpdate``), the cache each writes is bound to its
 layer's buffer (:meth:`aclpipe.Pipeline.bind_storage`), and a decode step's attention reads
 it there.  A step copies its token ids, mask, positions and writes to the device and its
 logits back: bytes that grow with the batch, the new tokens and the mask's width, never with
@@ -374,7 +374,8 @@ class Decoder:
         place: :mod:`.cache_graph`).  Ids are right-padded to a length bucket;
         ``attention_mask`` shows each sequence its own positions (the past it has, then its new
         ones) and every other row its first position only; each sequence writes its new
-        positions in its slot at its length (:data:`KV_WRITES`), the other rows nothing."""
+        positions in its slot at its length (:data:`KV_WRITES`), the other rows to the scratch
+        slot at position 0 (the cache write takes no negative index: :mod:`.cache_graph`)."""
         count = len(slots)
         rows = bucket_for(count if past_len == 0 else self.cache.rows_in_use, self.batch_buckets)
         row_of = np.arange(count) if past_len == 0 else np.asarray(slots, np.int64)
@@ -391,7 +392,7 @@ class Decoder:
         positions = np.zeros((rows, width), np.int64)
         positions[row_of] = lengths[:, None] + np.arange(width)
         writes = np.zeros((rows, 2), np.int64)
-        writes[:, 1] = -1
+        writes[:, 0] = self.cache.scratch_slot
         writes[row_of, 0] = slots
         writes[row_of, 1] = lengths
         feeds = {"input_ids": ids, "attention_mask": mask, KV_WRITES: writes}
