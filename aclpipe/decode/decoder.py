@@ -51,9 +51,10 @@ import numpy as np
 import onnx
 
 from ..backends import is_device_list
-from ..errors import ClosedResourceError
+from ..errors import ClosedResourceError, UnsupportedOpError
 from ..onnx.importer import load_onnx
 from ..onnx.onnx_graph import OnnxGraph
+from ..ops.scatter_update import UNSUPPORTED_ON
 from ..pipeline import Pipeline
 from ..pipeline.affinity import refuse_inside_event_loop
 from ..pipeline.sync import blocking_loop
@@ -140,6 +141,7 @@ class Decoder:
         owns_device = opened is not device
         cache: KVCache | None = None
         try:
+            _refuse_products_without_the_cache_write(opened)
             cache = KVCache(self.layout, max_batch, max_len, opened)
             if max_programs is None:
                 max_programs = self._fitting_programs(self.graph, opened, streams)
@@ -460,3 +462,14 @@ def _prompt(prompt_ids: Sequence[int] | np.ndarray) -> list[int]:
         raise ValueError(f"prompt_ids must be a non-empty 1-d sequence of int token ids, got {array.dtype} "
                          f"of shape {array.shape}")
     return [int(token) for token in array]
+
+
+def _refuse_products_without_the_cache_write(device: Device) -> None:
+    """Refuse, before anything is made, a device whose product has no
+    ``aclnnInplaceScatterUpdate`` (the simulator's 310P and 200I/500 A2 specs; on hardware, such
+    a CANN lacks the symbol and phase one reports it)."""
+    product = getattr(getattr(device.backend, "spec", None), "name", None)
+    if product in UNSUPPORTED_ON:
+        raise UnsupportedOpError(f"{device.name} is an {product} device: the decoder writes its KV cache with "
+                                 "CANN's aclnnInplaceScatterUpdate, which exists on Atlas A2/A3, the 950 series and "
+                                 "the Atlas training series only; run the decoder on one of those")
