@@ -1,17 +1,20 @@
 """The KV cache: one device buffer per layer's keys and values, a slot per sequence.
 
 Each cache input of the model (``past_key_values.{i}.key`` / ``.value``) has one device
-buffer of [max_batch, heads, capacity, head_dim] (``capacity``: ``max_len`` + 1, a decode
+buffer of [max_batch + 1, heads, capacity, head_dim] (``capacity``: ``max_len`` + 1, a decode
 step's view holding its cache bucket plus the new position, rounded up to 16 positions).  A
 sequence takes a slot (a row of every buffer) when its prefill starts and gives it back the
 moment it finishes or is cancelled; its keys and values are written there by the steps
-themselves, in place (:mod:`.kv_append`), and read there by the attention: the cache never
-crosses to the host, and no step copies it.
+themselves, in place (CANN's ``aclnnInplaceScatterUpdate``: :mod:`.cache_graph`), and read
+there by the attention: the cache never crosses to the host, and no step copies it.  The
+last slot, :attr:`KVCache.scratch_slot`, is no sequence's: a step's rows that have nothing
+of their own to write write there (the op takes no negative "no write" index), and no step
+reads it.
 
 Rows are slots.  A decode step of batch bucket ``B`` runs rows ``0..B-1``, the cache seen
 as ``buffer[:B, :, :total, :]`` (a strided view with a fixed address, so every bucket's
 program, captured or not, binds it once); row ``r`` is slot ``r``, and a free slot below
-``B`` is a padded row (masked, writing nothing).  So no step gathers or scatters slots.
+``B`` is a padded row (masked, writing to the scratch slot).  So no step gathers or scatters slots.
 Slots are taken lowest first (:meth:`KVCache.acquire`), and when sequences leave from below,
 the decoder moves the highest ones down into the free slots (:meth:`KVCache.move`: one
 device-to-device copy of the slot per cache input) once the running ones fit a smaller batch
@@ -55,7 +58,9 @@ class KVCache:
         self.max_len = max_len
         self.capacity = self.capacity_for(max_len)
         self.dtype = dtype
-        self.shape = (max_batch, layout.heads, self.capacity, layout.head_dim)
+        #: The slot past the sequences' that rows without a write of their own write to.
+        self.scratch_slot = max_batch
+        self.shape = (max_batch + 1, layout.heads, self.capacity, layout.head_dim)
         self.buffers: dict[str, DeviceBuffer] = {}
         zeros = np.zeros(self.shape, dtype)
         try:
@@ -112,7 +117,7 @@ class KVCache:
         if not self._free or self._free[0] >= slot:
             raise RuntimeError(f"no free cache slot below {slot} to move its sequence to")
         target = heapq.heappop(self._free)
-        per_slot = self.buffers[next(iter(self.buffers))].nbytes // self.max_batch
+        per_slot = int(np.prod(self.shape[1:])) * np.dtype(self.dtype).itemsize
         for buffer in self.buffers.values():
             buffer.device.copy(buffer, buffer, per_slot, dst_offset=target * per_slot, src_offset=slot * per_slot)
         self.lengths[target] = self.lengths[slot]

@@ -1,21 +1,30 @@
 """The graph a decoder's steps run: the model with its KV cache on the device.
 
 :class:`CacheGraph` wraps the imported model (:class:`~aclpipe.onnx.OnnxGraph`) and rewrites
-each specialization: every ``Cat(past, new)`` behind a present (:mod:`.kv_pattern`) becomes a
-:class:`~.kv_append.KvAppend` of ``new`` into the cache, and the past inputs are gone.  What
-the attention then reads in place of the present depends on the step:
+each specialization: every ``Cat(past, new)`` behind a present (:mod:`.kv_pattern`) becomes
+CANN's ``aclnnInplaceScatterUpdate``
+(:class:`~aclpipe.ops.scatter_update.InplaceScatterUpdate`, axis 2, 2-D indices) writing
+``new`` into the cache in place, and the past inputs are gone.  What the attention then
+reads in place of the present depends on the step:
 
 - a decode step (``past`` > 0) reads the cache where it is: a
-  :class:`~.kv_append.KvView` of its first ``batch`` slots and ``past + seq`` positions (row
+  :class:`~.kv_view.KvView` of its first ``batch`` slots and ``past + seq`` positions (row
   ``r`` is slot ``r``);
 - a prefill (``past`` = 0) reads the new positions themselves, as the Concat of an empty past
   gave them: its rows are the joining sequences only, whatever their slots.
 
 The step's inputs are the model's others (``input_ids``, ``attention_mask``,
-``position_ids``) and :data:`KV_WRITES` ([batch, 2] int64: each row's slot and the position
-its new positions go to, -1 for a row that writes nothing); its output is ``logits``.
+``position_ids``) and :data:`KV_WRITES` ([batch, 2] int64, the scatter's indices: each row's
+slot and the position its new positions go to).  Its output is ``logits``.
 
-The cache value each KvAppend writes has the same name in every specialization (the
+The scratch slot.  Each cache buffer holds ``slots + 1`` slots: the last
+(:attr:`CacheGraph.scratch_slot`) belongs to no sequence and no step reads it.  A row that
+writes nothing of its own (a padded row, a free slot below a decode step's batch bucket)
+writes there, at position 0: CANN's op takes no negative index (it reads them unchecked), so
+"no write" cannot be said with one.  Several such rows write the same place, which the op
+leaves unspecified: harmless in a slot nobody reads.
+
+The cache value each scatter writes has the same name in every specialization (the
 present's, suffixed ``.cache``: :attr:`CacheGraph.cache_values`); the decoder binds each to
 its layer's cache buffer (:meth:`aclpipe.Pipeline.bind_storage`), so every program of every
 bucket reads and writes the one cache.  A specialization for a step of ``seq`` new tokens
@@ -33,13 +42,15 @@ from ..errors import GraphError
 from ..graph import Graph
 from ..graph.bound import BoundGraph, normalize_shapes
 from ..onnx.onnx_graph import OnnxGraph
-from .kv_append import KV_APPEND, KV_VIEW
 from .kv_pattern import KVLayout
+from .kv_view import KV_VIEW
 
-__all__ = ["KV_WRITES", "CacheGraph"]
+__all__ = ["CACHE_WRITE", "KV_WRITES", "CacheGraph"]
 
 #: The input that says where each row's new positions go: (slot, position) per row, [batch, 2].
 KV_WRITES = "aclpipe.kv_writes"
+#: The catalog op that writes them: CANN's aclnnInplaceScatterUpdate.
+CACHE_WRITE = "InplaceScatterUpdate"
 
 
 class CacheGraph(Graph):
@@ -51,8 +62,10 @@ class CacheGraph(Graph):
         The imported step model (outputs ``logits`` only: :func:`.kv_pattern.step_model`).
     layout:
         Its cache layout (:func:`.kv_pattern.read_kv_layout`).
-    slots, capacity:
-        Slots and positions per slot of each cache buffer (its dims 0 and 2).
+    slots:
+        Sequence slots; each cache buffer holds one more, the scratch slot (module doc).
+    capacity:
+        Positions per slot (each cache buffer's dim 2).
     """
 
     def __init__(self, model: OnnxGraph, layout: KVLayout, slots: int, capacity: int):
@@ -61,6 +74,8 @@ class CacheGraph(Graph):
         self.layout = layout
         self.slots = slots
         self.capacity = capacity
+        #: The slot past the sequences' that rows without a write of their own write to.
+        self.scratch_slot = slots
         self._pasts = {past for past, _ in layout.pairs()}
         for name, spec in model.inputs.items():
             if name not in self._pasts:
@@ -68,12 +83,17 @@ class CacheGraph(Graph):
         batch = model.inputs["input_ids"].shape[0]
         self.input(KV_WRITES, [batch if isinstance(batch, (int, str)) else None, 2], "int64")
         self._outputs_view = MappingProxyType(dict(model.outputs))
-        #: Past input -> the cache value its KvAppend writes (what the decoder binds to its buffer).
+        #: Past input -> the cache value its scatter writes (what the decoder binds to its buffer).
         self.cache_values: dict[str, str] = {}
         probe_batch = batch if isinstance(batch, int) else 1
         self.bind(**{"input_ids": (probe_batch, 1), "attention_mask": (probe_batch, 2),
                      **({"position_ids": (probe_batch, 1)} if layout.position_ids else {}),
                      KV_WRITES: (probe_batch, 2)})
+
+    @property
+    def cache_shape(self) -> tuple[int, int, int, int]:
+        """Each cache buffer's shape: the sequences' slots and the scratch slot."""
+        return (self.slots + 1, self.layout.heads, self.capacity, self.layout.head_dim)
 
     @property
     def outputs(self) -> Mapping[str, str]:
@@ -103,7 +123,7 @@ class CacheGraph(Graph):
         return model
 
     def _rewrite(self, graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> Graph:
-        """``graph`` with each ``Cat(past, new)`` made a KvAppend and the past inputs removed."""
+        """``graph`` with each ``Cat(past, new)`` made a cache write and the past inputs removed."""
         rewritten = Graph(graph.name)
         values: dict[str, Any] = {name: rewritten.input(name, spec.shape, spec.dtype)
                                   for name, spec in graph.inputs.items() if name not in self._pasts}
@@ -116,9 +136,9 @@ class CacheGraph(Graph):
                 assert past is not None
                 self._check_append(node.name, past, node.inputs, node.attrs, node.outputs)
                 present = node.outputs[0]
-                cache = rewritten.op(KV_APPEND, values[node.inputs[1]], values[KV_WRITES],  # type: ignore[index]
-                                     name=f"{node.name}.append", outputs=[f"{present}.cache"],
-                                     slots=self.slots, capacity=self.capacity)
+                cache = rewritten.op(CACHE_WRITE, values[KV_WRITES], values[node.inputs[1]],  # type: ignore[index]
+                                     name=f"{node.name}.append", outputs=[f"{present}.cache"], axis=2,
+                                     dataShape=self.cache_shape)
                 batch, seq = shapes["input_ids"]
                 total = shapes["attention_mask"][1]
                 if total == seq:  # a prefill: the present is the new positions, no cache to read

@@ -19,7 +19,7 @@ smallest that holds its longest sequence; shorter sequences' extra positions and
 rows are masked by ``attention_mask``, so every sequence computes exactly what it would
 alone).  A prefill runs the joining sequences only; row ``r`` of a decode step is cache
 slot ``r`` (:mod:`.cache`), up to the batch bucket that holds the highest slot in use, and a
-free slot below it is a masked row that writes nothing; before a decode step, sequences in
+free slot below it is a masked row that writes only to the scratch slot; before a decode step, sequences in
 high slots move down into free ones when that shrinks its batch bucket.  Each
 (batch bucket, cache bucket) is one input signature of the pipeline, prepared once and
 (where the device captures) captured once; the buckets bound how many there are.
@@ -31,7 +31,7 @@ decoder works under asyncio and trio alike, and from the blocking wrapper's loop
 
 Where the cache lives.  On the device (:mod:`.cache`): each ``Concat(past, new)`` of the
 model is rewritten into an in-place write of the new positions into each sequence's slot at
-its length (:mod:`.cache_graph`, :mod:`.kv_append`), the cache each writes is bound to its
+its length (:mod:`.cache_graph`: CANN's ``aclnnInplaceScatterUpdate``), the cache each writes is bound to its
 layer's buffer (:meth:`aclpipe.Pipeline.bind_storage`), and a decode step's attention reads
 it there.  A step copies its token ids, mask, positions and writes to the device and its
 logits back: bytes that grow with the batch, the new tokens and the mask's width, never with
@@ -51,9 +51,10 @@ import numpy as np
 import onnx
 
 from ..backends import is_device_list
-from ..errors import ClosedResourceError
+from ..errors import ClosedResourceError, UnsupportedOpError
 from ..onnx.importer import load_onnx
 from ..onnx.onnx_graph import OnnxGraph
+from ..ops.scatter_update import UNSUPPORTED_ON
 from ..pipeline import Pipeline
 from ..pipeline.affinity import refuse_inside_event_loop
 from ..pipeline.sync import blocking_loop
@@ -140,6 +141,7 @@ class Decoder:
         owns_device = opened is not device
         cache: KVCache | None = None
         try:
+            _refuse_products_without_the_cache_write(opened)
             cache = KVCache(self.layout, max_batch, max_len, opened)
             if max_programs is None:
                 max_programs = self._fitting_programs(self.graph, opened, streams)
@@ -374,7 +376,8 @@ class Decoder:
         place: :mod:`.cache_graph`).  Ids are right-padded to a length bucket;
         ``attention_mask`` shows each sequence its own positions (the past it has, then its new
         ones) and every other row its first position only; each sequence writes its new
-        positions in its slot at its length (:data:`KV_WRITES`), the other rows nothing."""
+        positions in its slot at its length (:data:`KV_WRITES`), the other rows to the scratch
+        slot at position 0 (the cache write takes no negative index: :mod:`.cache_graph`)."""
         count = len(slots)
         rows = bucket_for(count if past_len == 0 else self.cache.rows_in_use, self.batch_buckets)
         row_of = np.arange(count) if past_len == 0 else np.asarray(slots, np.int64)
@@ -391,7 +394,7 @@ class Decoder:
         positions = np.zeros((rows, width), np.int64)
         positions[row_of] = lengths[:, None] + np.arange(width)
         writes = np.zeros((rows, 2), np.int64)
-        writes[:, 1] = -1
+        writes[:, 0] = self.cache.scratch_slot
         writes[row_of, 0] = slots
         writes[row_of, 1] = lengths
         feeds = {"input_ids": ids, "attention_mask": mask, KV_WRITES: writes}
@@ -459,3 +462,14 @@ def _prompt(prompt_ids: Sequence[int] | np.ndarray) -> list[int]:
         raise ValueError(f"prompt_ids must be a non-empty 1-d sequence of int token ids, got {array.dtype} "
                          f"of shape {array.shape}")
     return [int(token) for token in array]
+
+
+def _refuse_products_without_the_cache_write(device: Device) -> None:
+    """Refuse, before anything is made, a device whose product has no
+    ``aclnnInplaceScatterUpdate`` (the simulator's 310P and 200I/500 A2 specs; on hardware, such
+    a CANN lacks the symbol and phase one reports it)."""
+    product = getattr(getattr(device.backend, "spec", None), "name", None)
+    if product in UNSUPPORTED_ON:
+        raise UnsupportedOpError(f"{device.name} is an {product} device: the decoder writes its KV cache with "
+                                 "CANN's aclnnInplaceScatterUpdate, which exists on Atlas A2/A3, the 950 series and "
+                                 "the Atlas training series only; run the decoder on one of those")

@@ -15,6 +15,7 @@ __all__ = ["OpPlan", "OpSpec", "get_op", "op_error", "op_names", "register"]
 
 _FAMILIES = ("elementwise", "activation", "norm", "reduce", "matmul", "conv", "pool", "shape", "index", "views",
              "compare", "piecewise", "select", "pad", "resize", "conv_transpose", "lrn", "rounding",
-             "smooth", "scatter", "cumulative", "triangle", "einsum", "group_norm", "pool_nd", "recurrent", "quant")
+             "smooth", "scatter", "cumulative", "triangle", "einsum", "group_norm", "pool_nd", "recurrent", "quant",
+             "scatter_update")
 for _family in _FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")

@@ -1,4 +1,4 @@
-"""The step graph: each Concat(past, new) rewritten into an in-place append to the device cache."""
+"""The step graph: each Concat(past, new) rewritten into CANN's in-place scatter update of the device cache."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def test_the_pasts_are_gone_and_each_concat_appends_to_a_cache_in_place(toy_mode
     assert dict(graph.outputs) == {"logits": "logits"}
     bound = graph.bind(**_shapes(2, 1, 16))
     ops = [node.op for node in bound.nodes]
-    assert "Cat" not in ops and ops.count("KvAppend") == 4 and ops.count("KvView") == 4
+    assert "Cat" not in ops and ops.count("InplaceScatterUpdate") == 4 and ops.count("KvView") == 4
     for value in graph.cache_values.values():  # the whole cache, what the decoder binds its buffer to
-        assert bound.values[value].desc.shape == (4, 4, 33, 8)
+        assert bound.values[value].desc.shape == (5, 4, 33, 8)  # 4 slots and the scratch slot
     present = bound.values["Concat_77/cat"]  # the attention reads a strided view of the cache
     assert present.kind == "view" and present.base == graph.cache_values["past_key_values.0.key"]
     assert present.desc.shape == (2, 4, 17, 8) and present.desc.strides == (4 * 33 * 8, 33 * 8, 8, 1)
@@ -40,7 +40,7 @@ def test_the_pasts_are_gone_and_each_concat_appends_to_a_cache_in_place(toy_mode
 def test_a_prefill_writes_the_cache_and_reads_its_new_positions_where_they_are(toy_model):
     bound = _graph(toy_model).bind(**_shapes(2, 16, 0))
     ops = [node.op for node in bound.nodes]
-    assert ops.count("KvAppend") == 4 and "KvView" not in ops and "Cat" not in ops
+    assert ops.count("InplaceScatterUpdate") == 4 and "KvView" not in ops and "Cat" not in ops
 
 
 def test_the_cache_values_have_one_name_in_every_bucket(toy_model):
@@ -63,21 +63,23 @@ def test_a_past_read_by_anything_but_its_concat_is_refused(toy_model):
         CacheGraph(load_onnx(step), layout, slots=2, capacity=17)
 
 
-def test_a_step_writes_its_new_positions_at_each_rows_length_and_nothing_else(toy_model, device):
+def test_a_step_writes_its_new_positions_at_each_rows_length_and_the_others_in_the_scratch_slot(toy_model, device):
     graph = _graph(toy_model, slots=2, capacity=9)
-    caches = {past: device.upload(np.full((2, 4, 9, 8), 7.0, np.float32)) for past in graph.cache_values}
+    assert graph.scratch_slot == 2 and graph.cache_shape == (3, 4, 9, 8)
+    caches = {past: device.upload(np.full((3, 4, 9, 8), 7.0, np.float32)) for past in graph.cache_values}
     try:
         with Pipeline(graph, device, depth=1, streams=1) as pipe:
             for past, value in graph.cache_values.items():
                 pipe.bind_storage(value, caches[past])
             pipe.run_sync({"input_ids": np.array([[3], [4]]), "attention_mask": np.ones((2, 4), np.int64),
-                           "position_ids": np.array([[2], [0]]), KV_WRITES: np.array([[0, 2], [1, -1]])})
-        key = device.download(caches["past_key_values.0.key"], "float32", (2, 4, 9, 8))
+                           "position_ids": np.array([[2], [0]]), KV_WRITES: np.array([[0, 2], [2, 0]])})
+        key = device.download(caches["past_key_values.0.key"], "float32", (3, 4, 9, 8))
     finally:
         for buffer in caches.values():
             buffer.close()
     written = key != 7.0
-    assert written[0, :, 2].all() and written.sum() == 4 * 8  # slot 0, position 2, every head: nothing else
+    assert written[0, :, 2].all() and written[2, :, 0].all()  # slot 0 at position 2, row 1 in the scratch slot
+    assert written.sum() == 2 * 4 * 8 and not written[1].any()  # nothing else: slot 1 is untouched
 
 
 def test_the_programs_arenas_hold_no_cache(toy_model):

@@ -12,12 +12,14 @@ from aclpipe.decode.cache import KVCache
 LAYOUT = KVLayout(layers=1, heads=2, head_dim=3, position_ids=False)
 
 
-def test_one_zeroed_device_buffer_per_cache_input_with_a_spare_position(device):
+def test_one_zeroed_device_buffer_per_cache_input_with_a_spare_position_and_a_scratch_slot(device):
     cache = KVCache(LAYOUT, max_batch=3, max_len=8, device=device)
     try:
         assert set(cache.buffers) == {"past_key_values.0.key", "past_key_values.0.value"}
-        # max_len + 1 positions, in whole 16-position blocks (every slot 64-byte aligned)
-        assert cache.shape == (3, 2, 16, 3) and cache.nbytes == 2 * 3 * 2 * 16 * 3 * 4
+        # max_len + 1 positions, in whole 16-position blocks (every slot 64-byte aligned), and
+        # after the 3 sequences' slots the scratch slot that rows without a write write to
+        assert cache.shape == (4, 2, 16, 3) and cache.nbytes == 2 * 4 * 2 * 16 * 3 * 4
+        assert cache.scratch_slot == 3
         whole = device.download(cache.buffers["past_key_values.0.key"], "float32", cache.shape)
         assert not whole.any()
     finally:
@@ -70,7 +72,7 @@ def test_a_sequence_moves_down_to_the_lowest_free_slot_with_its_cache(device):
     try:
         for _ in range(4):
             cache.acquire()
-        pattern = np.arange(4 * 2 * 16 * 3, dtype=np.float32).reshape(4, 2, 16, 3)
+        pattern = np.arange(5 * 2 * 16 * 3, dtype=np.float32).reshape(5, 2, 16, 3)
         source = device.upload(pattern)
         for buffer in cache.buffers.values():
             device.copy(buffer, source, pattern.nbytes)
@@ -80,9 +82,10 @@ def test_a_sequence_moves_down_to_the_lowest_free_slot_with_its_cache(device):
         cache.release(0)
         assert cache.move(3) == 0 and cache.lengths[0] == 7
         assert cache.rows_in_use == 3 and cache.free == 2  # slots 1 and 3
-        moved = device.download(cache.buffers["past_key_values.0.value"], "float32", (4, 2, 16, 3))
+        moved = device.download(cache.buffers["past_key_values.0.value"], "float32", (5, 2, 16, 3))
         np.testing.assert_array_equal(moved[0], pattern[3])
         np.testing.assert_array_equal(moved[2], pattern[2])
+        np.testing.assert_array_equal(moved[4], pattern[4])  # the scratch slot is no sequence's
         with pytest.raises(RuntimeError, match="no free cache slot below 1"):
             cache.move(1)
     finally:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from decode_reference import reference_greedy
 
-from aclpipe import ClosedResourceError, InputError
+import aclpipe
+from aclpipe import ClosedResourceError, InputError, UnsupportedOpError
 from aclpipe.decode import Decoder, PromptTooLongError
 
 PROMPTS = [[1, 2, 3, 4, 5], [7], [3, 9, 11, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 40], [5, 6], [60, 1, 33]]
@@ -118,6 +119,17 @@ def test_a_request_longer_than_max_len_is_refused_before_it_starts(toy_model):
     assert (error.prompt_len, error.max_len) == (17, 16) and "max_len=16" in str(error)
     assert stats["prefill_steps"] == 1 and stats["waiting"] == 0
     assert fits == reference_greedy(toy_model, [1, 2, 3], 14)
+
+
+@pytest.mark.parametrize("spec", ["atlas-310p", "atlas-200i-a2"])
+def test_a_product_without_canns_scatter_update_is_refused_up_front(toy_model, spec):
+    device = aclpipe.open_device("sim", spec=spec)
+    try:
+        with pytest.raises(UnsupportedOpError, match=f"{spec}.*aclnnInplaceScatterUpdate.*Atlas A2/A3"):
+            Decoder(toy_model, device=device, max_batch=2, max_len=16)
+        assert device.mem_info().used == 0  # no cache was made
+    finally:
+        device.close()
 
 
 def test_generation_crosses_cache_buckets_mid_way(toy_model):

@@ -10,6 +10,7 @@ from test_decoder import PROMPTS, _all
 
 from aclpipe.decode import Decoder
 from aclpipe.eager import OpRunner
+from aclpipe.errors import DeviceFault, InvalidArgumentError
 
 
 def test_many_in_flight_equal_onnxruntime_with_every_program_captured(toy_model, ascend_device):
@@ -53,15 +54,35 @@ def test_the_step_ops_the_fake_gained_match_the_simulator(op, arrays, attrs, asc
     np.testing.assert_array_equal(results[0], results[1])
 
 
-def test_kv_append_writes_each_rows_slot_at_its_position_on_the_fake(ascend_device):
-    cache = ascend_device.upload(np.zeros((3, 2, 5, 4), np.float32))
+def _scatter_update(target, indices, updates, axis):
+    cache = target.upload(np.zeros((3, 2, 5, 4), np.float32))
     try:
-        updates = np.arange(2 * 2 * 2 * 4, dtype=np.float32).reshape(2, 2, 2, 4) + 1
-        OpRunner("KvAppend", ascend_device.create_stream()).input(updates).input(np.array([[2, 1], [0, -1]])) \
-            .output(cache, shape=(3, 2, 5, 4), dtype="float32").attr(slots=3, capacity=5).run()
-        written = ascend_device.download(cache, "float32", (3, 2, 5, 4))
+        OpRunner("InplaceScatterUpdate", target.create_stream()).input(indices).input(updates) \
+            .output(cache, shape=(3, 2, 5, 4), dtype="float32").attr(axis=axis).run()
+        return target.download(cache, "float32", (3, 2, 5, 4))
     finally:
         cache.close()
+
+
+@pytest.mark.parametrize("indices", [np.array([[2, 1], [0, 3]]), np.array([[2, 1], [0, 3]], np.int32),
+                                     np.array([1, 3])], ids=["int64 pairs", "int32 pairs", "1-d offsets"])
+def test_inplace_scatter_update_on_the_fake_matches_the_simulator(indices, ascend_device, device):
+    updates = np.arange(2 * 2 * 2 * 4, dtype=np.float32).reshape(2, 2, 2, 4) + 1
+    written = [_scatter_update(target, indices, updates, -2) for target in (ascend_device, device)]
+    np.testing.assert_array_equal(written[0], written[1])
     expected = np.zeros((3, 2, 5, 4), np.float32)
-    expected[2, :, 1:3] = updates[0]  # row 1's position is -1: not written
-    np.testing.assert_array_equal(written, expected)
+    batches, offsets = (indices[:, 0], indices[:, 1]) if indices.ndim == 2 else (range(2), indices)
+    for row, (batch, offset) in enumerate(zip(batches, offsets)):
+        expected[batch, :, offset:offset + 2] = updates[row]
+    np.testing.assert_array_equal(written[0], expected)
+
+
+@pytest.mark.parametrize(("indices", "axis", "error", "needle"), [
+    (np.array([[0, 1]]), 0, InvalidArgumentError, "axis"),
+    (np.array([[0, 1, 2]]), 2, InvalidArgumentError, "indices"),
+    (np.array([[0, -1]]), 2, DeviceFault, "indices"),
+    (np.array([[3, 0]]), 2, DeviceFault, "indices"),
+], ids=["axis 0", "3 columns", "negative", "past the batch"])
+def test_inplace_scatter_update_on_the_fake_refuses_what_cann_does(indices, axis, error, needle, ascend_device):
+    with pytest.raises(error, match=needle):
+        _scatter_update(ascend_device, indices, np.ones((1, 2, 2, 4), np.float32), axis)

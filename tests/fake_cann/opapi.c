@@ -744,7 +744,7 @@ aclnnStatus aclnnInplaceCopyGetWorkspaceSize(aclTensor *selfRef, const aclTensor
 }
 LAUNCH(InplaceCopy)
 
-/* ---- indexing: IndexSelect, SWhere (the catalog's Where), KvAppend --------------------------- */
+/* ---- indexing: IndexSelect, SWhere (the catalog's Where), InplaceScatterUpdate -------------- */
 /* out[c] = in[0][c with c[dim] replaced by in[1][c[dim]]]; integer[0] is dim. */
 static int index_select_kernel(const fake_call *c, char *why, size_t why_len)
 {
@@ -847,65 +847,103 @@ aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTen
 }
 LAUNCH(SWhere)
 
-/* aclpipe's decoder cache write (aclpipe/decode/kv_append.py): for every row b whose position
- * p = in[1][b, 1] is not negative, cacheRef[in[1][b, 0], :, p + s, :] = in[0][b, :, s, :]; nothing
- * else is written. */
-static int kv_append_kernel(const fake_call *c, char *why, size_t why_len)
+/* aclnnInplaceScatterUpdate (hicann/ops-nn index/scatter/docs/aclnnInplaceScatterUpdate.md): row r of
+ * updates (in[1]) goes to data (out[0]) at batch b and offset o along axis (integer[0], made
+ * non-negative): 2-D indices (in[0]) give (b, o) = indices[r], 1-D ones b = r and o = indices[r],
+ * 0-d ones b = 0 and o = indices.  data[b][..][o + k][..] = updates[r][..][k][..].  CANN reads
+ * the indices unchecked (non-negative and in bounds is the caller's duty); the fake traps. */
+static int scatter_update_kernel(const fake_call *c, char *why, size_t why_len)
 {
-    const fake_view *updates = &c->in[0], *indices = &c->in[1], *cache = &c->out[0];
-    int64_t coords[4], target[4];
-    for (int64_t b = 0; b < updates->dims[0]; b++) {
-        int64_t at_slot[2] = {b, 0}, at_start[2] = {b, 1};
-        int64_t slot = (int64_t)load(indices, at(indices, at_slot, 2));
-        int64_t start = (int64_t)load(indices, at(indices, at_start, 2));
-        if (start < 0)
-            continue;
-        if (slot < 0 || slot >= cache->dims[0] || start + updates->dims[2] > cache->dims[2]) {
-            snprintf(why, why_len, "aclnnKvAppend: indices[%lld] = (%lld, %lld): expected a slot below %lld and %lld "
-                     "positions from there within the cache's %lld", (long long)b, (long long)slot, (long long)start,
-                     (long long)cache->dims[0], (long long)updates->dims[2], (long long)cache->dims[2]);
+    const fake_view *indices = &c->in[0], *updates = &c->in[1], *data = &c->out[0];
+    int64_t axis = c->integer[0], coords[FAKE_MAX_DIMS], target[FAKE_MAX_DIMS];
+    int64_t per_row = numel(updates->dims + 1, updates->ndim - 1);
+    for (int64_t r = 0; r < updates->dims[0]; r++) {
+        int64_t pair[2] = {r, 0}, column[2] = {r, 1}, batch = r, offset;
+        if (indices->ndim == 2) {
+            batch = (int64_t)load(indices, at(indices, pair, 2));
+            offset = (int64_t)load(indices, at(indices, column, 2));
+        } else {
+            offset = (int64_t)load(indices, indices->ndim ? at(indices, &r, 1) : indices->offset);
+        }
+        if (batch < 0 || batch >= data->dims[0] || offset < 0 || offset + updates->dims[axis] > data->dims[axis]) {
+            snprintf(why, why_len, "aclnnInplaceScatterUpdate: indices[%lld] = (%lld, %lld): expected a batch index "
+                     "below %lld and %lld positions from the offset within the %lld of axis %lld", (long long)r,
+                     (long long)batch, (long long)offset, (long long)data->dims[0], (long long)updates->dims[axis],
+                     (long long)data->dims[axis], (long long)axis);
             return ACL_ERROR_RT_AICORE_TRAP_WRITE_OVERFLOW;
         }
-        int64_t count = updates->dims[1] * updates->dims[2] * updates->dims[3];
-        for (int64_t i = 0; i < count; i++) {
-            unravel(i, updates->dims + 1, 3, coords + 1);
-            coords[0] = b;
-            target[0] = slot;
-            target[1] = coords[1];
-            target[2] = coords[2] + start;
-            target[3] = coords[3];
-            store(cache, at(cache, target, 4), load(updates, at(updates, coords, 4)));
+        for (int64_t i = 0; i < per_row; i++) {
+            unravel(i, updates->dims + 1, updates->ndim - 1, coords + 1);
+            coords[0] = r;
+            memcpy(target, coords, sizeof(int64_t) * updates->ndim);
+            target[0] = batch;
+            target[axis] += offset;
+            store(data, at(data, target, data->ndim), load(updates, at(updates, coords, updates->ndim)));
         }
     }
     return ACL_SUCCESS;
 }
 
-aclnnStatus aclnnKvAppendGetWorkspaceSize(const aclTensor *updates, const aclTensor *indices, int64_t slots,
-                                          int64_t capacity, aclTensor *cacheRef, uint64_t *workspaceSize,
-                                          aclOpExecutor **executor)
+static bool scatter_dtype(int dtype)
 {
-    int rc = need_tensor("KvAppend", "updates", updates, NUMBERS);
-    if (rc == ACL_SUCCESS)
-        rc = need_tensor("KvAppend", "indices", indices, NUMBERS);
-    if (rc == ACL_SUCCESS)
-        rc = need_tensor("KvAppend", "cacheRef", cacheRef, NUMBERS);
-    if (rc == ACL_SUCCESS && (updates->view.ndim != 4 || indices->view.ndim != 2 || indices->view.dims[1] != 2 ||
-                              indices->view.dtype != ACL_INT64 || indices->view.dims[0] != updates->view.dims[0] ||
-                              slots < updates->view.dims[0] || capacity < updates->view.dims[2]))
-        rc = fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnKvAppend: expected updates [batch, heads, seq, head_dim], "
-                           "int64 indices [batch, 2], slots >= batch and capacity >= seq");
-    if (rc == ACL_SUCCESS) {
-        int64_t shape[4] = {slots, updates->view.dims[1], capacity, updates->view.dims[3]};
-        rc = need_shape("KvAppend", "cacheRef", &cacheRef->view, shape, 4);
-    }
-    if (rc == ACL_SUCCESS)
-        rc = need_outputs("KvAppend", workspaceSize, executor);
-    if (rc != ACL_SUCCESS)
-        return rc;
-    aclOpExecutor *e = make("KvAppend", kv_append_kernel, 0, workspaceSize, executor);
-    bind(e, 0, updates, false);
-    bind(e, 1, indices, false);
-    bind(e, 0, cacheRef, true);
+    return dtype == ACL_INT8 || dtype == ACL_UINT8 || dtype == ACL_FLOAT16 || dtype == ACL_FLOAT ||
+           dtype == ACL_INT32 || dtype == ACL_BF16;
+}
+
+/* The doc's phase-one refusals (161002), after the null ones (161001). */
+static int scatter_update_check(const aclTensor *data, const aclTensor *indices, const aclTensor *updates,
+                                int64_t *axis)
+{
+    const fake_view *d = &data->view, *i = &indices->view, *u = &updates->view;
+    int64_t rank = (int64_t)d->ndim, rows = i->ndim ? i->dims[0] : 1;
+    if (!scatter_dtype(d->dtype) || u->dtype != d->dtype || (i->dtype != ACL_INT32 && i->dtype != ACL_INT64))
+        return fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnInplaceScatterUpdate: expected data and updates of one "
+                             "dtype among INT8, UINT8, FLOAT16, FLOAT32, INT32, BFLOAT16 and int32 or int64 indices, "
+                             "got aclDataType %d, %d and %d", d->dtype, u->dtype, i->dtype);
+    if (rank < 2 || rank > 8 || (int64_t)u->ndim != rank || i->ndim > 2 || (i->ndim == 2 && i->dims[1] != 2))
+        return fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnInplaceScatterUpdate: expected data of 2-8 dims, updates "
+                             "of as many and indices of 0, 1 or 2 dims ([n, 2] when 2), got %llu, %llu and %llu dims",
+                             (unsigned long long)d->ndim, (unsigned long long)u->ndim, (unsigned long long)i->ndim);
+    if (numel(d->dims, d->ndim) == 0 || numel(u->dims, u->ndim) == 0 || numel(i->dims, i->ndim) == 0)
+        return fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnInplaceScatterUpdate: expected non-empty tensors");
+    if (*axis <= -rank || *axis >= rank || *axis == 0)
+        return fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnInplaceScatterUpdate: axis: expected an int in "
+                             "(%lld, %lld) other than 0, got %lld", (long long)-rank, (long long)rank, (long long)*axis);
+    if (*axis < 0)
+        *axis += rank;
+    bool same = u->dims[0] == rows && u->dims[0] <= d->dims[0] && u->dims[*axis] <= d->dims[*axis];
+    for (int64_t k = 1; same && k < rank; k++)
+        same = k == *axis || u->dims[k] == d->dims[k];
+    if (!same)
+        return fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnInplaceScatterUpdate: updates: expected a dim 0 of "
+                             "%lld (indices') within data's and data's other dims except axis %lld, got another shape",
+                             (long long)rows, (long long)*axis);
+    if (numel(i->dims, i->ndim) * fake_itemsize(i->dtype) + 224 > 192 * 1024)
+        return fakecann_fail(ACLNN_ERR_PARAM_INVALID, "aclnnInplaceScatterUpdate: indices: expected their bytes + 224 "
+                             "within the unified buffer's 192 KiB");
     return ACL_SUCCESS;
 }
-LAUNCH(KvAppend)
+
+aclnnStatus aclnnInplaceScatterUpdateGetWorkspaceSize(aclTensor *data, const aclTensor *indices,
+                                                      const aclTensor *updates, int64_t axis, uint64_t *workspaceSize,
+                                                      aclOpExecutor **executor)
+{
+    int rc = need_tensor("InplaceScatterUpdate", "data", data, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("InplaceScatterUpdate", "indices", indices, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = need_tensor("InplaceScatterUpdate", "updates", updates, NUMBERS);
+    if (rc == ACL_SUCCESS)
+        rc = scatter_update_check(data, indices, updates, &axis);
+    if (rc == ACL_SUCCESS)
+        rc = need_outputs("InplaceScatterUpdate", workspaceSize, executor);
+    if (rc != ACL_SUCCESS)
+        return rc;
+    aclOpExecutor *e = make("InplaceScatterUpdate", scatter_update_kernel, 0, workspaceSize, executor);
+    bind(e, 0, indices, false);
+    bind(e, 1, updates, false);
+    bind(e, 0, data, true);
+    e->call.integer[0] = axis;
+    return ACL_SUCCESS;
+}
+LAUNCH(InplaceScatterUpdate)

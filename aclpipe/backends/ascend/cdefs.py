@@ -153,15 +153,15 @@ PHASE_ONE: dict[str, str] = {
     "Permute": f"const aclTensor *self, const aclIntArray *dims, aclTensor *out, {_TAIL}",
     "Embedding": f"const aclTensor *weight, const aclTensor *indices, const aclTensor *out, {_TAIL}",
     "InplaceCopy": f"aclTensor *selfRef, const aclTensor *src, {_TAIL}",
-    # the decoder's step (issue 26): ops-math headers, and aclpipe's own cache write (no CANN header:
-    # the fake CANN implements it; aclpipe/decode/kv_append.py)
+    # the decoder's step (issue 26): ops-math headers, and its cache write from ops-nn
+    # index/scatter/docs/aclnnInplaceScatterUpdate.md
     "Minimum": f"const aclTensor *self, const aclTensor *other, aclTensor *out, {_TAIL}",
     "Neg": _SELF_OUT,
     "LogicalAnd": f"const aclTensor *self, const aclTensor *other, aclTensor *out, {_TAIL}",
     "IndexSelect": f"const aclTensor *self, int64_t dim, const aclTensor *index, aclTensor *out, {_TAIL}",
     "SWhere": f"const aclTensor *condition, const aclTensor *self, const aclTensor *other, aclTensor *out, {_TAIL}",
-    "KvAppend": ("const aclTensor *updates, const aclTensor *indices, int64_t slots, int64_t capacity, "
-                 f"aclTensor *cacheRef, {_TAIL}"),
+    "InplaceScatterUpdate": ("aclTensor *data, const aclTensor *indices, const aclTensor *updates, int64_t axis, "
+                             f"{_TAIL}"),
     # issue 14: ops-nn activation/, ops-math and ops-nn index/norm/pooling headers
     "Elu": ("const aclTensor *self, const aclScalar *alpha, const aclScalar *scale, const aclScalar *inputScale, "
             f"aclTensor *out, {_TAIL}"),

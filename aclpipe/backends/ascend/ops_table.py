@@ -9,7 +9,12 @@ scalars, int arrays, plain numbers or a dtype.  Attribute defaults come from the
 ``aclSetInputTensorAddr``/``aclSetOutputTensorAddr``: the position among the op's tensor
 inputs (outputs) in header order.  The catalog orders them as the headers do, except that
 ``InplaceCopy``'s written ``selfRef`` is the catalog's output 0 (it refuses repeatable
-executors on the fake, as same-address copies do on CANN, so it is never re-pointed).
+executors on the fake, as same-address copies do on CANN, so it is never re-pointed), and so
+is ``InplaceScatterUpdate``'s ``data`` (catalog inputs ``indices`` 0 and ``updates`` 1).  That
+one is repeatable: the decoder captures it with ``data`` bound to its cache buffer, whose
+address never changes; how real CANN numbers an in-place tensor for
+``aclSetInputTensorAddr`` is unverified, so re-pointing ``indices``/``updates`` by the
+catalog's numbers is the fake's convention, not yet CANN's.
 
 Prototypes: reference/acl_api.md section 3 (ops-math, ops-nn headers; RmsNorm from its doc); the
 issue-14 rows (Elu ... MaxPool2dWithIndices) from the ops-nn/ops-math op_api headers and docs.
@@ -182,14 +187,14 @@ OPS: dict[str, OpBinding] = dict([
     _row("Permute", IN(0), _attr("dims", _permutation), OUT(0)),
     _row("Embedding", IN(0), IN(1), OUT(0)),
     _row("InplaceCopy", OUT(0), IN(0)),
-    # issue 26: what a decoder step needs (the toy GPT of aclpipe.decode.toy_model), and the
-    # decoder's cache write (aclpipe/decode/kv_append.py; the catalog's Where is aclnnSWhere)
+    # issue 26: what a decoder step needs (the toy GPT of aclpipe.decode.toy_model; the catalog's
+    # Where is aclnnSWhere), and the decoder's cache write (aclpipe/decode/cache_graph.py)
     _row("Minimum", IN(0), IN(1), OUT(0)),
     _row("Neg", IN(0), OUT(0)),
     _row("LogicalAnd", IN(0), IN(1), OUT(0)),
     _row("IndexSelect", IN(0), INT("dim"), IN(1), OUT(0)),
     ("Where", OpBinding("SWhere", (IN(0), IN(1), IN(2), OUT(0)))),
-    _row("KvAppend", IN(0), IN(1), INT("slots"), INT("capacity"), OUT(0)),
+    _row("InplaceScatterUpdate", OUT(0), IN(0), IN(1), INT("axis")),
     # issue 14 (prototypes in cdefs.PHASE_ONE)
     _row("Elu", IN(0), SCALAR("alpha"), SCALAR("scale"), SCALAR("inputScale"), OUT(0)),
     _row("Celu", IN(0), SCALAR("alpha"), OUT(0)),

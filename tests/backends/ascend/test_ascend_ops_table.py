@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-import aclpipe.decode  # noqa: F401 - registers the decoder's KvAppend, which the table binds
 from aclpipe.backends.ascend.cdefs import PHASE_ONE
 from aclpipe.backends.ascend.ops_table import OPS
 from aclpipe.ops import get_op
@@ -32,3 +31,13 @@ def test_row_names_existing_catalog_tensors_and_attributes(op):
             assert int(argument.key) < len(spec.outputs)
         elif argument.kind == "attr":
             assert argument.key in spec.attrs, f"{op}: {argument.key} is not a catalog attribute"
+
+
+def test_the_decoders_cache_write_is_canns_inplace_scatter_update():
+    # ops-nn index/scatter/docs/aclnnInplaceScatterUpdate.md: data (written in place), indices, updates, axis
+    parameters = [p.strip() for p in PHASE_ONE["InplaceScatterUpdate"].split(",")]
+    assert parameters[:4] == ["aclTensor *data", "const aclTensor *indices", "const aclTensor *updates",
+                              "int64_t axis"]
+    kinds = [(argument.kind, argument.key) for argument in OPS["InplaceScatterUpdate"].arguments]
+    assert kinds == [("output", 0), ("input", 0), ("input", 1), ("attr", "axis")]
+    assert "KvAppend" not in OPS and "KvAppend" not in PHASE_ONE
