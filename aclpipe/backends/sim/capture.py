@@ -83,6 +83,8 @@ class Captured:
     reads: tuple[Region, ...] = ()
     writes: tuple[Region, ...] = ()
     padding: tuple[Region, ...] = ()
+    #: A conditional task's sub-models' tasks (:mod:`.conditional`): checked after it, in order.
+    nested: tuple[Captured, ...] = ()
 
 
 @dataclass(eq=False)
@@ -189,14 +191,16 @@ class Captures:
                                           "not supported on this product (15_model_running_instance__management.md)")
 
     # -- capture ---------------------------------------------------------------------------
-    def begin(self, stream: SimStream, mode: CaptureMode) -> None:
+    def begin(self, stream: SimStream, mode: CaptureMode, model: SimModel | None = None) -> None:
+        """``aclmdlRICaptureBegin``; into ``model`` (a conditional task's sub-model, see
+        :mod:`.conditional`) for ``aclmdlRICaptureToModelRIBegin``."""
         self._check_supported()
         mode = CaptureMode(mode)
         with self._lock:
             if stream.capture is not None:
                 raise error_from_code(107027, f"stream {stream.name} is already being captured; end that capture "
                                               "first (aclmdlRICaptureEnd)")
-            model = SimModel(f"ri{next(self._names)}")
+            model = SimModel(f"ri{next(self._names)}") if model is None else model
             session = CaptureSession(stream, mode, threading.get_ident(), model, [stream])
             stream.capture = session
             self.active.append(session)
@@ -585,12 +589,15 @@ class Captures:
             # an inherited failure would otherwise taint the next replay of the same model.
             return sync_task(task.kind, task.name, shadow, generations[shadow], inherit=False)
         if sanitizer is not None:
-            clock = sanitizer.enqueue(inner.name)
-            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
-            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in item.writes]
-            run = f" run={context['run']}" if "run" in context else ""
-            sanitizer.access_all(regions, actor=inner.name, clock=clock, what=describe_task(task) + run,
-                                 padding=item.padding)
+            for checked in (item, *item.nested):
+                if checked.task.kind in (RECORD, WAIT):
+                    continue
+                clock = sanitizer.enqueue(inner.name)
+                regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in checked.reads]
+                regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in checked.writes]
+                run = f" run={context['run']}" if "run" in context else ""
+                sanitizer.access_all(regions, actor=inner.name, clock=clock, what=describe_task(checked.task) + run,
+                                     padding=checked.padding)
         return task
 
     def destroy(self, model: SimModel) -> None:
