@@ -50,7 +50,7 @@ import numpy as np
 
 from ..backends.protocol import CondTaskType, LaunchKind, LaunchRecord, MemcpyKind, conditional_models
 from ..dtypes import DType
-from ..errors import GraphError
+from ..errors import BackendError, GraphError
 from ..plan import Plan, make_plan
 from ..runtime.capture import Capture, CapturedRun
 from ..runtime.executor import Executor
@@ -71,6 +71,7 @@ MAX_BLOCK = 64
 GROUP = 16
 
 _KERNEL, _COPY = LaunchKind.KERNEL, LaunchKind.COPY
+_NOT_SUPPORTED = 207000  # ACL_ERROR_RT_FEATURE_NOT_SUPPORT
 _D2D, _D2H = MemcpyKind.DEVICE_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST
 
 
@@ -407,8 +408,14 @@ class LoopRunner:
             captured = [nested.capture(origin) for nested in self._nested()]  # every one, not the first
             return any(captured)
         if self.can_capture_whole:
-            self.whole = _WholeLoop(self, origin)
-            return True
+            try:
+                self.whole = _WholeLoop(self, origin)
+                return True
+            except BackendError as error:
+                # A trial feature: the product's firmware may still refuse it (207000 from
+                # CheckCaptureModelSupportCondOp); then the exit is read back as elsewhere.
+                if error.code != _NOT_SUPPORTED:
+                    raise
         for parity, arena in enumerate(self.arenas):
             arena.model = self._capture(origin, [parity])
             if self._groups:
