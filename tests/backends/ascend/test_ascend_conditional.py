@@ -158,3 +158,49 @@ def test_a_device_exit_loop_gives_what_sim_gives(conditional: bool, fake_cann: d
         sim.close()
     for got, expected in zip(on_ascend, on_sim):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"fake_cann_{name}", FAKE_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cond_check(declarations: Any, compiler: str, include: Path, workdir: Path) -> Any:
+    """Compile the binding's aclmdlRICond* declarations against ``include``'s acl_rt.h."""
+    from aclpipe.backends.ascend import cdefs
+
+    functions = declarations.prototypes(cdefs.COND_CDEF)
+    assert len(functions) == len(cdefs.RUNTIME_COND)
+    constants = {"ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT": cdefs.ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT,
+                 **{f"ACL_MODEL_RI_COND_TYPE_{kind.name}": kind.value for kind in CondTaskType}}
+    layout = {"sizeof(aclmdlRICondTaskParams)": cdefs.ffi.sizeof("aclmdlRICondTaskParams"),
+              "offsetof(aclmdlRICondTaskParams, size)": cdefs.ffi.offsetof("aclmdlRICondTaskParams", "size"),
+              "offsetof(aclmdlRICondTaskParams, modelRIArray)":
+                  cdefs.ffi.offsetof("aclmdlRICondTaskParams", "modelRIArray")}
+    return declarations.run_check(compiler, include, declarations.cond_declarations_source(functions, constants, layout),
+                                  workdir)
+
+
+def test_the_cond_declarations_match_the_header_or_say_why_not(tmp_path: Path):
+    import os
+    import shutil
+
+    declarations = _load("declarations")
+    compiler = next((path for name in (os.environ.get("CXX", ""), "c++", "g++", "clang++")
+                     if name and (path := shutil.which(name))), None)
+    if compiler is None:
+        pytest.skip("no C++ compiler to check the declarations with (set CXX or install g++)")
+    include = declarations.headers_from_toolkit()
+    if include is None:
+        cache = Path(os.environ.get("ACLPIPE_CANN_HEADERS_CACHE", Path.home() / ".cache" / "aclpipe" / "cann-headers"))
+        include = declarations.headers_from_wheel(cache, download=os.environ.get("ACLPIPE_FETCH_CANN_HEADERS") == "1")
+    if include is None:
+        pytest.skip("no CANN headers: set ASCEND_TOOLKIT_HOME, or ACLPIPE_FETCH_CANN_HEADERS=1")
+    if not declarations.has_cond_declarations(include):
+        pytest.skip(f"{include}'s acl/acl_rt.h has no aclmdlRICondHandleCreate (a CANN before conditional tasks): "
+                    "the binding resolves aclmdlRICond* only where they exist")
+    result = cond_check(declarations, compiler, include, tmp_path)
+    assert result.returncode == 0, f"the binding's aclmdlRICond* declarations differ from {include}:\n{result.stderr}"
