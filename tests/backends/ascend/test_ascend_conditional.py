@@ -180,8 +180,8 @@ def cond_check(declarations: Any, compiler: str, include: Path, workdir: Path) -
               "offsetof(aclmdlRICondTaskParams, size)": cdefs.ffi.offsetof("aclmdlRICondTaskParams", "size"),
               "offsetof(aclmdlRICondTaskParams, modelRIArray)":
                   cdefs.ffi.offsetof("aclmdlRICondTaskParams", "modelRIArray")}
-    return declarations.run_check(compiler, include, declarations.cond_declarations_source(functions, constants, layout),
-                                  workdir)
+    source = declarations.cond_declarations_source(functions, constants, layout)
+    return declarations.run_check(compiler, include, source, workdir)
 
 
 def test_the_cond_declarations_match_the_header_or_say_why_not(tmp_path: Path):
