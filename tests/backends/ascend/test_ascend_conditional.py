@@ -204,3 +204,12 @@ def test_the_cond_declarations_match_the_header_or_say_why_not(tmp_path: Path):
                     "the binding resolves aclmdlRICond* only where they exist")
     result = cond_check(declarations, compiler, include, tmp_path)
     assert result.returncode == 0, f"the binding's aclmdlRICond* declarations differ from {include}:\n{result.stderr}"
+
+
+def test_the_kits_while_task_check_passes_over_the_fake(fake_lib: Path):
+    from aclpipe.testing import check_backend
+    from aclpipe.testing.rules import RULES
+
+    check = next(check for check in RULES if check.name == "while_task")
+    report = check_backend(lambda: aclpipe.open_device("ascend:0"), checks=[check])
+    assert [row.status for row in report.rows] == ["passed"], str(report)
