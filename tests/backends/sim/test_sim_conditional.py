@@ -32,7 +32,8 @@ def _scalar(address):
 
 
 def _countdown(device, start: int, kind=CondTaskType.WHILE):
-    """A model: a WHILE (or IF) task whose body adds 1 to ``total`` and 1 off the condition."""
+    """A model: a WHILE (or IF) task whose body adds 1 to ``total`` and 1 off the condition; with
+    what must stay alive while it may run."""
     backend = conditional_models(device.backend)
     origin, body_stream = device.create_stream(), device.create_stream()
     total, scratch = device.upload(np.zeros((), np.int64)), device.upload(np.zeros((), np.int64))
@@ -50,13 +51,12 @@ def _countdown(device, start: int, kind=CondTaskType.WHILE):
     backend.memcpy_async(condition, scratch.address, 8, MemcpyKind.DEVICE_TO_DEVICE, body_stream.handle)
     assert backend.capture_end(body_stream.handle) is body
     assert backend.capture_end(origin.handle) is model
-    device.keep = (scratch, body_stream)  # alive as long as the model may run
-    return backend, model, total, origin
+    return backend, model, total, origin, (scratch, body_stream)  # the last: alive while the model may run
 
 
 @pytest.mark.parametrize("start", [0, 1, 5])
 def test_a_while_task_runs_its_body_while_the_condition_is_not_zero_tested_first(device, start):
-    backend, model, total, origin = _countdown(device, start)
+    backend, model, total, origin, _alive = _countdown(device, start)
     for replays in (1, 2):
         backend.model_execute(model, origin.handle, {"run": replays})
         origin.sync()
@@ -67,7 +67,7 @@ def test_a_while_task_runs_its_body_while_the_condition_is_not_zero_tested_first
 
 def test_an_if_task_runs_its_sub_model_only_when_the_condition_is_not_zero(device):
     for start, expected in ((0, 0), (3, 1)):
-        backend, model, total, origin = _countdown(device, start, CondTaskType.IF)
+        backend, model, total, origin, _alive = _countdown(device, start, CondTaskType.IF)
         backend.model_execute(model, origin.handle)
         origin.sync()
         assert int(device.download(total, "int64", ())) == expected
@@ -100,7 +100,7 @@ def test_the_runtime_refuses_what_its_parameter_checks_refuse(device):
 def test_the_sanitizer_orders_the_body_against_other_streams():
     device = aclpipe.open_device("sim", sanitizer=True)
     try:
-        backend, model, total, origin = _countdown(device, 2)
+        backend, model, total, origin, _alive = _countdown(device, 2)
         writer = device.create_stream()
         source = device.upload(np.zeros((), np.int64))
         backend.memcpy_async(total.address, source.address, 8, MemcpyKind.DEVICE_TO_DEVICE, writer.handle)
