@@ -93,7 +93,7 @@ class AscendConditionals:
         runtime = self._need("aclmdlRIAddCondTask")
         self._check_stream(stream)
         models = ffi.new("aclmdlRI[]", max(size, 1))
-        params = ffi.new("aclmdlRICondTaskParams *")
+        params: Any = ffi.new("aclmdlRICondTaskParams *")
         params.handle = handle.handle
         params.type = int(kind)
         params.size = size
