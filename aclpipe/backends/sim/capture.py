@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -83,8 +83,10 @@ class Captured:
     reads: tuple[Region, ...] = ()
     writes: tuple[Region, ...] = ()
     padding: tuple[Region, ...] = ()
-    #: A conditional task's sub-models' tasks (:mod:`.conditional`): checked after it, in order.
+    #: A conditional task's sub-models' tasks, and what checks them after it at each replay
+    #: (:mod:`.conditional`).
     nested: tuple[Captured, ...] = ()
+    check_nested: Callable[[str, Mapping[str, Any]], None] | None = None
 
 
 @dataclass(eq=False)
@@ -589,15 +591,14 @@ class Captures:
             # an inherited failure would otherwise taint the next replay of the same model.
             return sync_task(task.kind, task.name, shadow, generations[shadow], inherit=False)
         if sanitizer is not None:
-            for checked in (item, *item.nested):
-                if checked.task.kind in (RECORD, WAIT):
-                    continue
-                clock = sanitizer.enqueue(inner.name)
-                regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in checked.reads]
-                regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in checked.writes]
-                run = f" run={context['run']}" if "run" in context else ""
-                sanitizer.access_all(regions, actor=inner.name, clock=clock, what=describe_task(checked.task) + run,
-                                     padding=checked.padding)
+            clock = sanitizer.enqueue(inner.name)
+            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
+            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in item.writes]
+            run = f" run={context['run']}" if "run" in context else ""
+            sanitizer.access_all(regions, actor=inner.name, clock=clock, what=describe_task(task) + run,
+                                 padding=item.padding)
+            if item.check_nested is not None:  # a conditional task: its sub-models' tasks too (.conditional)
+                item.check_nested(inner.name, context)
         return task
 
     def destroy(self, model: SimModel) -> None:

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from ..protocol import CaptureMode, CondTaskType
 from .capture import Captured, CaptureSession, SimModel
 from .memory import Allocation
 from .optional import model_destroy as optional_model_destroy
-from .stream import CONTROL, RECORD, WAIT, SimStream, Task, bare_task
+from .stream import CONTROL, RECORD, WAIT, SimStream, Task, bare_task, describe_task
 
 if TYPE_CHECKING:
     from .core import SimDevice
@@ -169,7 +170,22 @@ class Conditionals:
         handle.bodies[model] = [item.task for item in model.items if item.task.kind not in (RECORD, WAIT)]
         item = handle.item
         assert item is not None
-        item.nested = tuple(captured for sub in handle.subs for captured in sub.items)
+        item.nested = tuple(captured for sub in handle.subs for captured in sub.items
+                            if captured.task.kind not in (RECORD, WAIT))
+        item.check_nested = lambda actor, context: self._check(item.nested, actor, context)
+
+    def _check(self, nested: tuple[Captured, ...], actor: str, context: Mapping[str, Any]) -> None:
+        """The sanitizer's check of a replay's conditional task, after its own: each task of its
+        sub-models in capture order, on the stream that runs them (see the module docs)."""
+        sanitizer = self.device.sanitizer
+        assert sanitizer is not None
+        run = f" run={context['run']}" if "run" in context else ""
+        for captured in nested:
+            clock = sanitizer.enqueue(actor)
+            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in captured.reads]
+            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in captured.writes]
+            sanitizer.access_all(regions, actor=actor, clock=clock, what=describe_task(captured.task) + run,
+                                 padding=captured.padding)
 
     def check_destroy(self, model: SimModel) -> None:
         """A sub-model is freed with its parent only."""
