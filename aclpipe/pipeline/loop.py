@@ -585,57 +585,60 @@ class _WholeLoop:
         self.backend = backend
         self.executors: list[Executor] = []
         self.buffers: list[DeviceBuffer] = []
+        self.workspace: DeviceBuffer | None = None
         self.run: CapturedRun | None = None
-        trips = runner.region.trips
+        trips, region, name = runner.region.trips, runner.region, runner.body.name
         #: the arena each body run starts (and ends) in: after one iteration outside when trips is odd
         self.first = trips % 2
         try:
-            counter = np.array(trips // 2, np.int64)
-            self.initial = device.upload(counter, label=f"{runner.body.name} body runs")
+            self.initial = device.upload(np.array(trips // 2, np.int64), label=f"{name} body runs")
             self.buffers.append(self.initial)
-            self.remaining, self.next, self.flag = (
-                device.alloc(8, label=f"{runner.body.name} {what}") for what in ("runs left", "runs left next",
-                                                                                  "flag as int64"))
-            self.buffers += [self.remaining, self.next, self.flag]
-            region = runner.region
+            self.remaining, self.next, self.flag, self.product = (
+                device.alloc(8, label=f"{name} {what}")
+                for what in ("runs left", "runs left next", "flag as int64", "condition"))
+            self.buffers += [self.remaining, self.next, self.flag, self.product]
             running = region.carried_inputs[region.carried_outputs.index(region.condition or "")]
             flag = runner._desc(runner.arenas[self.first], running)
             assert flag is not None
-            self._cast = self._prepare("Cast", [flag], self._scalar(self.flag), {"dtype": DType.int64})
-            self._adds = self._prepare("Adds", [self._scalar(self.remaining)], self._scalar(self.next), {"other": -1})
-            self._mul: Any = None
+            int64 = self._scalar
+            # condition = int64(running flag) * runs left; runs left -= 1 once per body run
+            self._cast = self._prepare("Cast", [flag], int64(self.flag), {"dtype": DType.int64})
+            self._mul = self._prepare("Mul", [int64(self.flag), int64(self.remaining)], int64(self.product), {})
+            self._adds = self._prepare("Adds", [int64(self.remaining)], int64(self.next), {"other": -1})
+            largest = max(executor.workspace_size for executor in self.executors)
+            if largest:  # one stream runs them one after another: one workspace serves them all
+                self.workspace = device.alloc(largest, label=f"{name} condition workspace")
+                self.buffers.append(self.workspace)
             self.run = self._capture(origin)
         except BaseException:
             self.close()
             raise
 
-    def _scalar(self, buffer: DeviceBuffer | int, dtype: DType = DType.int64) -> TensorDesc:
-        address = buffer if isinstance(buffer, int) else buffer.address
-        return TensorDesc((), dtype).at(address)
+    @staticmethod
+    def _scalar(buffer: DeviceBuffer) -> TensorDesc:
+        return TensorDesc((), DType.int64).at(buffer.address)
 
-    def _prepare(self, op: str, inputs: Sequence[TensorDesc], output: TensorDesc, attrs: Mapping[str, Any]) -> Any:
+    def _prepare(self, op: str, inputs: Sequence[TensorDesc], output: TensorDesc, attrs: Mapping[str, Any]) -> Executor:
         executor = Executor.prepare(self.runner.device.backend, op, tuple(inputs), (output,), attrs,
                                     node=self.runner.body.name, repeatable=True)
         self.executors.append(executor)
-        if executor.workspace_size:
-            raise GraphError(f"Loop {self.runner.body.name!r}: {op} on a scalar asks for a workspace, which the "
-                             "loop's condition does not have; the loop reads its exit back instead")
-        return executor.handle
+        return executor
+
+    def _kernel(self, stream: Any, executor: Executor) -> LaunchRecord:
+        size = executor.workspace_size
+        workspace = self.workspace.address if size and self.workspace is not None else 0
+        return LaunchRecord(_KERNEL, stream, None, executor.handle, workspace, size, 0, 0, 0, _D2D,
+                            self.runner._context)
 
     def _condition(self, stream: Any, condition: int) -> list[LaunchRecord]:
         """The WHILE condition from the running flag in the first arena: ``flag * runs left``."""
-        if self._mul is None:  # the condition's address is known once the capture made the handle
-            self._mul = self._prepare("Mul", [self._scalar(self.flag), self._scalar(self.remaining)],
-                                      self._scalar(condition), {})
-        context = self.runner._context
-        return [LaunchRecord(_KERNEL, stream, None, handle, 0, 0, 0, 0, 0, _D2D, context)
-                for handle in (self._cast, self._mul)]
+        return [self._kernel(stream, self._cast), self._kernel(stream, self._mul),
+                _copy(stream, condition, self.product.address, 8, self.runner._context)]
 
     def _count(self, stream: Any) -> list[LaunchRecord]:
         """One body run off the counter."""
-        context = self.runner._context
-        return [LaunchRecord(_KERNEL, stream, None, self._adds, 0, 0, 0, 0, 0, _D2D, context),
-                _copy(stream, self.remaining.address, self.next.address, 8, context)]
+        return [self._kernel(stream, self._adds),
+                _copy(stream, self.remaining.address, self.next.address, 8, self.runner._context)]
 
     def _capture(self, origin: Stream) -> CapturedRun | None:
         runner, backend = self.runner, self.backend
