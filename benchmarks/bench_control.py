@@ -23,6 +23,7 @@ steady runs per sanitizer setting).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -77,12 +78,15 @@ def _import(model: onnx.ModelProto, unrolled: bool) -> tuple[aclpipe.Graph, floa
 
 
 async def _first_and_steady(model: onnx.ModelProto, feeds: dict[str, np.ndarray], sanitizer: bool, runs: int,
-                            unrolled: bool = False) -> tuple[float, list[float], np.ndarray]:
-    """Seconds to the first result (load + prepare + run), then each steady run's seconds."""
+                            unrolled: bool = False, while_task: bool = True) -> tuple[float, list[float], np.ndarray]:
+    """Seconds to the first result (load + prepare + run), then each steady run's seconds;
+    ``while_task=False`` hides the device's conditional tasks (the exit is read back instead)."""
     saved = convert_control.UNROLL_TRIPS
     if unrolled:
         convert_control.UNROLL_TRIPS = 1 << 62
     device = aclpipe.open_device("sim", sanitizer=sanitizer)
+    if not while_task:
+        device.backend.capabilities = dataclasses.replace(device.backend.capabilities, conditional_models=False)
     try:
         start = time.perf_counter()
         graph = load_onnx(model)
@@ -95,10 +99,17 @@ async def _first_and_steady(model: onnx.ModelProto, feeds: dict[str, np.ndarray]
                 begin = time.perf_counter()
                 result = await pipe.run(**feeds)
                 steady.append(time.perf_counter() - begin)
+            device.backend.trace_begin()
+            await pipe.run(**feeds)
+            # Device-to-host copies beyond the one output: the exit condition read back.
+            _READBACKS[while_task] = sum(record.name.startswith("d2h") for record in device.backend.trace_end()) - 1
         return first, steady, next(iter(result.values()))
     finally:
         convert_control.UNROLL_TRIPS = saved
         device.close()
+
+
+_READBACKS: dict[bool, int] = {}
 
 
 def _onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], runs: int) -> tuple[float, np.ndarray]:
@@ -159,6 +170,16 @@ def main(argv: list[str] | None = None) -> None:
               f"{_verdict(median / ort_s <= GOAL_STEADY_RATIO)}); per iteration {median / args.trips * 1e6:.0f} us, "
               f"{median / args.trips / launches * 1e6:.1f} us per launch ({launches} launches) against onnxruntime's "
               f"{ort_s / args.trips * 1e6:.0f} us per whole iteration; max |error| {error:.1e}")
+    # The exit decided on the device (a WHILE task in the captured model, where the product has
+    # conditional tasks) against read back on the host once per block, sanitizer off.
+    paths = {}
+    for while_task in (True, False):
+        _, steady, got = anyio.run(_first_and_steady, model, feeds, False, args.runs, False, while_task)
+        paths[while_task] = (statistics.median(steady), float(np.abs(got - want).max()))
+    labels = ((True, "WHILE task on the device"), (False, "read back on the host"))
+    print("exit condition (sanitizer off):   " + "   |   ".join(
+        f"{label}: {_READBACKS[key]} readbacks per run, steady {paths[key][0] * 1e3:.1f} ms, max |error| "
+        f"{paths[key][1]:.1e}" for key, label in labels))
     if args.unrolled_run:
         for sanitizer in (True, False):
             first, steady, _ = anyio.run(_first_and_steady, model, feeds, sanitizer, 2, True)

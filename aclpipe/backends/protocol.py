@@ -21,10 +21,12 @@ Optional parts are sub-protocols behind :class:`Capabilities` flags, never found
 for attributes: :class:`GraphCapture` (``capabilities.graph_capture``), :class:`LaunchTables`
 (``capabilities.launch_tables``), :class:`Tracing` (``capabilities.tracing``),
 :class:`FaultInjection` (``capabilities.fault_injection``), :class:`Latching`
-(``capabilities.latch``), :class:`PeerAccess` (``capabilities.peer_access``) and
-:class:`StreamOrderedAlloc` (``capabilities.stream_ordered_alloc``).
+(``capabilities.latch``), :class:`PeerAccess` (``capabilities.peer_access``),
+:class:`StreamOrderedAlloc` (``capabilities.stream_ordered_alloc``) and
+:class:`ConditionalModels` (``capabilities.conditional_models``).
 :func:`graph_capture`, :func:`launch_tables`, :func:`tracing`, :func:`fault_injection`,
-:func:`latching`, :func:`peer_access` and :func:`stream_ordered_alloc` hand out the typed view
+:func:`latching`, :func:`peer_access`, :func:`stream_ordered_alloc` and
+:func:`conditional_models` hand out the typed view
 of a backend, or ``None`` when its capabilities say it lacks the part.
 
 A :class:`LaunchRecord` is one primitive call with its arguments fixed in advance (a wait,
@@ -53,6 +55,8 @@ __all__ = [
     "Capabilities",
     "CaptureMode",
     "CaptureStatus",
+    "CondTaskType",
+    "ConditionalModels",
     "Executor",
     "FailureMode",
     "FaultInjection",
@@ -69,6 +73,7 @@ __all__ = [
     "TraceRecord",
     "Tracing",
     "align_up",
+    "conditional_models",
     "fault_injection",
     "graph_capture",
     "latching",
@@ -119,6 +124,14 @@ class CaptureStatus(enum.IntEnum):
     NONE = 0
     ACTIVE = 1
     INVALIDATED = 2
+
+
+class CondTaskType(enum.IntEnum):
+    """``aclmdlRICondTaskType`` (``include/external/acl/acl_rt.h``): what a conditional task of a
+    captured model does with its sub-models.  ``SWITCH`` (2) exists in CANN but is not bound."""
+
+    IF = 0  # sub-model 0 when the condition is not 0, else sub-model 1 (when there are two)
+    WHILE = 1  # sub-model 0 again and again while the condition is not 0, tested before each run
 
 
 class CaptureMode(enum.IntEnum):
@@ -213,6 +226,10 @@ class Capabilities:
     #: The backend is a StreamOrderedAlloc: ``aclrtMemPool*`` (acl_rt_memory_soma.h) bound and the
     #: product has it (11-10_ordered_stream_memory_allocation.md: Atlas A2 only, experimental).
     stream_ordered_alloc: bool = False
+    #: The backend is a ConditionalModels: ``aclmdlRICondHandleCreate``, ``aclmdlRICondHandleGetCondPtr``,
+    #: ``aclmdlRIAddCondTask`` and ``aclmdlRICaptureToModelRIBegin`` (acl_rt.h, a trial feature) bound
+    #: and the product has them (15_model_running_instance__management.md: Atlas A2 and A3).
+    conditional_models: bool = False
 
 
 _NO_CONTEXT: Mapping[str, Any] = MappingProxyType({})
@@ -517,6 +534,58 @@ class StreamOrderedAlloc(Backend, Protocol):
     def mem_pool_get_attr(self, pool: Any, attr: MemPoolAttr) -> int:
         """``aclrtMemPoolGetAttr`` of a counter (``MemPoolAttr.USED_MEM_CURRENT``, ...)."""
         ...
+
+
+class ConditionalModels(GraphCapture, Protocol):
+    """Optional: conditional tasks inside a captured model (``capabilities.conditional_models``),
+    CANN's ``aclmdlRICond*`` (``include/external/acl/acl_rt.h``; pages in
+    ``docs/zh/api_ref/15_model_running_instance__management.md``: a trial feature of Atlas A2
+    and A3; the 950's page says yes, its sample says no).
+
+    What the runtime's source settles (``src/acl/aclrt_impl/model_ri.cpp``,
+    ``src/runtime/feature/aclgraph/v100/api_impl_aclgraph.cc``,
+    ``src/runtime/core/src/task/task_info/cond_op/aclgraph_cond_task.cc``,
+    ``src/runtime/core/src/task/stars_cond_isa_helper.cc``):
+
+    - ``cond_handle_create(model, default, assign_default)`` needs ``model`` in an active
+      capture (``ApiImpl::ModelCondHandleCreate``: 107000 otherwise).  The handle owns 8 bytes of
+      device memory, the *condition* (a ``uint64``), freed with the model; with
+      ``assign_default`` (``ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT``) it is set to ``default`` at
+      the start of every execution of the model, else whoever captures manages it.
+      ``cond_handle_get_cond_ptr`` gives its address: any task may write it.
+    - ``add_cond_task(handle, kind, size, stream)`` on a capturing stream of the handle's model
+      adds one task there and returns ``size`` new, empty sub-models (``WHILE``: 1; ``IF``: 1 or 2;
+      anything else 107000, as a second task on one handle is).  Each is filled by
+      ``capture_to_model_begin(other_stream, sub_model)`` .. ``capture_end(other_stream)``;
+      a sub-model is never destroyed on its own (its parent's destroy frees it).
+    - When a replay reaches the task, the device loads the 64-bit condition
+      (``RT_STARS_COND_ISA_LOAD_IMM_FUNC3_LD``): ``WHILE`` runs the sub-model while it is not 0,
+      tested before every run (``ConstructWhileCondSetupBranch``: BNE; the jump-back task:
+      BEQ to the end), so the body must write the condition itself; ``IF`` runs sub-model 0 when
+      it is not 0, else sub-model 1 if given.  Later tasks on the stream wait for it.
+    - A product without it refuses with 207000 (``api_impl_stub.cc``; the TS firmware's
+      ``TS_FEATURE_ACLGRAPH_COND_OP`` and the software SQ must be there:
+      ``CheckCaptureModelSupportCondOp``).
+    """
+
+    def cond_handle_create(self, model: Any, default: int = 0, assign_default: bool = False) -> Any:
+        """``aclmdlRICondHandleCreate`` on a model being captured."""
+        ...
+    def cond_handle_get_cond_ptr(self, handle: Any) -> int:
+        """``aclmdlRICondHandleGetCondPtr``: the device address of the 8-byte condition."""
+        ...
+    def add_cond_task(self, handle: Any, kind: CondTaskType, size: int, stream: Any) -> list[Any]:
+        """``aclmdlRIAddCondTask``: the conditional task on capturing ``stream``; its sub-models."""
+        ...
+    def capture_to_model_begin(self, stream: Any, model: Any, mode: int = CaptureMode.GLOBAL) -> None:
+        """``aclmdlRICaptureToModelRIBegin``: capture ``stream``'s tasks into the sub-model ``model``
+        until ``capture_end(stream)``."""
+        ...
+
+
+def conditional_models(backend: Backend) -> ConditionalModels | None:
+    """``backend`` as a :class:`ConditionalModels`, or None when it (or its product) lacks them."""
+    return cast(ConditionalModels, backend) if backend.capabilities.conditional_models else None
 
 
 def stream_ordered_alloc(backend: Backend) -> StreamOrderedAlloc | None:

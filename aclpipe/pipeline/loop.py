@@ -26,9 +26,18 @@ for one stream, its constants uploaded), and per slot a :class:`LoopRunner` that
   pays one read back per ``MAX_BLOCK`` iterations.  The next block is enqueued before the
   previous one's flag is awaited, so the device is not idle while the host reads it.
 
-CANN 9.1 has conditional tasks in captured models (``aclmdlRICondHandleCreate``,
-``aclmdlRICondHandleGetCondPtr``, ``aclmdlRIAddCondTask`` with a WHILE sub-model, a trial
-feature); aclpipe does not bind them yet, so the exit is always read back on the host.
+- Where the device also has conditional tasks in captured models
+  (:class:`~aclpipe.backends.protocol.ConditionalModels`: ``aclmdlRIAddCondTask`` with a
+  WHILE sub-model, A2 and A3), a loop whose exit is computed on the device and that has no
+  scans is captured *once, whole*, and replayed as one task per run: nothing is read back.
+  The parent model copies the node's inputs into arena 0 (and runs one iteration there when
+  the trip count is odd), sets the *remaining* counter (body runs left: ``trips // 2``) and
+  the WHILE condition (``running * remaining``, an int64 at the handle's address), then holds
+  the WHILE task, then copies the carried values out.  The body sub-model runs two
+  iterations (one per arena, so each body run starts in the same arena), counts one run
+  off the counter and writes the condition again: the loop stops once the flag turns false
+  or the trip count is spent.  The second iteration of a run after the exit changes
+  nothing (the body keeps its values once the flag is false).
 """
 
 from __future__ import annotations
@@ -39,8 +48,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import numpy as np
 
-from ..backends.protocol import LaunchKind, LaunchRecord, MemcpyKind
-from ..errors import GraphError
+from ..backends.protocol import CondTaskType, LaunchKind, LaunchRecord, MemcpyKind, conditional_models
+from ..dtypes import DType
+from ..errors import BackendError, GraphError
 from ..plan import Plan, make_plan
 from ..runtime.capture import Capture, CapturedRun
 from ..runtime.executor import Executor
@@ -61,6 +71,7 @@ MAX_BLOCK = 64
 GROUP = 16
 
 _KERNEL, _COPY = LaunchKind.KERNEL, LaunchKind.COPY
+_NOT_SUPPORTED = 207000  # ACL_ERROR_RT_FEATURE_NOT_SUPPORT
 _D2D, _D2H = MemcpyKind.DEVICE_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST
 
 
@@ -157,6 +168,7 @@ class LoopRunner:
         self._invariants = {name: index for index, name in enumerate(self.region.invariant_inputs)}
         self._written_ahead = self._carried_in_place()
         self._context = {"node": body.name, "op": "Loop"}
+        self.whole: _WholeLoop | None = None  # the loop captured with a WHILE task (see the module docs)
         try:
             self._build()
         except BaseException:
@@ -350,12 +362,26 @@ class LoopRunner:
         return all(len(arena.segments) == 1 and isinstance(arena.segments[0], LaunchTable) for arena in self.arenas)
 
     @property
+    def can_capture_whole(self) -> bool:
+        """Whether :meth:`capture` makes the whole loop one model with a WHILE task: the
+        device has conditional tasks, the exit is computed on it, no scans, nothing nested."""
+        return (conditional_models(self.device.backend) is not None and self.region.condition is not None
+                and self.capturable and not self.scan_in_tables and not self.scan_tables)
+
+    @property
+    def readbacks(self) -> bool:
+        """Whether a run reads the exit condition back on the host (False: a WHILE task decides)."""
+        return self.region.condition is not None and self.whole is None
+
+    @property
     def models(self) -> int:
         """The models :meth:`capture` makes (each holds one stream): one iteration per arena,
         and, without scans and for at least :data:`GROUP` trips, :data:`GROUP` iterations from
         each arena; for a body holding loops, theirs."""
         if not self.capturable:
             return sum(nested.models for nested in self._nested())
+        if self.can_capture_whole:
+            return 2  # the loop and its WHILE body
         return 4 if self._groups else 2
 
     @property
@@ -381,6 +407,15 @@ class LoopRunner:
         if not self.capturable:
             captured = [nested.capture(origin) for nested in self._nested()]  # every one, not the first
             return any(captured)
+        if self.can_capture_whole:
+            try:
+                self.whole = _WholeLoop(self, origin)
+                return True
+            except BackendError as error:
+                # A trial feature: the product's firmware may still refuse it (207000 from
+                # CheckCaptureModelSupportCondOp); then the exit is read back as elsewhere.
+                if error.code != _NOT_SUPPORTED:
+                    raise
         for parity, arena in enumerate(self.arenas):
             arena.model = self._capture(origin, [parity])
             if self._groups:
@@ -405,6 +440,9 @@ class LoopRunner:
 
     def uncapture(self) -> None:
         """Destroy the captured models (iterations run from launch tables again)."""
+        if self.whole is not None:
+            self.whole.close()
+            self.whole = None
         for arena in self.arenas:
             for model in (arena.model, arena.group):
                 if model is not None:
@@ -416,12 +454,16 @@ class LoopRunner:
     @property
     def captured(self) -> bool:
         """Whether some iteration, of this loop or a nested one, replays a captured model."""
-        return any(arena.model is not None for arena in self.arenas) or any(n.captured for n in self._nested())
+        return (self.whole is not None or any(arena.model is not None for arena in self.arenas)
+                or any(n.captured for n in self._nested()))
 
     # -- running ---------------------------------------------------------------------------------
     async def run(self, run: int | None, timeline: Timeline | None) -> None:
         """Enqueue the whole loop on the node's stream, reading the exit condition back when the
         device computes it (awaiting it, so other tasks run meanwhile)."""
+        if self.whole is not None and self.whole.run is not None:
+            self.whole.run.replay(self.stream, None if run is None else {"run": run})
+            return
         assert self.start is not None
         self.start.enqueue(run)
         trips, done, block = self.region.trips, 0, 1
@@ -531,6 +573,127 @@ class LoopRunner:
         for buffer in [*self.flags, *([self.workspace] if self.workspace is not None else [])]:
             buffer.close()
         self.flags, self.workspace = [], None
+
+
+class _WholeLoop:
+    """A loop captured whole, its exit decided on the device by a WHILE task (see the module docs)."""
+
+    def __init__(self, runner: LoopRunner, origin: Stream):
+        self.runner = runner
+        device, backend = runner.device, conditional_models(runner.device.backend)
+        assert backend is not None
+        self.backend = backend
+        self.executors: list[Executor] = []
+        self.buffers: list[DeviceBuffer] = []
+        self.workspace: DeviceBuffer | None = None
+        self.run: CapturedRun | None = None
+        trips, region, name = runner.region.trips, runner.region, runner.body.name
+        #: the arena each body run starts (and ends) in: after one iteration outside when trips is odd
+        self.first = trips % 2
+        try:
+            self.initial = device.upload(np.array(trips // 2, np.int64), label=f"{name} body runs")
+            self.buffers.append(self.initial)
+            self.remaining, self.next, self.flag, self.product = (
+                device.alloc(8, label=f"{name} {what}")
+                for what in ("runs left", "runs left next", "flag as int64", "condition"))
+            self.buffers += [self.remaining, self.next, self.flag, self.product]
+            running = region.carried_inputs[region.carried_outputs.index(region.condition or "")]
+            flag = runner._desc(runner.arenas[self.first], running)
+            assert flag is not None
+            int64 = self._scalar
+            # condition = int64(running flag) * runs left; runs left -= 1 once per body run
+            self._cast = self._prepare("Cast", [flag], int64(self.flag), {"dtype": DType.int64})
+            self._mul = self._prepare("Mul", [int64(self.flag), int64(self.remaining)], int64(self.product), {})
+            self._adds = self._prepare("Adds", [int64(self.remaining)], int64(self.next), {"other": -1})
+            largest = max(executor.workspace_size for executor in self.executors)
+            if largest:  # one stream runs them one after another: one workspace serves them all
+                self.workspace = device.alloc(largest, label=f"{name} condition workspace")
+                self.buffers.append(self.workspace)
+            self.run = self._capture(origin)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _scalar(buffer: DeviceBuffer) -> TensorDesc:
+        return TensorDesc((), DType.int64).at(buffer.address)
+
+    def _prepare(self, op: str, inputs: Sequence[TensorDesc], output: TensorDesc, attrs: Mapping[str, Any]) -> Executor:
+        executor = Executor.prepare(self.runner.device.backend, op, tuple(inputs), (output,), attrs,
+                                    node=self.runner.body.name, repeatable=True)
+        self.executors.append(executor)
+        return executor
+
+    def _kernel(self, stream: Any, executor: Executor) -> LaunchRecord:
+        size = executor.workspace_size
+        workspace = self.workspace.address if size and self.workspace is not None else 0
+        return LaunchRecord(_KERNEL, stream, None, executor.handle, workspace, size, 0, 0, 0, _D2D,
+                            self.runner._context)
+
+    def _condition(self, stream: Any, condition: int) -> list[LaunchRecord]:
+        """The WHILE condition from the running flag in the first arena: ``flag * runs left``."""
+        return [self._kernel(stream, self._cast), self._kernel(stream, self._mul),
+                _copy(stream, condition, self.product.address, 8, self.runner._context)]
+
+    def _count(self, stream: Any) -> list[LaunchRecord]:
+        """One body run off the counter."""
+        return [self._kernel(stream, self._adds),
+                _copy(stream, self.remaining.address, self.next.address, 8, self.runner._context)]
+
+    def _capture(self, origin: Stream) -> CapturedRun | None:
+        runner, backend = self.runner, self.backend
+        arenas, first = runner.arenas, self.first
+        stream = origin.handle
+        body_stream = backend.stream_create()
+        tables: list[LaunchTable] = []
+
+        def enqueue(records: list[LaunchRecord]) -> None:
+            table = LaunchTable(backend, records)
+            tables.append(table)
+            table.enqueue(None)
+
+        def iteration(parity: int, on: Any) -> list[LaunchRecord]:
+            segments = runner._iteration_segments(arenas[parity], arenas[1 - parity], on)
+            records = [record for segment in segments if isinstance(segment, LaunchTable) for record in segment.records]
+            for segment in segments:
+                if isinstance(segment, LaunchTable):
+                    segment.close()
+            return records
+
+        try:
+            with Capture(origin) as capture:
+                _, parent = backend.capture_get_info(stream)
+                handle = backend.cond_handle_create(parent, 0, False)
+                condition = backend.cond_handle_get_cond_ptr(handle)
+                start = runner._carry(None, arenas[0], stream)
+                if first:
+                    start += iteration(0, stream)
+                start.append(_copy(stream, self.remaining.address, self.initial.address, 8, runner._context))
+                enqueue(start + self._condition(stream, condition))
+                (body,) = backend.add_cond_task(handle, CondTaskType.WHILE, 1, stream)
+                backend.capture_to_model_begin(body_stream, body)
+                try:
+                    enqueue(iteration(first, body_stream) + iteration(1 - first, body_stream)
+                            + self._count(body_stream) + self._condition(body_stream, condition))
+                finally:
+                    backend.capture_end(body_stream)
+                enqueue(runner._finish(arenas[first], stream))
+        finally:
+            for table in tables:
+                table.close()
+            backend.stream_destroy(body_stream)
+        return capture.run
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.close()
+            self.run = None
+        for executor in self.executors:
+            executor.destroy()
+        self.executors.clear()
+        for buffer in self.buffers:
+            buffer.close()
+        self.buffers.clear()
 
 
 def _copy(stream: Any, dst: int, src: int, nbytes: int, context: Mapping[str, Any]) -> LaunchRecord:

@@ -15,8 +15,10 @@ import numpy as np
 from ..backends.protocol import (
     CaptureMode,
     CaptureStatus,
+    CondTaskType,
     MemcpyKind,
     MemPoolAttr,
+    conditional_models,
     fault_injection,
     graph_capture,
     stream_ordered_alloc,
@@ -557,6 +559,60 @@ def mempool_order(device: Device) -> str:
     return "usable in stream order; freed blocks cached (507000 when full) until TrimTo"
 
 
+def _adds_int64(device: Device, stream: Any, source: int, target: int, other: int) -> Any:
+    """``target = source + other`` on one int64 through the aclnn two-phase primitives (repeatable)."""
+    backend = device.backend
+    executor = backend.op_prepare("Adds", [TensorDesc.contiguous((), "int64", source)],
+                                  [TensorDesc.contiguous((), "int64", target)], {"other": other})
+    backend.op_set_repeatable(executor)
+    backend.op_launch(executor, 0, 0, stream, {"node": "conformance-count"})
+    return executor
+
+
+def while_task(device: Device) -> str:
+    """A WHILE task tests its 64-bit condition before every run of its sub-model (0: never runs),
+    and ASSIGN_DEFAULT sets it again at the start of every execution of the model."""
+    backend = conditional_models(device.backend)
+    assert backend is not None  # the check needs the capability
+    origin, body_stream = device.create_stream(), device.create_stream()
+    total, scratch, zero = (device.upload(np.zeros((), np.int64)) for _ in range(3))
+    executors: list[Any] = []
+    try:
+        for start in (0, 3):
+            backend.capture_begin(origin.handle)
+            _, model = backend.capture_get_info(origin.handle)
+            handle = backend.cond_handle_create(model, start, True)
+            condition = backend.cond_handle_get_cond_ptr(handle)
+            (body,) = backend.add_cond_task(handle, CondTaskType.WHILE, 1, origin.handle)
+            backend.capture_to_model_begin(body_stream.handle, body)
+            executors.append(_adds_int64(device, body_stream.handle, total.address, scratch.address, 1))
+            backend.memcpy_async(total.address, scratch.address, 8, MemcpyKind.DEVICE_TO_DEVICE, body_stream.handle)
+            if start:  # one off the condition per run
+                executors.append(_adds_int64(device, body_stream.handle, condition, scratch.address, -1))
+                backend.memcpy_async(condition, scratch.address, 8, MemcpyKind.DEVICE_TO_DEVICE, body_stream.handle)
+            else:  # the condition to 0: a backend that runs the body before testing must not loop on -1
+                backend.memcpy_async(condition, zero.address, 8, MemcpyKind.DEVICE_TO_DEVICE, body_stream.handle)
+            backend.capture_end(body_stream.handle)
+            model = backend.capture_end(origin.handle)
+            try:
+                for replays in (1, 2):
+                    backend.model_execute(model, origin.handle)
+                    origin.sync(TIMEOUT)
+                    counted = int(_read(device, origin, total, 8).view(np.int64)[0])
+                    expect(counted == start * replays,  # start 0 runs first: the total is 0 until start 3
+                           f"a WHILE task whose condition starts at {start} (ASSIGN_DEFAULT) must run its body "
+                           f"{start} times per execution: after {replays} executions the body ran {counted} times in "
+                           "all")
+            finally:
+                backend.model_destroy(model)
+    finally:
+        for executor in executors:
+            device.backend.op_destroy(executor)
+        for buffer in (total, scratch, zero):
+            buffer.close()
+    return "tested before each run (0: never), ASSIGN_DEFAULT set at every execution"
+
+
 _API = "docs/zh/api_ref/"
 _API_ERROR = "src/runtime/api/impl/api_error.cc"
 
@@ -634,6 +690,15 @@ RULES: tuple[Check, ...] = (
           source="src/runtime/api/impl/api_impl_soma.cc: ApiImplSoma::MemPoolMallocAsync, MemPoolFreeAsync (host "
                  "bookkeeping now, SomaMemMng task in stream order); src/runtime/feature/soma/stream_mem_pool.cc: "
                  "SegmentManager::TryToReuse (reuses nothing), SegmentManager::TrimTo"),
+    Check("while_task", "a WHILE conditional task tests its condition before each run of its sub-model; "
+          "ASSIGN_DEFAULT sets it at every execution (15; aclgraph_cond_task.cc)", while_task,
+          ("conditional_models",),
+          doc=f"{_API}15_model_running_instance__management.md (aclmdlRICondHandleCreate, aclmdlRIAddCondTask, "
+              "aclmdlRICaptureToModelRIBegin); include/external/acl/acl_rt.h (aclmdlRICondTaskParams)",
+          source="src/runtime/core/src/task/stars_cond_isa_helper.cc: ConstructWhileCondSetupBranch (64-bit load, "
+                 "BNE before the first run); src/runtime/core/src/task/task_info/cond_op/aclgraph_cond_task.cc: "
+                 "ConstructCaptureConditionJumpBackFc (BEQ 0 ends the loop); src/runtime/core/inc/cond_handle/"
+                 "cond_handle.hpp (RT_COND_HANDLE_ASSIGN_DEFAULT: the default at each model execution)"),
 )
 
 #: Every check the kit runs: the backend contract, then the documented runtime rules.

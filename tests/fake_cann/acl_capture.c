@@ -122,8 +122,49 @@ static void free_model(fake_model *m)
     free(m);
 }
 
+/* ---- what acl_cond.c needs of a model (rt_lock held) ---------------------------------------- */
+void (*rt_model_destroy_hook)(void *model);
+
+void *rt_model_new(int device)
+{
+    fake_model *m = (fake_model *)calloc(1, sizeof *m);
+    m->device = device;
+    return m;
+}
+
+bool rt_model_capturing(const void *model)
+{
+    for (size_t i = 0; i < captures.len; i++)
+        if (((const capture *)captures.items[i])->model == model)
+            return true;
+    return false;
+}
+
+void *rt_stream_capture_model(const fake_stream *s) { return s->capture ? s->capture->model : NULL; }
+
+void rt_model_store(void *model, fake_stream *s, task *t, bool front)
+{
+    fake_model *m = (fake_model *)model;
+    add_item(m, s, t);
+    if (front) {
+        memmove(m->items + 1, m->items, (m->count - 1) * sizeof *m->items);
+        m->items[0] = (item){s, t};
+    }
+}
+
+bool rt_model_ready(const void *model) { return ((const fake_model *)model)->ready; }
+size_t rt_model_task_count(const void *model) { return ((const fake_model *)model)->count; }
+task *rt_model_task(const void *model, size_t index) { return ((const fake_model *)model)->items[index].t; }
+
+/* A sub-model the cond handle frees with its parent (rt_lock held). */
+void rt_model_discard(void *model);
+
 /* ---- capture ------------------------------------------------------------------------------- */
-aclError aclmdlRICaptureBegin(aclrtStream stream, int mode)
+aclError aclmdlRICaptureBegin(aclrtStream stream, int mode) { return rt_capture_begin_into(stream, mode, NULL); }
+
+/* aclmdlRICaptureBegin, or (into: a conditional task's sub-model, acl_cond.c)
+ * aclmdlRICaptureToModelRIBegin. */
+int rt_capture_begin_into(aclrtStream stream, int mode, void *into)
 {
     /* model_ri.cpp, aclmdlRICaptureBeginImpl: a NULL stream (the default one) is refused before
      * the runtime is asked (ACL_REQUIRES_NOT_NULL_WITH_INPUT_REPORT). */
@@ -146,11 +187,12 @@ aclError aclmdlRICaptureBegin(aclrtStream stream, int mode)
         c->mode = mode;
         c->thread = pthread_self();
         c->status = STATUS_ACTIVE;
-        c->model = (fake_model *)calloc(1, sizeof *c->model);
+        c->model = into ? (fake_model *)into : (fake_model *)calloc(1, sizeof *c->model);
         c->model->device = s->device;
         ptr_set_add(&c->members, s);
         ptr_set_add(&captures, c);
-        ptr_set_add(&models, c->model);
+        if (!into)
+            ptr_set_add(&models, c->model);
         s->capture = c;
         rt_trace("aclmdlRICaptureBegin %d", s->device);
     }
@@ -346,6 +388,8 @@ static int build(fake_model *m)
 
 static void discard_model(fake_model *m)
 {
+    if (rt_model_destroy_hook)
+        rt_model_destroy_hook(m);
     ptr_set_remove(&models, m);
     for (size_t i = 0; i < m->streams; i++) {
         if (m->inner && m->inner[i]) {
@@ -356,6 +400,8 @@ static void discard_model(fake_model *m)
     }
     free_model(m);
 }
+
+void rt_model_discard(void *model) { discard_model((fake_model *)model); }
 
 aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI)
 {

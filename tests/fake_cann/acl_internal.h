@@ -181,6 +181,18 @@ int rt_capture_forbid(struct capture *c, int code, const char *what);
 int rt_capture_forbid_device_sync(int device);
 int rt_capture_blocks(const char *api);
 int rt_update_store(fake_stream *s, task *t, const char *api);
+/* What acl_cond.c (conditional tasks in captured models) needs of acl_capture.c; rt_lock held
+ * except by rt_capture_begin_into (aclmdlRICaptureBegin into a given model). */
+int rt_capture_begin_into(aclrtStream stream, int mode, void *into);
+extern void (*rt_model_destroy_hook)(void *model); /* called as a model is freed */
+void *rt_model_new(int device);
+bool rt_model_capturing(const void *model);
+void *rt_stream_capture_model(const fake_stream *s);
+void rt_model_store(void *model, fake_stream *s, task *t, bool front);
+bool rt_model_ready(const void *model);
+size_t rt_model_task_count(const void *model);
+task *rt_model_task(const void *model, size_t index);
+void rt_model_discard(void *model);
 /* With rt_lock held: the device whose memory holds address (-1: pinned host memory, -2: none). */
 int rt_memory_device(const void *address);
 int rt_device_count(void);

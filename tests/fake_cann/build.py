@@ -5,7 +5,9 @@
 With ``launch_host_func=False`` the runtime lacks ``aclrtLaunchHostFunc`` (like CANN
 releases before 8.3), which makes the binding fall back to ``aclrtLaunchCallback``; with
 ``mem_pool=False`` it lacks the stream-ordered allocator (``acl_rt_memory_soma.h``, CANN releases
-before it), which turns the binding's ``capabilities.stream_ordered_alloc`` off.
+before it), which turns the binding's ``capabilities.stream_ordered_alloc`` off; with
+``conditional=False`` it lacks the conditional tasks of captured models (``aclmdlRICond*``,
+``acl_cond.c``), which turns ``capabilities.conditional_models`` off.
 
 Each library links its dependency by absolute path and has no soname, so two builds in two
 directories can be loaded into one process side by side without the dynamic loader mixing
@@ -41,7 +43,7 @@ def _compile(compiler: str, output: Path, sources: list[str], extra: list[str]) 
 
 
 def build_fake_cann(directory: Path | str, *, launch_host_func: bool = True, compiler: str | None = None,
-                    mem_pool: bool = True) -> Path:
+                    mem_pool: bool = True, conditional: bool = True) -> Path:
     """Compile the three fake libraries into ``directory`` (created if needed)."""
     compiler = compiler or find_compiler()
     if compiler is None:
@@ -51,7 +53,8 @@ def build_fake_cann(directory: Path | str, *, launch_host_func: bool = True, com
     runtime, nnopbase = directory / "libascendcl.so", directory / "libnnopbase.so"
     defines = ["-DFAKE_HAVE_LAUNCH_HOST_FUNC"] if launch_host_func else []
     runtime_sources = ["acl_core.c", "acl_stream.c", "acl_capture.c", "acl_peer.c"]
-    _compile(compiler, runtime, runtime_sources + (["acl_mempool.c"] if mem_pool else []), defines)
+    optional = (["acl_mempool.c"] if mem_pool else []) + (["acl_cond.c"] if conditional else [])
+    _compile(compiler, runtime, runtime_sources + optional, defines)
     _compile(compiler, nnopbase, ["nnopbase.c"], [str(runtime)])
     _compile(compiler, directory / "libopapi.so", ["opapi.c"], [str(nnopbase), str(runtime), "-lm"])
     return directory

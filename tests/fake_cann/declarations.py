@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TORCH_NPU", "declarations_source", "fake_codes", "headers_from_toolkit", "headers_from_wheel",
+__all__ = ["TORCH_NPU", "cond_declarations_source", "declarations_source", "fake_codes", "has_cond_declarations",
+           "headers_from_toolkit", "headers_from_wheel",
            "prototypes", "run_check", "runtime_codes"]
 
 #: The wheel whose headers the first pass compared against (issue 24).
@@ -120,6 +121,26 @@ def mempool_declarations_source(functions: Iterable[tuple[str, str, str]], const
     ``layout`` (``sizeof``/``offsetof`` expressions of the header's types) against the binding's."""
     lines = ["#include <cstddef>", "#include <cstdint>", '#include "acl/acl_rt.h"',
              '#include "acl/acl_rt_memory_soma.h"', ""]
+    for ret, name, params in functions:
+        lines.append(f"static {ret} (*const binding_{name})({params}) = &{name};  // {name}")
+    for name, value in sorted({**constants, **layout}.items()):
+        lines.append(f'static_assert({name} == {value}, "{name}: the binding says {value}");')
+    return "\n".join(lines) + "\n"
+
+
+# -- conditional tasks in captured models (acl_rt.h, a trial feature) -------------------------------
+def has_cond_declarations(include: Path) -> bool:
+    """Whether ``include``'s ``acl/acl_rt.h`` declares ``aclmdlRICondHandleCreate`` (CANN releases
+    before conditional tasks do not: the binding then resolves none of their calls)."""
+    header = include / "acl" / "acl_rt.h"
+    return header.is_file() and "aclmdlRICondHandleCreate" in header.read_text(errors="replace")
+
+
+def cond_declarations_source(functions: Iterable[tuple[str, str, str]], constants: dict[str, int],
+                             layout: dict[str, int]) -> str:
+    """:func:`declarations_source` for the ``aclmdlRICond*`` calls: their prototypes, enum values
+    and ``layout`` (``sizeof``/``offsetof`` of ``aclmdlRICondTaskParams``) against the binding's."""
+    lines = ["#include <cstddef>", "#include <cstdint>", '#include "acl/acl_rt.h"', ""]
     for ret, name, params in functions:
         lines.append(f"static {ret} (*const binding_{name})({params}) = &{name};  // {name}")
     for name, value in sorted({**constants, **layout}.items()):

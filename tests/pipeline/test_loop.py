@@ -164,3 +164,54 @@ def test_a_run_cancelled_while_its_loop_reads_its_exit_leaves_the_pipeline_usabl
             device.close()
 
     np.testing.assert_allclose(anyio.run(main)["y"], _reference(feed, w, trips=400), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("on_device", [True, False], ids=["while-task", "host-reads"])
+def test_a_loop_with_a_device_exit_agrees_on_both_paths(on_device):
+    """With conditional tasks the loop is captured whole (a WHILE task decides, nothing is read
+    back); without them its exit is read back per block.  Odd and even trip counts, early exits."""
+    import dataclasses
+
+    results = {}
+    for trips in (17, 50):  # above UNROLL_TRIPS: one Loop node
+        model, body = _model(trips)
+        w = numpy_helper.to_array(body.initializer[0])
+        feeds = _feeds(4)
+
+        async def main(model=model, feeds=feeds):
+            device = aclpipe.open_device("sim", sanitizer=True)
+            backend = device.backend
+            if not on_device:
+                backend.capabilities = dataclasses.replace(backend.capabilities, conditional_models=False)
+            try:
+                async with aclpipe.Pipeline(aclpipe.load_onnx(model), device, depth=2) as pipe:
+                    backend.trace_begin()
+                    outputs = [result async for result in pipe.stream(feeds)]
+                    kinds = {record.name.split()[0] for record in backend.trace_end()}
+                    return outputs, kinds
+            finally:
+                device.close()
+
+        outputs, kinds = anyio.run(main)
+        results[trips] = kinds
+        for feed, result in zip(feeds, outputs):
+            np.testing.assert_allclose(result["y"], _reference(feed, w, trips), rtol=1e-5, atol=1e-6)
+    assert all(("while" in kinds) == on_device for kinds in results.values())
+
+
+def test_a_fault_in_a_while_task_body_names_the_body_node():
+    model, _ = _model()
+
+    async def main():
+        device = aclpipe.open_device("sim", sanitizer=True)
+        try:
+            async with aclpipe.Pipeline(aclpipe.load_onnx(model), device) as pipe:
+                await pipe.run(**_feeds(1)[0])  # captured whole from here
+                device.inject_fault("kernel", match="Tanh", skip=3)
+                await pipe.run(**{**_feeds(1)[0], "big": np.full(2000, 1.0, np.float32)})
+        finally:
+            device.close()
+
+    with pytest.raises(ExecutionError, match=r"h_final/body/.*Tanh") as info:
+        anyio.run(main)
+    assert "body" in (info.value.node or "")

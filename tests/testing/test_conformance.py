@@ -43,8 +43,8 @@ def test_an_inference_card_spec_runs_the_event_limit_and_skips_what_it_lacks():
     report = check_backend(lambda: aclpipe.open_device("sim", spec="atlas-310p"))
     assert report.ok, str(report)
     assert statuses(report)["event_limit"] == "passed"
-    # 06: abort on A2/A3 only; 11-10: the stream-ordered allocator on A2 only
-    assert [row.name for row in report.skipped] == ["stream_limit", "stream_abort", "mempool_order"]
+    # 06: abort on A2/A3 only; 11-10: the stream-ordered allocator on A2 only; 15: conditional tasks on A2/A3
+    assert [row.name for row in report.skipped] == ["stream_limit", "stream_abort", "mempool_order", "while_task"]
     assert "1024 per device less 2 default streams" in report.skipped[0].detail
     assert "no aclrtStreamAbort" in report.skipped[1].detail
 
@@ -95,7 +95,7 @@ def test_every_documented_rule_cites_its_page_and_the_vague_ones_the_runtime_sou
     settled_by_source = {check.name for check in RULES if check.source}
     assert settled_by_source == {"zero_timeout", "stream_limit", "host_threads", "capture_sync", "op_wait_timeout",
                                  "capture_blocks_sync_copies", "captured_event_sync", "capture_default_stream",
-                                 "mempool_order"}
+                                 "mempool_order", "while_task"}
     assert all(check.source.startswith("src/") and ": " in check.source for check in RULES if check.source)
 
 
@@ -373,7 +373,7 @@ def test_the_simulator_passes_the_op_wait_timeout_check_with_a_timeout_set():
     (NoPadding, {"sanitizer_padding"}, {}),
     (SyncInvalidatesCapture, {"capture_sync"}, {}),
     (CaptureRunsWork, {"capture_model", "capture_sync", "capture_blocks_sync_copies", "captured_event_sync",
-                       "capture_default_stream"}, {}),
+                       "capture_default_stream", "while_task"}, {}),
     (SyncCopiesIgnoreCaptures, {"capture_blocks_sync_copies"}, {}),
     (EventsInModelsSync, {"captured_event_sync"}, {}),
     (CapturesTheDefaultStream, {"capture_default_stream"}, {}),

@@ -42,6 +42,7 @@ from ..protocol import (
     Capabilities,
     CaptureMode,
     CaptureStatus,
+    CondTaskType,
     LaunchKind,
     LaunchRecord,
     MemcpyKind,
@@ -57,6 +58,7 @@ from .cdefs import (
     RUNTIME_SYNC_COPIES,
     ffi,
 )
+from .conditional import AscendCondHandle, AscendConditionals
 from .events import AscendEvent, Events
 from .executor import AscendExecutor, Operators
 from .host_calls import PythonHostCall, callback_address, refuse_in_host_function
@@ -163,7 +165,9 @@ class AscendBackend:
             host_thread_per_context=True, launch_tables=True,
             peer_access=library.has_peer_access, op_execute_timeout=timeout, op_wait_timeout=wait_timeout,
             sync_copies=all(hasattr(library.runtime, name) for name in RUNTIME_SYNC_COPIES),
-            stream_ordered_alloc=library.has_mem_pool and self.product.stream_ordered_alloc)
+            stream_ordered_alloc=library.has_mem_pool and self.product.stream_ordered_alloc,
+            conditional_models=library.has_conditional_models and self.product.conditional_models
+            and self.product.graph_capture)
         #: Advanced by every stream, event and executor destruction: launch tables made at an
         #: older epoch check their handles again before they run.
         self._epoch = 0
@@ -175,6 +179,8 @@ class AscendBackend:
         self.captures = Captures(library, self._check_stream)
         self.mempools = AscendMemPools(library, index, self._enter, self._check_stream,
                                        self.capabilities.stream_ordered_alloc)
+        self.conditionals = AscendConditionals(library, index, self._enter, self._check_stream,
+                                               self.capabilities.conditional_models)
         self.closed = False
 
     def _undo_open(self, index: int) -> None:
@@ -639,7 +645,10 @@ class AscendBackend:
         return self.captures.get_info(stream)
 
     def capture_end(self, stream: AscendStream) -> AscendModel:
-        return self.captures.end(stream)
+        model = self.captures.end(stream)
+        if model.handle in self.conditionals.sub_models:
+            self.captures.forget(model)  # freed with its parent, never on its own
+        return model
 
     def capture_task_group_begin(self, stream: AscendStream) -> None:
         self.captures.task_group_begin(stream)
@@ -660,8 +669,27 @@ class AscendBackend:
     def model_destroy(self, model: AscendModel) -> None:
         if self.closed:
             return  # close() destroyed it
+        if isinstance(model, AscendModel) and model.handle in self.conditionals.sub_models:
+            raise error_from_code(107000, "a conditional task's sub-model is freed with its parent model; destroy "
+                                          "that one (aclmdlRICaptureToModelRIBegin)")
         self._enter()
         self.captures.destroy(model)
+
+    # -- conditional tasks in captured models (aclmdlRICond*), present when capabilities.conditional_models --
+    def cond_handle_create(self, model: AscendModel, default: int = 0,
+                           assign_default: bool = False) -> AscendCondHandle:
+        return self.conditionals.create(model, default, assign_default)
+
+    def cond_handle_get_cond_ptr(self, handle: AscendCondHandle) -> int:
+        return self.conditionals.cond_ptr(handle)
+
+    def add_cond_task(self, handle: AscendCondHandle, kind: CondTaskType, size: int,
+                      stream: AscendStream) -> list[AscendModel]:
+        return self.conditionals.add_task(handle, kind, size, stream)
+
+    def capture_to_model_begin(self, stream: AscendStream, model: AscendModel,
+                               mode: int = CaptureMode.GLOBAL) -> None:
+        self.conditionals.capture_begin(stream, model, mode)
 
     # -- the stream-ordered allocator (aclrtMemPool*), present when capabilities.stream_ordered_alloc --
     def mem_pool_create(self, max_size: int = 0) -> Any:

@@ -113,6 +113,10 @@ class Captures:
         model.destroyed = True
         self._models.pop(model.handle, None)
 
+    def forget(self, model: AscendModel) -> None:
+        """Stop holding ``model``: the runtime frees it with another (a conditional task's sub-model)."""
+        self._models.pop(model.handle, None)
+
     def destroy_all(self, attempt: Callable[[Callable[[], object]], None]) -> None:
         """Destroy every model still held (the streams were synchronized first)."""
         for model in list(self._models.values()):

@@ -307,3 +307,30 @@ ffi.cdef(MEMPOOL_CDEF)
 ACL_MEM_ALLOCATION_TYPE_PINNED = 0
 ACL_MEM_HANDLE_TYPE_NONE = 0
 ACL_MEM_LOCATION_TYPE_DEVICE = 1
+# -- conditional tasks in captured models (issue 25) ------------------------------------------------
+#: ``include/external/acl/acl_rt.h`` (a trial feature: 15_model_running_instance__management.md,
+#: Atlas A2 and A3), enums as the ``int`` they are passed as.  ``aclmdlRIAddCondTask`` takes its
+#: parameters by value (cffi's ABI mode passes the struct through libffi).  Resolved when present:
+#: without all four the capability is off.
+COND_CDEF = """
+typedef void *aclmdlRICondHandle;
+typedef int aclmdlRICondHandleFlag;     /* enum: ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT = 1 */
+typedef int aclmdlRICondTaskType;       /* enum: IF = 0, WHILE = 1, SWITCH = 2 */
+typedef struct tagAclmdlRICondTaskParams {
+    aclmdlRICondHandle handle;
+    aclmdlRICondTaskType type;
+    uint32_t size;
+    aclmdlRI *modelRIArray;
+} aclmdlRICondTaskParams;
+
+aclError aclmdlRICondHandleCreate(aclmdlRI modelRI, uint32_t defaultLaunchValue, aclmdlRICondHandleFlag flag,
+                                  aclmdlRICondHandle *handle);
+aclError aclmdlRICondHandleGetCondPtr(aclmdlRICondHandle handle, uint64_t **ptr);
+aclError aclmdlRIAddCondTask(aclmdlRICondTaskParams params, aclrtStream stream, uint32_t flags);
+aclError aclmdlRICaptureToModelRIBegin(aclrtStream stream, aclmdlRI modelRI, aclmdlRICaptureMode mode);
+"""
+RUNTIME_COND = ("aclmdlRICondHandleCreate", "aclmdlRICondHandleGetCondPtr", "aclmdlRIAddCondTask",
+                "aclmdlRICaptureToModelRIBegin")
+ffi.cdef(COND_CDEF)
+ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT = 1
+__all__ += ["ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT", "COND_CDEF", "RUNTIME_COND"]

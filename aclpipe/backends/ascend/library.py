@@ -25,6 +25,7 @@ from .cdefs import (
     NNOPBASE_OPTIONAL,
     NNOPBASE_REQUIRED,
     RUNTIME_CAPTURE,
+    RUNTIME_COND,
     RUNTIME_MEMPOOL,
     RUNTIME_OP_TIMEOUT,
     RUNTIME_OPTIONAL,
@@ -112,6 +113,8 @@ class CannLibrary:
         self.has_op_execute_timeout_v2 = hasattr(self.runtime, RUNTIME_OP_TIMEOUT[1])
         #: The stream-ordered allocator (acl_rt_memory_soma.h): all seven calls, or none is used.
         self.has_mem_pool = not _missing(self.runtime, RUNTIME_MEMPOOL)
+        #: Conditional tasks in captured models (aclmdlRICond*, acl_rt.h): all four calls, or none is used.
+        self.has_conditional_models = self.has_capture and not _missing(self.runtime, RUNTIME_COND)
         self._lock = threading.Lock()
         self._users = 0
         self._owns_init = False

@@ -10,7 +10,9 @@ the AI Core op execute timeout (``12_execution_control.md``, ``aclrtSetOpExecute
 1091 s by default and at most on A2/A3/950 and 200I/500 A2, 547 s on inference cards, 68 s
 by default and 2176 s at most on training products), and the stream-ordered allocator
 (``11-10_ordered_stream_memory_allocation.md``, ``aclrtMemPool*``: Atlas A2 only; every other
-product's runtime answers 207000).  An unknown name gets Atlas A2's rules.
+product's runtime answers 207000), and conditional tasks in captured models (``aclmdlRICond*``:
+Atlas A2 and A3; the 950's page says yes but its sample says no, so the stricter answer).  An
+unknown name gets Atlas A2's rules.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ class ProductRules:
     op_execute_timeout: float = 1091.0  #: seconds, when nobody set one
     op_execute_timeout_max: float = 1091.0  #: seconds, interval * 254
     stream_ordered_alloc: bool = False  #: aclrtMemPoolMallocAsync and the rest of acl_rt_memory_soma.h
+    conditional_models: bool = False  #: aclmdlRICondHandleCreate, aclmdlRIAddCondTask (acl_rt.h)
 
 
-_A2 = ProductRules("Atlas A2/A3", 65536, 1984, True, True, stream_ordered_alloc=True)
+_A2 = ProductRules("Atlas A2/A3", 65536, 1984, True, True, stream_ordered_alloc=True, conditional_models=True)
 #: SoC name prefixes, most specific first.
 _FAMILIES: tuple[tuple[str, ProductRules], ...] = (
     ("Ascend910B", _A2),
-    ("Ascend910_93", ProductRules("Atlas A3", 65536, 1984, True, True)),
+    ("Ascend910_93", ProductRules("Atlas A3", 65536, 1984, True, True, conditional_models=True)),
     ("Ascend950", ProductRules("Ascend 950", 65536, 1984, True, True)),
     ("Ascend910", ProductRules("Atlas training", 65535, 2048, False, False, 68.0, 2176.0)),
     ("Ascend310P", ProductRules("Atlas inference card", 1023, 1024, False, True, 547.0, 547.0)),

@@ -28,7 +28,7 @@ import threading
 
 from ...errors import ClosedResourceError, error_from_code
 from ..protocol import Capabilities
-from . import executor, host_ops, kernels, memory_ops, mempool, optional, stream_ops, tasks
+from . import conditional, executor, host_ops, kernels, memory_ops, mempool, optional, stream_ops, tasks
 from .callbacks import CallbackThread, refuse_in_host_function
 from .capture import Captures, SimModel
 from .engines import ATLAS_A2, SPECS, Cost, DeviceSpec, Engines
@@ -136,12 +136,14 @@ class SimBackend:
             event_errors=True, tracing=True, latch=True, max_events=spec.max_events, reusable_events=True,
             stop_on_failure=True, stream_abort=spec.stream_abort, host_thread_per_context=True,
             peer_access=True, op_execute_timeout=self.op_execute_timeout, op_wait_timeout=self.op_wait_timeout,
-            sync_copies=True, stream_ordered_alloc=spec.stream_ordered_alloc)
+            sync_copies=True, stream_ordered_alloc=spec.stream_ordered_alloc,
+            conditional_models=spec.conditional_models and spec.graph_capture)
         self.peers = PeerLinks(self)
         #: Once a stream is set to ACL_STOP_ON_FAILURE, every stream of the context stops on failure.
         self.stop_on_failure = False
         self.captures = Captures(self)
         self.mempools = mempool.MemPools()
+        self.conditionals = conditional.Conditionals(self)
         self._streams: list[SimStream] = []
         self._model_streams: list[SimStream] = []
         self._callbacks: CallbackThread | None = None  # the context's host-function thread
@@ -350,13 +352,13 @@ class SimBackend:
     # The optional sub-protocols (.optional): capture, peer access, the latch, tracing, faults.
     capture_begin = optional.capture_begin
     capture_get_info = optional.capture_get_info
-    capture_end = optional.capture_end
+    capture_end = conditional.capture_end  # a conditional task's sub-model's too
     capture_task_group_begin = optional.capture_task_group_begin
     capture_task_group_end = optional.capture_task_group_end
     capture_task_update_begin = optional.capture_task_update_begin
     capture_task_update_end = optional.capture_task_update_end
     model_execute = optional.model_execute
-    model_destroy = optional.model_destroy
+    model_destroy = conditional.model_destroy  # with its conditions and sub-models
     device_can_access_peer = optional.device_can_access_peer
     device_enable_peer_access = optional.device_enable_peer_access
     device_disable_peer_access = optional.device_disable_peer_access
@@ -374,3 +376,9 @@ class SimBackend:
     mem_pool_free_async = mempool.mem_pool_free_async
     mem_pool_trim_to = mempool.mem_pool_trim_to
     mem_pool_get_attr = mempool.mem_pool_get_attr
+
+    # Conditional tasks in captured models (.conditional): aclmdlRICond*, A2 and A3 only.
+    cond_handle_create = conditional.cond_handle_create
+    cond_handle_get_cond_ptr = conditional.cond_handle_get_cond_ptr
+    add_cond_task = conditional.add_cond_task
+    capture_to_model_begin = conditional.capture_to_model_begin

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,10 @@ class Captured:
     reads: tuple[Region, ...] = ()
     writes: tuple[Region, ...] = ()
     padding: tuple[Region, ...] = ()
+    #: A conditional task's sub-models' tasks, and what checks them after it at each replay
+    #: (:mod:`.conditional`).
+    nested: tuple[Captured, ...] = ()
+    check_nested: Callable[[str, Mapping[str, Any]], None] | None = None
 
 
 @dataclass(eq=False)
@@ -189,14 +193,16 @@ class Captures:
                                           "not supported on this product (15_model_running_instance__management.md)")
 
     # -- capture ---------------------------------------------------------------------------
-    def begin(self, stream: SimStream, mode: CaptureMode) -> None:
+    def begin(self, stream: SimStream, mode: CaptureMode, model: SimModel | None = None) -> None:
+        """``aclmdlRICaptureBegin``; into ``model`` (a conditional task's sub-model, see
+        :mod:`.conditional`) for ``aclmdlRICaptureToModelRIBegin``."""
         self._check_supported()
         mode = CaptureMode(mode)
         with self._lock:
             if stream.capture is not None:
                 raise error_from_code(107027, f"stream {stream.name} is already being captured; end that capture "
                                               "first (aclmdlRICaptureEnd)")
-            model = SimModel(f"ri{next(self._names)}")
+            model = SimModel(f"ri{next(self._names)}") if model is None else model
             session = CaptureSession(stream, mode, threading.get_ident(), model, [stream])
             stream.capture = session
             self.active.append(session)
@@ -591,6 +597,8 @@ class Captures:
             run = f" run={context['run']}" if "run" in context else ""
             sanitizer.access_all(regions, actor=inner.name, clock=clock, what=describe_task(task) + run,
                                  padding=item.padding)
+            if item.check_nested is not None:  # a conditional task: its sub-models' tasks too (.conditional)
+                item.check_nested(inner.name, context)
         return task
 
     def destroy(self, model: SimModel) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..protocol import Capabilities, MemcpyKind
     from .callbacks import CallbackThread
     from .capture import Captures
+    from .conditional import Conditionals
     from .engines import Cost, DeviceSpec, Engines
     from .event import SimEvent
     from .faults import FaultInjector
@@ -97,6 +98,8 @@ class SimDevice(SimCore, Protocol):
     kernel_timings: dict[Cost, tuple[float, int]]
     #: The stream-ordered allocator's pools (:mod:`.mempool`).
     mempools: MemPools
+    #: Conditional tasks' handles and sub-models (:mod:`.conditional`).
+    conditionals: Conditionals
 
     def host_func(self, stream: SimStream, fn: Callable[[], None], name: str = "") -> None: ...
 

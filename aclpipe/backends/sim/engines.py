@@ -91,6 +91,9 @@ class DeviceSpec:
     #: ``aclrtMemPool*`` exist (``11-10_ordered_stream_memory_allocation.md``: Atlas A2 only;
     #: elsewhere 207000).
     stream_ordered_alloc: bool = False
+    #: Conditional tasks in captured models exist (``aclmdlRICondHandleCreate``,
+    #: ``aclmdlRIAddCondTask``: 15_model_running_instance__management.md, A2 and A3; elsewhere 207000).
+    conditional_models: bool = False
 
 
 ATLAS_A2 = DeviceSpec(
@@ -105,6 +108,7 @@ ATLAS_A2 = DeviceSpec(
     copy_latency_s=2e-6,
     memory_bytes=64 * 2**30,
     stream_ordered_alloc=True,
+    conditional_models=True,
 )
 
 #: An Atlas inference card (Ascend 310P, as on an Atlas 300I Pro): 8 AI cores, about 70 TFLOPS
@@ -150,7 +154,8 @@ ATLAS_200I_A2 = DeviceSpec(
 )
 
 #: A small part, handy in tests: 4 cores and 1 GiB, so capacity errors are easy to reach (A2 rules).
-SIM_SMALL = DeviceSpec("sim-small", 4, 10e12, 2e12, 200e9, 10e9, 10e9, 5e-6, 5e-6, 2**30, stream_ordered_alloc=True)
+SIM_SMALL = DeviceSpec("sim-small", 4, 10e12, 2e12, 200e9, 10e9, 10e9, 5e-6, 5e-6, 2**30, stream_ordered_alloc=True,
+                       conditional_models=True)
 
 SPECS: dict[str, DeviceSpec] = {spec.name: spec for spec in (ATLAS_A2, ATLAS_310P, ATLAS_200I_A2, SIM_SMALL)}
 
