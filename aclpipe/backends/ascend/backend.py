@@ -674,6 +674,7 @@ class AscendBackend:
                                           "that one (aclmdlRICaptureToModelRIBegin)")
         self._enter()
         self.captures.destroy(model)
+        self.conditionals.destroyed(model)
 
     # -- conditional tasks in captured models (aclmdlRICond*), present when capabilities.conditional_models --
     def cond_handle_create(self, model: AscendModel, default: int = 0,

@@ -59,6 +59,9 @@ class AscendConditionals:
         self.available = available
         #: Sub-model handles: the runtime frees them with their parent.
         self.sub_models: set[Any] = set()
+        #: Parent model handle -> its sub-models' handles, forgotten when the parent is destroyed
+        #: (the runtime may hand a freed handle's address out again, to any model).
+        self._children: dict[Any, list[Any]] = {}
 
     def _need(self, call: str) -> Any:
         if not self.available:
@@ -102,7 +105,14 @@ class AscendConditionals:
         self.library.check(code, f"aclmdlRIAddCondTask({CondTaskType(kind).name}, {size})", {"stream": stream.name})
         subs = [AscendModel(models[index]) for index in range(size)]
         self.sub_models.update(sub.handle for sub in subs)
+        self._children.setdefault(handle.model.handle, []).extend(sub.handle for sub in subs)
         return subs
+
+    def destroyed(self, model: AscendModel) -> None:
+        """``model`` was destroyed: its sub-models went with it (and theirs)."""
+        for child in self._children.pop(model.handle, ()):
+            self.sub_models.discard(child)
+            self.destroyed(AscendModel(child))
 
     def capture_begin(self, stream: AscendStream, model: AscendModel, mode: int = CaptureMode.GLOBAL) -> None:
         """``aclmdlRICaptureToModelRIBegin``."""
