@@ -273,20 +273,12 @@ def _run_direction(op: str, call: _Call, ins: Sequence[np.ndarray | None], x: np
     per_direction = _CELLS[op].functions
     functions = call.activations[direction * per_direction:(direction + 1) * per_direction]
     reverse = call.reverse or direction == 1
-    # Every entry runs every step (the usual case): no masking, three numpy calls a step fewer.
-    whole = bool(lengths.min(initial=call.steps) >= call.steps)
     for step in range(call.steps - 1, -1, -1) if reverse else range(call.steps):
+        # An entry whose sequence ended keeps its state and outputs zeros (its steps past L).
+        active = (step < lengths)[:, None]
         np.matmul(scratch.state, r.T, out=scratch.gates)
         new_state, new_cell = _STEPS[op](projections[step], scratch.gates, scratch.state, scratch.cell,
                                          (r, bias, peephole), functions, call, hidden)
-        if whole:
-            scratch.state[...] = new_state
-            if scratch.cell is not None and new_cell is not None:
-                scratch.cell[...] = new_cell
-            y[step, direction] = scratch.state
-            continue
-        # An entry whose sequence ended keeps its state and outputs zeros (its steps past L).
-        active = (step < lengths)[:, None]
         np.copyto(scratch.state, np.where(active, new_state, scratch.state))
         if scratch.cell is not None and new_cell is not None:
             np.copyto(scratch.cell, np.where(active, new_cell, scratch.cell))
