@@ -20,9 +20,11 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   their order);
 - ``fastest µs``: the kernels at their fastest: each kernel of the last clocked run at its
   smallest time over the clocked runs (the op's numpy kernel on the arrays it is bound to,
-  nothing around it), summed, per launch; ``machinery µs``: the rest of a run, ``sim ms``
-  minus that, per launch (streams, guards, events, the sanitizer, H2D/D2H, the host side of
-  ``Pipeline.run``; with several streams, minus the kernels that overlapped);
+  nothing around it), summed, per launch; ``machinery µs``: the median wall time of a run with
+  every kernel's body skipped (a third pass of ``--repeats`` runs: streams, guards, events,
+  the sanitizer, H2D/D2H, the host side of ``Pipeline.run``), per launch; ``waits µs``: the
+  rest, ``sim ms`` minus both, per launch (threads handing work to each other and waking up,
+  kernels slower inside a run than at their fastest; negative where streams overlapped);
 - ``cpu µs``: the process's CPU time per run (every thread: the host's and the simulator's),
   median of the timed runs, per launch.  On an idle machine it equals ``µs/launch`` (one
   thread runs Python at a time); on a busy one the wall time also counts the time other
@@ -35,8 +37,8 @@ Per model of ``graphs/onnx_zoo`` (its first input signature), one row:
   after warm-up runs, and their ratio.  The simulator runs numpy reference kernels behind a
   modelled device, so the ratio says how much the simulation costs, not how fast an NPU is.
 
-``--machinery`` adds a third pass of ``--repeats`` runs with every kernel's body skipped
-(:func:`~aclpipe.backends.sim.executor.kernels_skipped`: outputs are garbage) and a second
+``--machinery`` prints the third pass (every kernel's body skipped,
+:func:`~aclpipe.backends.sim.executor.kernels_skipped`: outputs are garbage) in a second
 table: the wall time of such a run (the simulator's machinery and the pipeline's host side
 alone), and, on Linux, the CPU time per run of the thread running the event loop and of the
 simulator's threads together (``/proc/self/task/*/schedstat``), and their voluntary context
@@ -46,7 +48,7 @@ woken again).
 ``--floor`` adds what a launch could cost at least on this machine, in a third table: numpy's
 own time for one call per launch (a copy into an array of the launch's output shape and dtype,
 every launch of a run in a loop, best of ``--repeats`` loops: no kernel can write its output
-in fewer numpy calls), and with ``--machinery`` that plus the machinery's wall time per launch.
+in fewer numpy calls), and that plus the machinery's wall time per launch.
 
 Models are imported with ``load_onnx``'s defaults, so a BatchNormalization after a Conv is
 folded into it (``launches`` counts what runs); ``--no-fuse`` imports every node as written.
@@ -110,8 +112,14 @@ class Row:
 
     @property
     def machinery_per_launch(self) -> float:
-        """Seconds per launch of a run that are not its kernels at their fastest."""
-        return (self.sim_seconds - self.fastest_seconds) / max(self.launches, 1)
+        """Seconds per launch of a run with every kernel skipped (the third pass)."""
+        return self.machinery["wall"] / max(self.launches, 1)
+
+    @property
+    def waits_per_launch(self) -> float:
+        """Seconds per launch of a run that are neither its kernels at their fastest nor the
+        machinery: hand-offs between threads, wake-ups, kernels slower inside a run."""
+        return (self.sim_seconds - self.fastest_seconds - self.machinery["wall"]) / max(self.launches, 1)
 
 
 #: ``load_onnx``'s Conv + BatchNormalization folding (``--no-fuse`` turns it off).
@@ -186,7 +194,7 @@ async def machinery(pipe: aclpipe.Pipeline, feeds: dict[str, np.ndarray], repeat
     return result
 
 
-async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int, skip: bool = False
+async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, repeats: int
                       ) -> tuple[float, float, float, float, float, float, dict[str, np.ndarray], aclpipe.Plan,
                                  dict[str, float]]:
     graph = load(zoo)
@@ -213,7 +221,7 @@ async def sim_seconds(zoo: Model, feeds: dict[str, np.ndarray], streams: int, re
                     rests.append(wall - kernels[-1])
             fastest = clock.fastest(clock.kernels[first:])  # the last run's kernels, each at its best
             plan = pipe.plan_for(**feeds)  # arrays: their shapes, and host values' contents
-            alone = await machinery(pipe, feeds, repeats) if skip else {}
+            alone = await machinery(pipe, feeds, repeats)
             return (statistics.median(times), statistics.median(cpu), statistics.median(kernels),
                     statistics.median(rests), kernel_minimum(spans), fastest, result, plan, alone)
     finally:
@@ -229,10 +237,10 @@ def kernel_minimum(spans: list[list[float]]) -> float:
     return sum(min(times) for times in zip(*spans))
 
 
-def measure(zoo: Model, streams: int, repeats: int, skip: bool = False) -> Row:
+def measure(zoo: Model, streams: int, repeats: int) -> Row:
     feeds = zoo.feeds()[0]
     seconds, cpu_seconds, kernel_seconds, rest_seconds, kernel_min, fastest, result, plan, alone = anyio.run(
-        sim_seconds, zoo, feeds, streams, repeats, skip)
+        sim_seconds, zoo, feeds, streams, repeats)
     run_ort, _ = ort_runner(zoo, feeds)
     expected = run_ort()
     error = 0.0
@@ -272,9 +280,9 @@ def print_table(rows: list[Row]) -> None:
     mib = 2 ** 20
     print(f"| {'model':<24} | {'onnx':>5} | {'nodes':>5} | {'launches':>8} | {'arena MiB':>9} | {'bound MiB':>9} "
           f"| {'arena/bound':>11} | {'sim ms':>8} | {'us/launch':>9} | {'cpu us':>7} | {'kernel us':>9} "
-          f"| {'kernel min':>10} | {'rest us':>7} | {'fastest us':>10} | {'machinery us':>12} | {'ort ms':>7} "
-          f"| {'sim/ort':>7} | {'max rel err':>11} |")
-    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 9, 11, 12, 9, 12, 14, 9, 9, 13)
+          f"| {'kernel min':>10} | {'rest us':>7} | {'fastest us':>10} | {'machinery us':>12} | {'waits us':>8} "
+          f"| {'ort ms':>7} | {'sim/ort':>7} | {'max rel err':>11} |")
+    widths = (26, 7, 7, 10, 11, 11, 13, 10, 11, 9, 11, 12, 9, 12, 14, 10, 9, 9, 13)
     print("|" + "|".join("-" * width for width in widths) + "|")
     for row in rows:
         ratio = row.arena / row.bound if row.bound else float("nan")
@@ -285,7 +293,7 @@ def print_table(rows: list[Row]) -> None:
               f"{row.arena / mib:>9.2f} | {row.bound / mib:>9.2f} | {ratio:>11.2f} | {row.sim_seconds * 1e3:>8.1f} | "
               f"{per_launch:>9.1f} | {cpu:>7.1f} | {kernel:>9.1f} | {row.kernel_min_seconds * 1e6 / launches:>10.1f} | "
               f"{rest:>7.1f} | {row.fastest_seconds * 1e6 / launches:>10.1f} | "
-              f"{row.machinery_per_launch * 1e6:>12.1f} | "
+              f"{row.machinery_per_launch * 1e6:>12.1f} | {row.waits_per_launch * 1e6:>8.1f} | "
               f"{row.ort_seconds * 1e3:>7.2f} | {row.sim_seconds / row.ort_seconds:>7.1f} | {row.error:>11.1e} |")
 
 
@@ -335,7 +343,7 @@ def print_goal3(rows: list[Row]) -> None:
           f"({worst:.1f}x, {worst_model})")
     print(f"goal: machinery <= {GOAL_MACHINERY_US:g} us/launch in a replayed run: "
           f"{'met' if heaviest <= GOAL_MACHINERY_US else 'missed'} (median {typical:.1f}, worst {heaviest:.1f}, "
-          f"{heaviest_model}); machinery = (sim ms - the kernels at their fastest) / launches")
+          f"{heaviest_model}); machinery = a run with every kernel skipped / launches")
 
 
 def print_machinery(rows: list[Row]) -> None:
@@ -378,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", type=int, default=4, help="compute streams of the pipeline")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per model (median kept)")
     parser.add_argument("--machinery", action="store_true",
-                        help="a third pass with every kernel's body skipped: the machinery alone, per thread")
+                        help="print the third pass (every kernel's body skipped: the machinery alone) per thread")
     parser.add_argument("--floor", action="store_true",
                         help="numpy's own time for one call per launch: what no kernel can go below")
     parser.add_argument("--no-fuse", action="store_true",
@@ -409,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{'every node as written' if args.no_fuse else 'Conv + BatchNormalization folded at import'}")
     rows = []
     for name in names:
-        rows.append(measure(table[name], args.streams, args.repeats, args.machinery))
+        rows.append(measure(table[name], args.streams, args.repeats))
         if args.floor:
             rows[-1].floor_seconds = numpy_floor(table[name], table[name].feeds()[0], args.repeats)
         table[name].__dict__.pop("model", None)  # free big weights before the next model

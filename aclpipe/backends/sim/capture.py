@@ -456,9 +456,13 @@ class Captures:
         # failures (so they do not bounce back into the next replay's start).
         begin = f"start {model.name}"
         parts = {inner: [sync_task(WAIT, begin, model.start, start, inherit=False)] for inner in model.streams.values()}
+        # With the sanitizer: each model stream's clock at its end and their merge, when a
+        # summary checked the replay (otherwise each model stream's clock is read here).
+        ends: tuple[dict[str, Clock], Clock] | None = None
         try:
             if sanitizer is not None:
-                self._sanitize(model, sanitizer, start_clock, f" run={context['run']}" if "run" in context else "")
+                ends = self._sanitize(model, sanitizer, stream.name, start_clock,
+                                      f" run={context['run']}" if "run" in context else "")
         except BaseException:
             model.start.complete(start, backend.engines.now(), None)  # nothing was enqueued
             raise
@@ -468,7 +472,7 @@ class Captures:
         joins: list[tuple[SimEvent, int]] = []
         finish = f"end {model.name}"
         for inner, end in model.ends.items():
-            end_clock = sanitizer.snapshot(inner.name) if sanitizer else {}
+            end_clock = ends[0][inner.name] if ends else sanitizer.snapshot(inner.name) if sanitizer else {}
             generation = end.begin_record(end_clock)
             parts[inner].append(sync_task(RECORD, finish, end, generation))
             joins.append((end, generation))
@@ -487,7 +491,9 @@ class Captures:
             replaying.append(bare_task(WAIT, f"join {model.name}", event=first, generation=generation,
                                        adopt_error=True, joins=rest))
         backend.submit_task(stream, bare_task(GRAPH, replay, tasks=replaying, context=context))
-        if sanitizer is not None:
+        if ends is not None and sanitizer is not None:
+            sanitizer.wait(stream.name, ends[1])
+        elif sanitizer is not None:
             for inner in parts:
                 sanitizer.wait(stream.name, model.ends[inner].snapshot)
 
@@ -544,19 +550,20 @@ class Captures:
         for _, part in replay.parts:
             _complete_records(part, now, everything=replay.renewed)
 
-    def _sanitize(self, model: SimModel, sanitizer: Sanitizer, start: Clock, run: str) -> None:
+    def _sanitize(self, model: SimModel, sanitizer: Sanitizer, replaying: str, start: Clock,
+                  run: str) -> tuple[dict[str, Clock], Clock] | None:
         """Check one replay's accesses, the model's streams starting after ``start`` (raises
         HazardError).  The first replay, and the first after a task group update, checks every
         task as if it were enqueued; once one passed, the model's own ordering is proven and a
         summary checks the rest in one step (:mod:`.replay_summary`)."""
         summary = model.summary
         if summary is not None and summary.updates == self.updates:
-            summary.replay(sanitizer, start, run)
-            return
+            return summary.replay(sanitizer, start, run, replaying)
         self._check_each(model, sanitizer, start, run)
         summary = ReplaySummary.of(model.items, model.streams, model.shadows)
         summary.updates = self.updates
         model.summary = summary
+        return None
 
     @staticmethod
     def _check_each(model: SimModel, sanitizer: Sanitizer, start: Clock, run: str) -> None:

@@ -114,15 +114,6 @@ class _Plan:
         self.version = -1
         self.writes = -1
 
-    def unchanged(self, constraints_hold: bool) -> bool:
-        """Whether this replay needs no check and no install here (see the module docstring)."""
-        state: SegmentMap[Access] | None = self.allocation.sanitizer_state
-        if state is None or state is not self.installed:
-            return False
-        if not self.written:  # only reads: only a new write could conflict, and ours are in place
-            return state.writes == self.writes
-        return constraints_hold and not self.garbage and state.version == self.version
-
     def check(self, clock_of: _Clocks, base: dict[str, int], run: str) -> int:
         """Check every probe against the allocation's history (raises HazardError); the count."""
         state: SegmentMap[Access] | None = self.allocation.sanitizer_state
@@ -155,10 +146,11 @@ class _Clocks:
 
     __slots__ = ("_entries", "_merged", "_sets")
 
-    def __init__(self, sets: Sequence[tuple[str, ...]], entries: dict[str, Clock]) -> None:
+    def __init__(self, sets: Sequence[tuple[str, ...]], entries: dict[str, Clock], every: Clock | None = None) -> None:
         self._sets = sets
         self._entries = entries
-        self._merged: list[Clock | None] = [None] * len(sets)
+        # ``every``: the one clock of every entry set (see ``ReplaySummary._dominated``).
+        self._merged: list[Clock | None] = [every] * len(sets)
 
     def __call__(self, entry: int) -> Clock:
         merged = self._merged[entry]
@@ -186,6 +178,8 @@ class ReplaySummary:
         #: stream's ticks in this replay then.
         self.ends: dict[str, tuple[int, dict[str, int]]] = {}
         self.installs = 0  # replays that installed anything (for tests and benchmarks)
+        #: After a replay: the replaying stream and the clocks it left each model stream with.
+        self._after: tuple[str, list[Clock]] | None = None
         self.updates = 0  # the device's task group updates when it was made (see ``Captures._sanitize``)
 
     @classmethod
@@ -239,20 +233,29 @@ class ReplaySummary:
             self.sets.append(names)
         return number
 
-    def replay(self, sanitizer: Sanitizer, start: Clock, run: str) -> None:
-        """Check one replay started with the replaying stream's clock ``start`` and remember it
-        (see the module docstring); raises HazardError, remembering nothing, on a race."""
+    def replay(self, sanitizer: Sanitizer, start: Clock, run: str, replaying: str) -> tuple[dict[str, Clock], Clock]:
+        """Check one replay on stream ``replaying``, started with its clock ``start``, and
+        remember it (see the module docstring); raises HazardError, remembering nothing, on a race.
+
+        Returns each model stream's clock at its end (copies: its end record's snapshot), and
+        what the replaying stream learns by waiting for all of them (their merge)."""
         with sanitizer._lock:
             clocks = sanitizer._clocks
             entries: dict[str, Clock] = {}
-            for name in self.streams:
-                clock = clocks[name]
-                _merge(clock, start)  # the model's streams start after the replaying stream's work
-                entries[name] = clock
-            base = {name: entries[name].get(name, 0) for name in self.streams}
-            clock_of = _Clocks(self.sets, entries)
-            holds = self._constraints_hold(entries)
-            changed = [plan for plan in self.plans if not plan.unchanged(holds)]
+            dominated = self._dominated(replaying, clocks)
+            if dominated:
+                # Every model stream's clock is inside the start's: each entry set's clock is the
+                # start's, which knows each model stream's latest tick, so every constraint holds.
+                base = {name: start.get(name, 0) for name in self.streams}
+                clock_of, holds = _Clocks(self.sets, entries, start), True
+            else:
+                for name in self.streams:
+                    clock = clocks[name]
+                    _merge(clock, start)  # the model's streams start after the replaying stream's work
+                    entries[name] = clock
+                base = {name: entries[name].get(name, 0) for name in self.streams}
+                clock_of, holds = _Clocks(self.sets, entries), self._constraints_hold(entries)
+            changed = self._changed(holds)
             for plan in changed:
                 sanitizer.checked += plan.check(clock_of, base, run)
             ends = {}
@@ -267,6 +270,43 @@ class ReplaySummary:
             if changed:
                 self.installs += 1
             clocks.update(ends)
+            self._after = (replaying, [ends[name] for name in self.streams])
+            if dominated:  # each end is the start's clock and model streams' ticks: those are new
+                joined = {name: clock[name] for name, clock in ends.items()}
+            else:
+                joined = {}
+                for clock in ends.values():
+                    _merge(joined, clock)
+            return {name: dict(clock) for name, clock in ends.items()}, joined
+
+    def _dominated(self, replaying: str, clocks: dict[str, Clock]) -> bool:
+        """Whether the replaying stream's clock holds every model stream's, known without
+        comparing them: the previous replay was this summary's, on the same stream, and left
+        the model streams' clocks as they are (only ``snapshot`` merged the host's into them
+        since, which the replaying stream's clock holds too).  The replaying stream waited for
+        every model stream's end, and clocks only grow."""
+        after = self._after
+        if after is None or after[0] != replaying:
+            return False
+        return all(clocks.get(name) is clock for name, clock in zip(self.streams, after[1]))
+
+    def _changed(self, constraints_hold: bool) -> list[_Plan]:
+        """The plans whose allocation this replay checks and installs in.  The others hold what
+        their allocation's history holds since this summary installed there: for an allocation
+        the model writes, nothing touched it since and the self constraints hold; for one it
+        only reads, nothing wrote it since (only a write could conflict, and its reads are in
+        place).  A plan whose probes read padding the model leaves behind is always checked."""
+        changed = []
+        for plan in self.plans:
+            state: SegmentMap[Access] | None = plan.allocation.sanitizer_state
+            if state is None or state is not plan.installed:
+                changed.append(plan)
+            elif plan.written:
+                if not constraints_hold or plan.garbage or state.version != plan.version:
+                    changed.append(plan)
+            elif state.writes != plan.writes:
+                changed.append(plan)
+        return changed
 
     def _constraints_hold(self, entries: dict[str, Clock]) -> bool:
         previous = self.stamp.base

@@ -167,7 +167,7 @@ def _scenario(seed: int, task_by_task: bool, monkeypatch: pytest.MonkeyPatch) ->
     syncs); each step's outcome, stopping at the first race."""
     with monkeypatch.context() as patch:
         if task_by_task:
-            patch.setattr(Captures, "_sanitize", lambda self, model, sanitizer, start, run:
+            patch.setattr(Captures, "_sanitize", lambda self, model, sanitizer, replaying, start, run:
                           Captures._check_each(model, sanitizer, start, run))
         return _run_scenario(random.Random(seed))
 
