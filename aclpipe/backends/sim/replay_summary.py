@@ -5,7 +5,7 @@ What a replay's accesses must be ordered after splits in two (issue 25):
 - *inside the model*: its tasks, streams, records and waits never change between replays, and
   whether two of its accesses are ordered does not depend on what ran before (nothing outside
   knows ticks of a model stream's future).  The first sanitized replay checks every task as
-  it is enqueued (``Captures._replayed``); once it passed, the model's own ordering holds for
+  it is enqueued (``Captures._check_each``); once it passed, the model's own ordering holds for
   every replay after it;
 - *outside it*: what happened before the replay, on other streams or the host, and the
   model's own previous replays.  Only each byte's *outside-facing* accesses meet that history:
@@ -17,14 +17,17 @@ allocation those outside-facing accesses (*probes*) and the history the model le
 (its *final state*: per byte its last write and each model stream's last read since), and per
 access the model streams whose start it is ordered after (its *entry set*).  A replay then:
 
-1. merges the replaying stream's clock into every model stream, as the task-by-task path does;
+1. merges the replaying stream's clock into every model stream, as the task-by-task path does
+   (nothing to merge when the previous replay was this summary's on the same stream: it
+   waited for every model stream's end, so its clock already holds theirs);
 2. checks each probe against its allocation's history with the clock the task-by-task path
    would have given it: the merged clocks of its entry set.  An allocation nothing else touched
    since the model's previous replay holds exactly the final state that replay left, so its
    checks reduce to comparisons of clocks made once per replay (*self constraints*); an
    allocation the model only reads, and that nobody wrote since, needs none at all;
 3. installs the final state where the history changed, and moves every model stream's clock to
-   where its last task leaves it.
+   where its last task leaves it (handed back: the replay's end records take them, and the
+   replaying stream learns their merge).
 
 The accesses it installs are :class:`ReplayedAccess` objects made once: their tick (and the run
 named in messages) is read from the summary's :class:`Stamp`, which each replay moves, so
@@ -177,7 +180,6 @@ class ReplaySummary:
         #: Per model stream: the entry set of its last task and what it knows of each model
         #: stream's ticks in this replay then.
         self.ends: dict[str, tuple[int, dict[str, int]]] = {}
-        self.installs = 0  # replays that installed anything (for tests and benchmarks)
         #: After a replay: the replaying stream and the clocks it left each model stream with.
         self._after: tuple[str, list[Clock]] | None = None
         self.updates = 0  # the device's task group updates when it was made (see ``Captures._sanitize``)
@@ -267,8 +269,6 @@ class ReplaySummary:
             self.stamp.base, self.stamp.run = base, run  # the installed accesses are this replay's now
             for plan in changed:
                 plan.install()
-            if changed:
-                self.installs += 1
             clocks.update(ends)
             self._after = (replaying, [ends[name] for name in self.streams])
             if dominated:  # each end is the start's clock and model streams' ticks: those are new
