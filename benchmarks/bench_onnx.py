@@ -362,8 +362,8 @@ def print_machinery(rows: list[Row]) -> None:
 
 
 def print_floor(rows: list[Row]) -> None:
-    print("\nfloor (--floor): numpy's own time for one call per launch (a copy of its output's size), and with "
-          "--machinery the machinery's wall time (kernels skipped) added, per launch")
+    print("\nfloor (--floor): numpy's own time for one call per launch (a copy of its output's size), and "
+          "with the machinery's wall time (kernels skipped) added, per launch")
     print(f"| {'model':<24} | {'launches':>8} | {'us/launch':>9} | {'numpy us':>8} | {'machinery us':>12} "
           f"| {'floor us':>8} |")
     print("|" + "|".join("-" * width for width in (26, 10, 11, 10, 14, 10)) + "|")
