@@ -43,9 +43,10 @@ the error table ``25-01_aclError.md`` and the ACL Graph design notes
   stream's worker runs the parts itself, in capture order, with each model stream's own
   bookkeeping: the same results and failures without waking a thread per model stream
   (see ``Captures._hand_over``).  The records and waits a model holds between its own
-  streams only order them (none passes a failure on), so such a replay skips them, and
-  without the sanitizer a replay's own records and waits are made when its parts are handed
-  to the model's streams, not when it is submitted.
+  streams only order them (none passes a failure on), so such a replay skips them, and a
+  replay's own records and waits are made when its parts are handed to the model's streams,
+  not when it is submitted.  The sanitizer checks the first replay task by task, later ones
+  only where they meet the world outside the model (:mod:`.replay_summary`).
 - ``aclmdlRICaptureTaskGrpBegin/End`` on a capturing stream mark single-op tasks that may
   change (anything else: ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT; nesting or unpaired calls:
   ACL_ERROR_STREAM_TASK_GROUP_STATUS); ``aclmdlRICaptureTaskUpdateBegin/End`` on a stream
@@ -66,6 +67,8 @@ from ...errors import BackendError, error_from_code
 from ..protocol import CaptureMode, CaptureStatus
 from .event import SimEvent
 from .memory import Region
+from .replay_summary import ReplaySummary
+from .sanitizer import Clock, Sanitizer
 from .stream import CONTROL, GRAPH, KERNEL, RECORD, WAIT, SimStream, Task, bare_task, describe_task, sync_task
 
 if TYPE_CHECKING:
@@ -86,7 +89,7 @@ class Captured:
     #: A conditional task's sub-models' tasks, and what checks them after it at each replay
     #: (:mod:`.conditional`).
     nested: tuple[Captured, ...] = ()
-    check_nested: Callable[[str, Mapping[str, Any]], None] | None = None
+    check_nested: Callable[[str, str], None] | None = None
 
 
 @dataclass(eq=False)
@@ -131,6 +134,8 @@ class SimModel:
     handing: threading.Lock = field(default_factory=threading.Lock)
     #: Replays submitted whose parts the model's streams do not have yet, oldest first.
     pending: list[_Parts] = field(default_factory=list)
+    #: What a sanitized replay checks, once the first one proved the model's own ordering.
+    summary: ReplaySummary | None = None
 
     @property
     def size(self) -> int:
@@ -149,7 +154,7 @@ class _Parts:
     #: False while the parts still hold the captured records and waits where this replay's
     #: own go (made by ``_renew`` when the parts are handed to the model's streams; a replay
     #: run by one thread needs none of them).
-    renewed: bool = True
+    renewed: bool = False
 
 
 @dataclass(eq=False)
@@ -186,6 +191,9 @@ class Captures:
         self.active: list[CaptureSession] = []
         self._names = itertools.count()
         self._lock = threading.RLock()
+        #: Task group updates so far: an update changes a model's regions, so a summary made
+        #: before one is made again (``_sanitize``).
+        self.updates = 0
 
     def _check_supported(self) -> None:
         if not self.backend.spec.graph_capture:
@@ -440,6 +448,7 @@ class Captures:
                                           "(aclmdlRICaptureTaskUpdateBegin first)")
         stream.update = None
         update.group.updating = False
+        self.updates += 1
         old, new = update.group.items, update.items
         if len(old) != len(new):
             raise error_from_code(107000, f"the update has {len(new)} tasks, the task group {len(old)}: they must "
@@ -475,31 +484,28 @@ class Captures:
         backend = self.backend
         sanitizer = backend.sanitizer
         start_clock = sanitizer.snapshot(stream.name) if sanitizer else {}
-        if sanitizer is not None:
-            for inner in model.streams.values():
-                sanitizer.wait(inner.name, start_clock)
         start = model.start.begin_record(start_clock)
         # The model's streams fail on their own tasks only; the replaying stream adopts their
         # failures (so they do not bounce back into the next replay's start).
         begin = f"start {model.name}"
         parts = {inner: [sync_task(WAIT, begin, model.start, start, inherit=False)] for inner in model.streams.values()}
-        generations: dict[SimEvent, int] = {}
+        # With the sanitizer: each model stream's clock at its end and their merge, when a
+        # summary checked the replay (otherwise each model stream's clock is read here).
+        ends: tuple[dict[str, Clock], Clock] | None = None
         try:
-            renewed = sanitizer is not None
-            if not renewed:  # the fast path: copy each part; its records and waits are renewed at hand-over
-                for inner, template in model.templates.items():
-                    parts[inner].extend(template)
-            else:
-                for item in model.items:
-                    inner = model.streams[item.stream]
-                    parts[inner].append(self._replayed(model, item, inner, generations, context))
+            if sanitizer is not None:
+                ends = self._sanitize(model, sanitizer, stream.name, start_clock,
+                                      f" run={context['run']}" if "run" in context else "")
         except BaseException:
             model.start.complete(start, backend.engines.now(), None)  # nothing was enqueued
             raise
+        # Each part is a copy of its template; its records and waits are renewed at hand-over.
+        for inner, template in model.templates.items():
+            parts[inner].extend(template)
         joins: list[tuple[SimEvent, int]] = []
         finish = f"end {model.name}"
         for inner, end in model.ends.items():
-            end_clock = sanitizer.snapshot(inner.name) if sanitizer else {}
+            end_clock = ends[0][inner.name] if ends else sanitizer.snapshot(inner.name) if sanitizer else {}
             generation = end.begin_record(end_clock)
             parts[inner].append(sync_task(RECORD, finish, end, generation))
             joins.append((end, generation))
@@ -508,7 +514,7 @@ class Captures:
         # stream's end (a failure inside the model is this stream's: aclmdlRIExecuteAsync).
         replay = f"{model.name} replay"
         pending = _Parts([(inner, bare_task(GRAPH, replay, tasks=tasks, context=context))
-                          for inner, tasks in parts.items()], renewed)
+                          for inner, tasks in parts.items()])
         model.pending.append(pending)  # under self._lock, before the replaying stream can reach it
         replaying = [bare_task(RECORD, begin, event=model.start, generation=start),
                      bare_task(CONTROL, begin, run=lambda: self._hand_over(model, pending),
@@ -518,7 +524,9 @@ class Captures:
             replaying.append(bare_task(WAIT, f"join {model.name}", event=first, generation=generation,
                                        adopt_error=True, joins=rest))
         backend.submit_task(stream, bare_task(GRAPH, replay, tasks=replaying, context=context))
-        if sanitizer is not None:
+        if ends is not None and sanitizer is not None:
+            sanitizer.wait(stream.name, ends[1])
+        elif sanitizer is not None:
             for inner in parts:
                 sanitizer.wait(stream.name, model.ends[inner].snapshot)
 
@@ -543,8 +551,8 @@ class Captures:
                 index = model.pending.index(replay)
                 ready, model.pending[:index + 1] = model.pending[:index + 1], []
             if len(ready) == 1 and self._runs_here(replay):
-                if replay.renewed or self.backend.recorder is None:
-                    _run_parts(replay, model.order if replay.renewed else model.work_order)
+                if self.backend.recorder is None:
+                    _run_parts(replay, model.work_order)
                 else:  # a trace lists every task the model's streams run: the records and waits too
                     _renew(model, replay)
                     _run_parts(replay, model.order)
@@ -575,31 +583,48 @@ class Captures:
         for _, part in replay.parts:
             _complete_records(part, now, everything=replay.renewed)
 
-    def _replayed(self, model: SimModel, item: Captured, inner: SimStream, generations: dict[SimEvent, int],
-                  context: dict[str, Any]) -> Task:
-        """The task ``item`` becomes in this replay: records and waits on the model's own events."""
-        task, sanitizer = item.task, self.backend.sanitizer
-        if task.kind in (RECORD, WAIT):
-            assert task.event is not None
-            shadow = model.shadows[task.event]
+    def _sanitize(self, model: SimModel, sanitizer: Sanitizer, replaying: str, start: Clock,
+                  run: str) -> tuple[dict[str, Clock], Clock] | None:
+        """Check one replay's accesses, the model's streams starting after ``start`` (raises
+        HazardError).  The first replay, and the first after a task group update, checks every
+        task as if it were enqueued; once one passed, the model's own ordering is proven and a
+        summary checks the rest in one step (:mod:`.replay_summary`)."""
+        summary = model.summary
+        if summary is not None and summary.updates == self.updates:
+            return summary.replay(sanitizer, start, run, replaying)
+        self._check_each(model, sanitizer, start, run)
+        if any(item.check_nested is not None for item in model.items):
+            # A conditional task runs its sub-models a data-dependent number of times, which a
+            # summary of one replay cannot stand for: such a model is checked task by task.
+            return None
+        summary = ReplaySummary.of(model.items, model.streams, model.shadows)
+        summary.updates = self.updates
+        model.summary = summary
+        return None
+
+    @staticmethod
+    def _check_each(model: SimModel, sanitizer: Sanitizer, start: Clock, run: str) -> None:
+        """Check every task of a replay in capture order, as if each were enqueued on its model
+        stream: records and waits between the model's streams order them in the clocks."""
+        for inner in model.streams.values():
+            sanitizer.wait(inner.name, start)
+        recorded: dict[SimEvent, Clock] = {}  # event -> the clock of its latest record in this replay
+        for item in model.items:
+            task, name = item.task, model.streams[item.stream].name
             if task.kind == RECORD:
-                generations[shadow] = shadow.begin_record(sanitizer.snapshot(inner.name) if sanitizer else {})
-            elif sanitizer is not None:
-                sanitizer.wait(inner.name, shadow.snapshot)
-            # Inside a model, failures travel only through each model stream's end record to the
-            # replaying stream: a model's fork and tails form a cycle across replays, around which
-            # an inherited failure would otherwise taint the next replay of the same model.
-            return sync_task(task.kind, task.name, shadow, generations[shadow], inherit=False)
-        if sanitizer is not None:
-            clock = sanitizer.enqueue(inner.name)
-            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
-            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in item.writes]
-            run = f" run={context['run']}" if "run" in context else ""
-            sanitizer.access_all(regions, actor=inner.name, clock=clock, what=describe_task(task) + run,
-                                 padding=item.padding)
-            if item.check_nested is not None:  # a conditional task: its sub-models' tasks too (.conditional)
-                item.check_nested(inner.name, context)
-        return task
+                assert task.event is not None
+                recorded[task.event] = sanitizer.snapshot(name)
+            elif task.kind == WAIT:
+                assert task.event is not None
+                sanitizer.wait(name, recorded.get(task.event, {}))  # capture order: after its record
+            else:
+                clock = sanitizer.enqueue(name)
+                regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in item.reads]
+                regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in item.writes]
+                sanitizer.access_all(regions, actor=name, clock=clock, what=describe_task(task) + run,
+                                     padding=item.padding)
+                if item.check_nested is not None:  # a conditional task: its sub-models' tasks too (.conditional)
+                    item.check_nested(name, run)
 
     def destroy(self, model: SimModel) -> None:
         if model.destroyed:

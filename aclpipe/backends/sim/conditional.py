@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -172,14 +171,13 @@ class Conditionals:
         assert item is not None
         item.nested = tuple(captured for sub in handle.subs for captured in sub.items
                             if captured.task.kind not in (RECORD, WAIT))
-        item.check_nested = lambda actor, context: self._check(item.nested, actor, context)
+        item.check_nested = lambda actor, run: self._check(item.nested, actor, run)
 
-    def _check(self, nested: tuple[Captured, ...], actor: str, context: Mapping[str, Any]) -> None:
+    def _check(self, nested: tuple[Captured, ...], actor: str, run: str) -> None:
         """The sanitizer's check of a replay's conditional task, after its own: each task of its
         sub-models in capture order, on the stream that runs them (see the module docs)."""
         sanitizer = self.device.sanitizer
         assert sanitizer is not None
-        run = f" run={context['run']}" if "run" in context else ""
         for captured in nested:
             clock = sanitizer.enqueue(actor)
             regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in captured.reads]

@@ -303,10 +303,21 @@ class _KernelRun:
 
 
 class KernelClock:
-    """What :func:`kernel_clock` measured: the wall time of each kernel run, in seconds."""
+    """What :func:`kernel_clock` measured: the wall time of each kernel run, in seconds, and
+    which kernel it was (``kernels``, in the order they ran)."""
 
     def __init__(self) -> None:
         self.spans: list[float] = []  # list.append is atomic: workers of several streams add to it
+        self.kernels: list[object] = []  # the kernel of each span (the same object at each launch of it)
+
+    def fastest(self, kernels: Sequence[object]) -> float:
+        """``kernels`` (some of :attr:`kernels`: one run's) at their fastest: the sum of each
+        one's smallest span over every run clocked."""
+        best: dict[int, float] = {}
+        for kernel, span in zip(self.kernels, self.spans):
+            best[id(kernel)] = min(best.get(id(kernel), span), span)
+        return sum(best[id(kernel)] for kernel in kernels)
+
 
     @property
     def seconds(self) -> float:
@@ -333,6 +344,7 @@ def kernel_clock() -> Iterator[KernelClock]:
             untimed(run)
         finally:
             clock.spans.append(time.perf_counter() - start)
+            clock.kernels.append(run)
 
     with _kernel_body(timed):
         yield clock

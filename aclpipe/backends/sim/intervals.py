@@ -15,6 +15,10 @@ boundary therefore exists only where some access began or ended and no later wri
 it: the map stays as small as the set of live ranges.  Segments are also indexed by their
 exact range, so an access that is exactly one segment (most of them, in a pipeline replaying
 the same offsets run after run) costs one dict lookup to check and one to remember.
+
+Two counters tell whoever remembered the map's state whether it changed since: ``version``
+counts every access remembered, ``writes`` the writes.  A sanitized replay of a captured model
+(:mod:`.replay_summary`) skips an allocation nothing else touched since its previous replay.
 """
 
 from __future__ import annotations
@@ -49,9 +53,12 @@ class SegmentMap(Generic[A]):
     ``A`` is what an access is recorded as (the sanitizer's ``Access``); the map only stores it.
     """
 
-    __slots__ = ("_ends", "_exact", "_segments", "_starts")
+    __slots__ = ("_ends", "_exact", "_segments", "_starts", "version", "writes")
 
     def __init__(self) -> None:
+        #: Accesses remembered so far, and writes among them (see the module docstring).
+        self.version = 0
+        self.writes = 0
         # Three parallel lists rather than a list of tuples: bisection runs on the starts alone.
         self._starts: list[int] = []
         self._ends: list[int] = []
@@ -112,6 +119,8 @@ class SegmentMap(Generic[A]):
 
     def write(self, start: int, end: int, access: A) -> None:
         """``access`` wrote ``[start, end)``: those bytes now share one history, this write alone."""
+        self.version += 1
+        self.writes += 1
         segment = self._exact.get((start, end))
         if segment is not None:
             segment.last_write = access
@@ -130,6 +139,7 @@ class SegmentMap(Generic[A]):
     def read(self, start: int, end: int, actor: str, access: A) -> None:
         """``access`` by ``actor`` read ``[start, end)``: it becomes that actor's last read of
         every byte, and bytes nobody accessed before get a segment of their own."""
+        self.version += 1
         segment = self._exact.get((start, end))
         if segment is not None:
             segment.reads[actor] = access
@@ -161,6 +171,14 @@ class SegmentMap(Generic[A]):
         """A new segment for bytes never accessed before, read by ``access``."""
         segment = self._exact[start, end] = Segment(reads={actor: access})
         return segment
+
+    def overlapping_ranges(self, start: int, end: int) -> list[tuple[int, int, Segment[A]]]:
+        """The segments meeting ``[start, end)`` with their own ranges, in address order."""
+        first = self._first(start)
+        last = first
+        while last < len(self._starts) and self._starts[last] < end:
+            last += 1
+        return list(zip(self._starts[first:last], self._ends[first:last], self._segments[first:last]))
 
     def segments(self) -> Iterator[tuple[int, int, Segment[A]]]:
         """Every segment in address order (for tests and debugging)."""

@@ -18,9 +18,9 @@ from aclpipe.testing import latch
 
 @pytest.fixture(params=[True, False], ids=["sanitizer", "no-sanitizer"])
 def device(request):
-    """Each test twice: with the sanitizer (every replay's records and waits made when it is
-    submitted, its regions checked) and without it (records and waits made at hand-over, and
-    none for a replay run by one thread)."""
+    """Each test twice: with the sanitizer (the first replay's regions checked task by task, the
+    next ones' from its summary) and without it; either way a replay's records and waits are
+    made at hand-over, and none for a replay run by one thread."""
     dev = aclpipe.open_device("sim", sanitizer=request.param)
     yield dev
     dev.release_hangs()

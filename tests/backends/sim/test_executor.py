@@ -34,3 +34,17 @@ def test_the_kernel_clock_times_each_kernel_run_inside_its_block(device):
     _negate(device, stream, buffer)
     assert clock.count == 2 and clock.seconds >= 0
     np.testing.assert_array_equal(device.download(buffer, "float32", (8,)), -np.arange(8))
+
+
+def test_the_kernel_clock_knows_each_kernel_at_its_fastest(device):
+    stream = device.create_stream()
+    buffer = device.upload(np.arange(8, dtype=np.float32))
+    desc = TensorDesc.contiguous((8,), "float32", buffer.address)
+    executor = device.backend.op_prepare("Neg", [desc], [desc], {})
+    device.backend.op_set_repeatable(executor)
+    with kernel_clock() as clock:
+        for _ in range(3):  # one kernel, launched three times
+            device.backend.op_launch(executor, 0, 0, stream.handle, {"node": "neg"})
+        stream.sync()
+    assert len(set(map(id, clock.kernels))) == 1
+    assert clock.fastest(clock.kernels[-1:]) == min(clock.spans)
