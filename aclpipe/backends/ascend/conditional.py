@@ -17,6 +17,7 @@ from ...errors import error_from_code
 from ..protocol import CaptureMode, CondTaskType
 from .capture import AscendModel
 from .cdefs import ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT, ffi
+from .optional_calls import OptionalCalls
 
 if TYPE_CHECKING:
     from .library import CannLibrary
@@ -33,43 +34,20 @@ class AscendCondHandle:
         self.model = model
 
 
-class AscendConditionals:
-    """The ``aclmdlRICond*`` calls of one device.
+class AscendConditionals(OptionalCalls):
+    """The ``aclmdlRICond*`` calls of one device (see :class:`OptionalCalls` for the parameters)."""
 
-    Parameters
-    ----------
-    library:
-        The loaded CANN libraries.
-    index:
-        The device.
-    enter:
-        Makes the device's context current on the calling thread.
-    check_stream:
-        Refuses a stream of another device, or a destroyed one.
-    available:
-        Whether the library has the calls and the product the feature.
-    """
+    lacking = ("conditional tasks in captured models (its CANN lacks aclmdlRICondHandleCreate and the rest, or the "
+               "product is not Atlas A2 or A3: 15_model_running_instance__management.md)")
 
     def __init__(self, library: CannLibrary, index: int, enter: Callable[[], None],
                  check_stream: Callable[[AscendStream], None], available: bool):
-        self.library = library
-        self.index = index
-        self._enter = enter
-        self._check_stream = check_stream
-        self.available = available
+        super().__init__(library, index, enter, check_stream, available)
         #: Sub-model handles: the runtime frees them with their parent.
         self.sub_models: set[Any] = set()
         #: Parent model handle -> its sub-models' handles, forgotten when the parent is destroyed
         #: (the runtime may hand a freed handle's address out again, to any model).
         self._children: dict[Any, list[Any]] = {}
-
-    def _need(self, call: str) -> Any:
-        if not self.available:
-            raise error_from_code(207000, f"{call}: ascend:{self.index} has no conditional tasks in captured models "
-                                          "(its CANN lacks aclmdlRICondHandleCreate and the rest, or the product is "
-                                          "not Atlas A2 or A3: 15_model_running_instance__management.md)")
-        self._enter()
-        return self.library.runtime
 
     def create(self, model: AscendModel, default: int, assign_default: bool) -> AscendCondHandle:
         """``aclmdlRICondHandleCreate``."""

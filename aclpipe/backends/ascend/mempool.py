@@ -12,52 +12,24 @@ runtime is asked.  Pools are device memory of this device: ``ACL_MEM_ALLOCATION_
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...errors import error_from_code
 from ..protocol import MemPoolAttr
 from .cdefs import ACL_MEM_ALLOCATION_TYPE_PINNED, ACL_MEM_HANDLE_TYPE_NONE, ACL_MEM_LOCATION_TYPE_DEVICE, ffi
+from .optional_calls import OptionalCalls
 
 if TYPE_CHECKING:
-    from .library import CannLibrary
     from .streams import AscendStream
 
 __all__ = ["AscendMemPools"]
 
 
-class AscendMemPools:
-    """The ``aclrtMemPool*`` calls of one device.
+class AscendMemPools(OptionalCalls):
+    """The ``aclrtMemPool*`` calls of one device, whose pools take its memory (see
+    :class:`OptionalCalls` for the parameters)."""
 
-    Parameters
-    ----------
-    library:
-        The loaded CANN libraries.
-    index:
-        The device the pools take memory from.
-    enter:
-        Makes the device's context current on the calling thread.
-    check_stream:
-        Refuses a stream of another device, or a destroyed one.
-    available:
-        Whether the library has the calls and the product the feature.
-    """
-
-    def __init__(self, library: CannLibrary, index: int, enter: Callable[[], None],
-                 check_stream: Callable[[AscendStream], None], available: bool):
-        self.library = library
-        self.index = index
-        self._enter = enter
-        self._check_stream = check_stream
-        self.available = available
-
-    def _need(self, call: str) -> Any:
-        if not self.available:
-            raise error_from_code(207000, f"{call}: ascend:{self.index} has no stream-ordered allocator (its CANN "
-                                          "lacks acl_rt_memory_soma.h's calls, or the product is not Atlas A2: "
-                                          "11-10_ordered_stream_memory_allocation.md)")
-        self._enter()
-        return self.library.runtime
+    lacking = ("stream-ordered allocator (its CANN lacks acl_rt_memory_soma.h's calls, or the product is not "
+               "Atlas A2: 11-10_ordered_stream_memory_allocation.md)")
 
     def create(self, max_size: int = 0) -> Any:
         """``aclrtMemPoolCreate``: a pool of this device's memory, ``max_size`` bytes (0: all of it)."""
