@@ -20,10 +20,12 @@ index of ``axis``; otherwise the scale has one element.
   dilation, groups)``: the same for convolution (1-D to 3-D, NCL/NCHW/NCDHW), padding with the
   input's zero point; ``weightZeroPoint`` may give one value per output channel.
 
-The integer products shift their operands by the zero points into int32 copies in the
-workspace (``4 * (numel(a) + numel(b))`` bytes; the convolution's im2col columns instead)
-and accumulate exactly (in float64, exact for these sizes); the sums wrap to int32 as the
-device's accumulators do.
+The integer products accumulate exactly on float BLAS (float32 where the depth and the
+dtypes' bounds prove it exact, else a float32 product of ``a`` split in two halves, else
+float64: :mod:`~aclpipe.ops.integer_product`), their operands converted into the workspace
+(``MatmulInteger``: ``a`` shifted by its zero point, ``b`` as it is, its zero point taken off
+through ``a``'s row sums, then the product and its int64 total; the convolution's im2col
+columns); the sums wrap to int32 as the device's accumulators do.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from .checks import (
 )
 from .conv import Window, int_list, spatial_format
 from .fp_errors import ignore_fp_errors
+from .integer_product import ExactProduct
 from .registry import register
 from .shape import copy_into, int_attr
 
@@ -261,24 +264,49 @@ class MatmulInteger(OpSpec):
                 attrs: Mapping[str, Any]) -> OpPlan:
         a, b, shape = self._check(inputs)
         out = need_output(self.name, "out", argument(outputs, 0), shape, DType.int32)
-        workspace_size, offsets = scratch_layout(4 * a.numel, 4 * b.numel)
+        left_shape = a.shape if a.ndim > 1 else (1,) + a.shape  # numpy's rule: 1-D operands gain a dim
+        right_shape = b.shape if b.ndim > 1 else b.shape + (1,)
+        product_shape = _matmul_shape(left_shape, right_shape)
+        # b is multiplied unshifted (its zero point comes off as bZeroPoint * the row sums of the
+        # shifted a), which keeps an int8 b within 128 and float32 exact to a depth of 514
+        left_bound = 128 if a.dtype == DType.int8 and argument(inputs, 2) is None else 255
+        strategy = ExactProduct.choose(a.shape[-1], left_bound, 128 if b.dtype == DType.int8 else 255)
+        pieces_shape = (strategy.pieces,) + left_shape
+        workspace_size, offsets = scratch_layout(
+            4 * a.numel, strategy.itemsize * strategy.pieces * a.numel, strategy.itemsize * b.numel,
+            strategy.itemsize * strategy.pieces * math.prod(product_shape), 8 * math.prod(product_shape))
+        # a 2-D b takes every piece and batch row of a in one BLAS call
+        stacked = (strategy.pieces * math.prod(left_shape[:-1]), left_shape[-1]) if len(right_shape) == 2 else None
 
         def kernel(views: Sequence[np.ndarray | None], results: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
             left, right, result = views[0], views[1], results[0]
             assert left is not None and right is not None and result is not None
-            shifted_a = scratch_view(workspace, offsets[0], a.shape, np.int32)
-            shifted_b = scratch_view(workspace, offsets[1], b.shape, np.int32)
+            shifted_a = scratch_view(workspace, offsets[0], left_shape, np.int32)
+            pieces = scratch_view(workspace, offsets[1], pieces_shape, strategy.dtype)
+            right_float = scratch_view(workspace, offsets[2], right_shape, strategy.dtype)
+            products = scratch_view(workspace, offsets[3], (strategy.pieces,) + product_shape, strategy.dtype)
+            total = scratch_view(workspace, offsets[4], product_shape, np.int64)
             a_zero, b_zero = argument(views, 2), argument(views, 3)
-            a_offset = 0 if a_zero is None else np.asarray(a_zero, np.int32).reshape((-1, 1) if a_zero.size > 1 else ())
-            np.subtract(left.astype(np.int32), a_offset, out=shifted_a)
-            np.subtract(right.astype(np.int32), 0 if b_zero is None else np.asarray(b_zero, np.int32).reshape(-1),
-                        out=shifted_b)
-            product = np.matmul(shifted_a.astype(np.float64), shifted_b.astype(np.float64))
-            copy_into(result, _wrap_int32(product))
+            np.copyto(shifted_a, left.reshape(left_shape))
+            if a_zero is not None:
+                np.subtract(shifted_a, np.asarray(a_zero, np.int32).reshape((-1, 1) if a_zero.size > 1 else ()),
+                            out=shifted_a)
+            strategy.load_left(shifted_a, pieces)
+            np.copyto(right_float, right.reshape(right_shape), casting="unsafe")
+            if stacked is None:
+                np.matmul(pieces, right_float, out=products)
+            else:
+                np.matmul(pieces.reshape(stacked), right_float, out=products.reshape(stacked[0], -1))
+            strategy.combine(products, total)
+            if b_zero is not None:
+                row_sums = shifted_a.sum(axis=-1, dtype=np.int64)[..., None]
+                np.subtract(total, row_sums * np.asarray(b_zero, np.int64).reshape(-1), out=total)
+            copy_into(result, total.reshape(shape))  # wraps to int32, as the device's accumulators
 
         return OpPlan(kernel, workspace_size, 2.0 * out.numel * a.shape[-1],
-                      float(a.nbytes + b.nbytes + out.nbytes + 2 * workspace_size), cube=True)
+                      float(a.nbytes + b.nbytes + out.nbytes + 2 * workspace_size), cube=True,
+                      variant=f"blas-{strategy.name}")
 
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -126,9 +126,10 @@ def test_requantize_multiplies_in_float32_then_rounds(device):
 
 def test_integer_products_keep_shifted_operands_in_the_workspace(device):
     call = OpCall(device, "MatmulInteger", [np.ones((3, 4), np.uint8), np.ones((4, 5), np.uint8)])
-    assert call.workspace_size == 64 + 96  # int32 copies of a and b, each region 32-byte aligned
+    # a shifted (int32), a and b in float32, the float32 product and its int64 total: 32-byte aligned
+    assert call.workspace_size == 64 + 64 + 96 + 64 + 128
     with pytest.raises(InvalidArgumentError, match="smaller"):
-        call.launch(device.create_stream(), device.alloc(160), 156)
+        call.launch(device.create_stream(), device.alloc(416), 412)
     call.close()
 
 

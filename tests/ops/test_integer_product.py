@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import desc, prepare, run_op
+
+from aclpipe.ops.integer_product import FLOAT32_EXACT, ExactProduct
+
+# the depths where float32 stops being exact for uint8 x int8 (255 * 128) and for the split
+# (16 * 128, and 16 * 255 for uint8 x uint8)
+DIRECT_LIMIT = FLOAT32_EXACT // (255 * 128)
+SPLIT_LIMIT = FLOAT32_EXACT // (16 * 128)
+SPLIT_LIMIT_UINT8 = FLOAT32_EXACT // (16 * 255)
+
+
+@pytest.mark.parametrize("depth,left,right,name", [
+    (DIRECT_LIMIT, 255, 128, "float32"), (DIRECT_LIMIT + 1, 255, 128, "split"),
+    (SPLIT_LIMIT, 255, 128, "split"), (SPLIT_LIMIT + 1, 255, 128, "float64"),
+    (SPLIT_LIMIT_UINT8, 255, 255, "split"), (SPLIT_LIMIT_UINT8 + 1, 255, 255, "float64"),
+])
+def test_strategy_is_float32_only_where_every_partial_sum_is_exact(depth, left, right, name):
+    assert ExactProduct.choose(depth, left, right).name == name
+
+
+def _worst_case(depth, b_type):
+    """Operands at their largest magnitudes or one below (odd products, so that partial sums
+    past 2**24 need not be float32 numbers)."""
+    rng = np.random.default_rng(depth)
+    a = rng.choice(np.array([254, 255], np.uint8), (3, depth))
+    extreme = -128 if b_type == "int8" else 255
+    b = rng.choice(np.array([extreme, extreme + (1 if extreme < 0 else -1)]).astype(b_type), (depth, 2))
+    return a, b
+
+
+@pytest.mark.parametrize("depth,b_type", [
+    (DIRECT_LIMIT, "int8"), (DIRECT_LIMIT + 1, "int8"), (SPLIT_LIMIT, "int8"), (SPLIT_LIMIT + 1, "int8"),
+    (SPLIT_LIMIT_UINT8, "uint8"), (SPLIT_LIMIT_UINT8 + 1, "uint8"),
+])
+def test_matmul_integer_is_exact_on_both_sides_of_each_limit(device, depth, b_type):
+    a, b = _worst_case(depth, b_type)
+    zeros = (np.array(0, np.uint8), np.array(0, b_type))
+    (got,) = run_op(device, "MatmulInteger", [a, b, *zeros])
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    np.testing.assert_array_equal(got, exact.astype(np.int32))
+
+
+def test_matmul_integer_past_int32_wraps_like_the_accumulators(device):
+    a = np.full((1, 70000), 255, np.uint8)
+    b = np.full((70000, 1), 255, np.uint8)
+    (got,) = run_op(device, "MatmulInteger", [a, b])
+    assert prepare("MatmulInteger", [desc(a.shape, "uint8"), desc(b.shape, "uint8")]).variant == "blas-float64"
+    np.testing.assert_array_equal(got, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((64,), (2, 64, 7)), ((3, 64), (64,)), ((2, 1, 4, 64), (3, 64, 5))])
+def test_matmul_integer_one_dim_and_batched_operands_with_zero_points(device, a_shape, b_shape):
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, a_shape).astype(np.uint8)
+    b = rng.integers(-128, 128, b_shape).astype(np.int8)
+    rows = a_shape[-2] if len(a_shape) > 1 else 1
+    columns = b_shape[-1] if len(b_shape) > 1 else 1
+    a_zero = rng.integers(0, 256, (rows,)).astype(np.uint8) if rows > 1 else np.array(7, np.uint8)
+    b_zero = rng.integers(-5, 5, (columns,)).astype(np.int8)
+    (got,) = run_op(device, "MatmulInteger", [a, b, a_zero, b_zero])
+    shifted_a = a.astype(np.int64) - (a_zero.astype(np.int64).reshape(-1, 1) if rows > 1 else a_zero)
+    expected = np.matmul(shifted_a, b.astype(np.int64) - b_zero.astype(np.int64).reshape(-1))
+    np.testing.assert_array_equal(got, expected.astype(np.int32))
