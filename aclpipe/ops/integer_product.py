@@ -15,7 +15,10 @@ dtypes alone, so the strategy is chosen once per plan (:meth:`ExactProduct.choos
 - ``float64``: one float64 product otherwise (exact for any depth that fits in memory).
 
 Halving the operands' bytes against float64 is what pays: the products of quantized models
-are mostly a few rows against a large weight, so converting the weight dominates.
+are mostly a few rows against a large weight, bound by memory, not arithmetic.  For the same
+reason a 2-D right operand is converted a block of columns at a time (:func:`column_block`),
+each block multiplied while it is still in the core's cache (a T5 ``lm_head``, 10 rows against
+512 x 32,128 int8, runs in 5 ms instead of 11 ms when converted whole).
 """
 
 from __future__ import annotations
@@ -24,11 +27,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FLOAT32_EXACT", "ExactProduct"]
+__all__ = ["COLUMN_BLOCK_BYTES", "FLOAT32_EXACT", "ExactProduct", "column_block"]
 
 #: The largest magnitude up to which every integer is a float32.
 FLOAT32_EXACT = 2 ** 24
+#: The converted right operand's bytes per block of columns: within a core's L2 cache.
+COLUMN_BLOCK_BYTES = 384 * 1024
 _SPLIT = 16  # the left operand is 16 * high + low, low in [0, 15]
+
+
+def column_block(depth: int, columns: int, itemsize: int) -> int:
+    """Columns of a ``depth``-row right operand converted at a time (a multiple of 32, all of
+    them when they fit in :data:`COLUMN_BLOCK_BYTES`)."""
+    fitting = COLUMN_BLOCK_BYTES // max(depth * itemsize, 1) // 32 * 32
+    return max(1, min(columns, max(fitting, 32)))
 
 
 @dataclass(frozen=True)
@@ -74,3 +86,14 @@ class ExactProduct:
         if self.pieces == 2:
             np.left_shift(total, 4, out=total)
             np.add(total, products[1], out=total, casting="unsafe")  # in float64: exact
+
+    def multiply(self, left: np.ndarray, right: np.ndarray, scratch: np.ndarray, products: np.ndarray,
+                 block: int) -> None:
+        """``products = left @ right`` for a 2-D integer ``right``, converted into ``scratch``
+        (1-D, of :attr:`dtype`, at least ``depth * block`` elements) ``block`` columns at a time."""
+        depth, columns = right.shape
+        for start in range(0, columns, block):
+            width = min(block, columns - start)
+            converted = scratch[:depth * width].reshape(depth, width)
+            np.copyto(converted, right[:, start:start + width], casting="unsafe")
+            np.matmul(left, converted, out=products[:, start:start + width])

@@ -51,7 +51,7 @@ from .checks import (
 )
 from .conv import Window, int_list, spatial_format
 from .fp_errors import ignore_fp_errors
-from .integer_product import ExactProduct
+from .integer_product import ExactProduct, column_block
 from .registry import register
 from .shape import copy_into, int_attr
 
@@ -272,11 +272,14 @@ class MatmulInteger(OpSpec):
         left_bound = 128 if a.dtype == DType.int8 and argument(inputs, 2) is None else 255
         strategy = ExactProduct.choose(a.shape[-1], left_bound, 128 if b.dtype == DType.int8 else 255)
         pieces_shape = (strategy.pieces,) + left_shape
+        # a 2-D b takes every piece and batch row of a in one BLAS call per block of b's columns
+        flat = len(right_shape) == 2
+        stacked = (strategy.pieces * math.prod(left_shape[:-1]), left_shape[-1])
+        block = column_block(right_shape[0], right_shape[1], strategy.itemsize) if flat else 0
         workspace_size, offsets = scratch_layout(
-            4 * a.numel, strategy.itemsize * strategy.pieces * a.numel, strategy.itemsize * b.numel,
+            4 * a.numel, strategy.itemsize * strategy.pieces * a.numel,
+            strategy.itemsize * (right_shape[0] * block if flat else b.numel),
             strategy.itemsize * strategy.pieces * math.prod(product_shape), 8 * math.prod(product_shape))
-        # a 2-D b takes every piece and batch row of a in one BLAS call
-        stacked = (strategy.pieces * math.prod(left_shape[:-1]), left_shape[-1]) if len(right_shape) == 2 else None
 
         def kernel(views: Sequence[np.ndarray | None], results: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
@@ -284,7 +287,6 @@ class MatmulInteger(OpSpec):
             assert left is not None and right is not None and result is not None
             shifted_a = scratch_view(workspace, offsets[0], left_shape, np.int32)
             pieces = scratch_view(workspace, offsets[1], pieces_shape, strategy.dtype)
-            right_float = scratch_view(workspace, offsets[2], right_shape, strategy.dtype)
             products = scratch_view(workspace, offsets[3], (strategy.pieces,) + product_shape, strategy.dtype)
             total = scratch_view(workspace, offsets[4], product_shape, np.int64)
             a_zero, b_zero = argument(views, 2), argument(views, 3)
@@ -293,11 +295,14 @@ class MatmulInteger(OpSpec):
                 np.subtract(shifted_a, np.asarray(a_zero, np.int32).reshape((-1, 1) if a_zero.size > 1 else ()),
                             out=shifted_a)
             strategy.load_left(shifted_a, pieces)
-            np.copyto(right_float, right.reshape(right_shape), casting="unsafe")
-            if stacked is None:
-                np.matmul(pieces, right_float, out=products)
+            if flat:
+                strategy.multiply(pieces.reshape(stacked), right.reshape(right_shape),
+                                  scratch_view(workspace, offsets[2], (right_shape[0] * block,), strategy.dtype),
+                                  products.reshape(stacked[0], -1), block)
             else:
-                np.matmul(pieces.reshape(stacked), right_float, out=products.reshape(stacked[0], -1))
+                right_float = scratch_view(workspace, offsets[2], right_shape, strategy.dtype)
+                np.copyto(right_float, right, casting="unsafe")
+                np.matmul(pieces, right_float, out=products)
             strategy.combine(products, total)
             if b_zero is not None:
                 row_sums = shifted_a.sum(axis=-1, dtype=np.int64)[..., None]

@@ -65,3 +65,17 @@ def test_matmul_integer_one_dim_and_batched_operands_with_zero_points(device, a_
     shifted_a = a.astype(np.int64) - (a_zero.astype(np.int64).reshape(-1, 1) if rows > 1 else a_zero)
     expected = np.matmul(shifted_a, b.astype(np.int64) - b_zero.astype(np.int64).reshape(-1))
     np.testing.assert_array_equal(got, expected.astype(np.int32))
+
+
+def test_matmul_integer_converts_a_wide_b_by_blocks_of_columns(device):
+    # 1,024 rows take 96 float32 columns a block: 200 columns are two full blocks and a part
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 256, (2, 3, 1024)).astype(np.uint8)
+    b = rng.integers(-128, 128, (1024, 200)).astype(np.int8)
+    a_zero, b_zero = np.array(128, np.uint8), rng.integers(-3, 3, (200,)).astype(np.int8)
+    plan = prepare("MatmulInteger", [desc(a.shape, "uint8"), desc(b.shape, "int8"), desc((), "uint8"),
+                                     desc((200,), "int8")])
+    assert plan.variant == "blas-split" and plan.workspace_size < 4 * b.size
+    (got,) = run_op(device, "MatmulInteger", [a, b, a_zero, b_zero])
+    expected = (a.astype(np.int64) - 128) @ (b.astype(np.int64) - b_zero)
+    np.testing.assert_array_equal(got, expected.astype(np.int32))
