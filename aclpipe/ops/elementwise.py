@@ -503,6 +503,8 @@ def _ufunc1(ufunc: np.ufunc) -> UnaryFn:
 
 def _power(base: Any, exponent: Any, params: Mapping[str, Any]) -> Any:
     if not np.issubdtype(np.result_type(base, exponent), np.integer):
+        if np.ndim(exponent) == 0 and np.ndim(base) > 0:
+            return _float_power_by_one_exponent(base, exponent)
         return np.power(base, exponent)
     base, exponent = np.broadcast_arrays(np.asarray(base), np.asarray(exponent))
     negative = exponent < 0
@@ -511,6 +513,19 @@ def _power(base: Any, exponent: Any, params: Mapping[str, Any]) -> Any:
     odd = exponent % 2 != 0
     inverse = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
     return np.where(negative, inverse.astype(result.dtype), result)
+
+
+def _float_power_by_one_exponent(base: np.ndarray, exponent: Any) -> Any:
+    """``base ** exponent`` for one float exponent: squares and cubes as products, in the order
+    onnxruntime's Pow multiplies them (``x * x``, ``(x * x) * x``: its results bit for bit), a
+    hundred times faster than numpy's scalar ``powf`` loop (GELU's cube in T5 and GPT models)."""
+    value = float(exponent)
+    if value == 2.0:
+        return np.multiply(base, base)
+    if value == 3.0:
+        cube = np.multiply(base, base)
+        return np.multiply(cube, base, out=cube)
+    return np.power(base, exponent)
 
 
 _LOGICAL = ALL  # Mul, Maximum, Minimum on bool act as and, or, and
