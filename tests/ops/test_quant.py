@@ -28,6 +28,18 @@ def test_quantize_per_tensor_rounds_ties_to_even_and_saturates(device, dtype):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype,zero", [("int8", -3), ("uint8", 250), ("int8", None)])
+def test_quantize_saturates_past_float32_integers_and_sends_nan_to_zero(device, dtype, zero):
+    # rounding and the zero point are computed in float32: exact below 2**24, saturated above
+    x = np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, 2.0 ** 24 + 2, -(2.0 ** 24) - 2, 16777215, -16777215,
+                  127.5, -128.5, 4.5, -0.5], np.float32)
+    zero_point = None if zero is None else np.array(zero, dtype)
+    (got,) = run_op(device, "Quantize", [x, np.array(1.0, np.float32), zero_point], {"axis": 0, "dtype": dtype})
+    info = np.iinfo(dtype)
+    exact = np.clip(np.rint(x.astype(np.float64)) + (zero or 0), info.min, info.max)
+    np.testing.assert_array_equal(got, np.where(np.isnan(exact), 0, exact).astype(dtype))
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_quantize_and_dequantize_per_axis(device, axis):
     x = (RNG.standard_normal((3, 4, 5)) * 40).astype(np.float32)
