@@ -20,12 +20,13 @@ index of ``axis``; otherwise the scale has one element.
   dilation, groups)``: the same for convolution (1-D to 3-D, NCL/NCHW/NCDHW), padding with the
   input's zero point; ``weightZeroPoint`` may give one value per output channel.
 
-The integer products accumulate exactly on float BLAS (float32 where the depth and the
-dtypes' bounds prove it exact, else a float32 product of ``a`` split in two halves, else
-float64: :mod:`~aclpipe.ops.integer_product`), their operands converted into the workspace
-(``MatmulInteger``: ``a`` shifted by its zero point, ``b`` as it is, its zero point taken off
-through ``a``'s row sums, then the product and its int64 total; the convolution's im2col
-columns); the sums wrap to int32 as the device's accumulators do.
+The integer products accumulate exactly on float BLAS, their operands converted into the
+workspace.  ``MatmulInteger`` runs float32 products over chunks of the depth short enough for
+the dtypes' bounds to keep every partial sum exact, summed in int64
+(:mod:`~aclpipe.ops.integer_product`): ``a`` shifted by its zero point, ``b`` converted as it
+is (its zero point taken off through ``a``'s row sums), a block of columns at a time.  The
+convolution shifts its im2col columns and multiplies in float64.  The sums wrap to int32 as
+the device's accumulators do.
 """
 
 from __future__ import annotations
@@ -277,42 +278,34 @@ class MatmulInteger(OpSpec):
         right_shape = b.shape if b.ndim > 1 else b.shape + (1,)
         product_shape = _matmul_shape(left_shape, right_shape)
         # b is multiplied unshifted (its zero point comes off as bZeroPoint * the row sums of the
-        # shifted a), which keeps an int8 b within 128 and float32 exact to a depth of 514
+        # shifted a), which keeps an int8 b within 128: float32 exact in chunks of 514 terms
         left_bound = 128 if a.dtype == DType.int8 and argument(inputs, 2) is None else 255
         strategy = ExactProduct.choose(a.shape[-1], left_bound, 128 if b.dtype == DType.int8 else 255)
-        pieces_shape = (strategy.pieces,) + left_shape
-        # a 2-D b takes every piece and batch row of a in one BLAS call per block of b's columns
+        # a 2-D b takes every batch row of a in one BLAS call per block of b's columns
         flat = len(right_shape) == 2
-        stacked = (strategy.pieces * math.prod(left_shape[:-1]), left_shape[-1])
-        block = column_block(right_shape[0], right_shape[1], strategy.itemsize) if flat else 0
-        workspace_size, offsets = scratch_layout(
-            4 * a.numel, strategy.itemsize * strategy.pieces * a.numel,
-            strategy.itemsize * (right_shape[0] * block if flat else b.numel),
-            strategy.itemsize * strategy.pieces * math.prod(product_shape), 8 * math.prod(product_shape))
+        rows_shape = (math.prod(left_shape[:-1]),) if flat else product_shape[:-1]
+        block = column_block(rows_shape[0], right_shape[0], right_shape[1]) if flat else right_shape[-1]
+        converted, product = math.prod(right_shape[:-1]) * block, math.prod(rows_shape) * block  # float32 blocks
+        workspace_size, offsets = scratch_layout(4 * a.numel, 4 * a.numel, 4 * converted, 4 * product,
+                                                 8 * math.prod(product_shape))
 
         def kernel(views: Sequence[np.ndarray | None], results: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
             left, right, result = views[0], views[1], results[0]
             assert left is not None and right is not None and result is not None
             shifted_a = scratch_view(workspace, offsets[0], left_shape, np.int32)
-            pieces = scratch_view(workspace, offsets[1], pieces_shape, strategy.dtype)
-            products = scratch_view(workspace, offsets[3], (strategy.pieces,) + product_shape, strategy.dtype)
+            left_float = scratch_view(workspace, offsets[1], left_shape, np.float32)
             total = scratch_view(workspace, offsets[4], product_shape, np.int64)
             a_zero, b_zero = argument(views, 2), argument(views, 3)
             np.copyto(shifted_a, left.reshape(left_shape))
             if a_zero is not None:
                 np.subtract(shifted_a, np.asarray(a_zero, np.int32).reshape((-1, 1) if a_zero.size > 1 else ()),
                             out=shifted_a)
-            strategy.load_left(shifted_a, pieces)
-            if flat:
-                strategy.multiply(pieces.reshape(stacked), right.reshape(right_shape),
-                                  scratch_view(workspace, offsets[2], (right_shape[0] * block,), strategy.dtype),
-                                  products.reshape(stacked[0], -1), block)
-            else:
-                right_float = scratch_view(workspace, offsets[2], right_shape, strategy.dtype)
-                np.copyto(right_float, right, casting="unsafe")
-                np.matmul(pieces, right_float, out=products)
-            strategy.combine(products, total)
+            np.copyto(left_float, shifted_a, casting="unsafe")
+            strategy.multiply(left_float.reshape(rows_shape + left_shape[-1:]) if flat else left_float,
+                              right.reshape(right_shape), scratch_view(workspace, offsets[2], (converted,), np.float32),
+                              scratch_view(workspace, offsets[3], (product,), np.float32),
+                              total.reshape(rows_shape + product_shape[-1:]) if flat else total, block)
             if b_zero is not None:
                 row_sums = shifted_a.sum(axis=-1, dtype=np.int64)[..., None]
                 np.subtract(total, row_sums * np.asarray(b_zero, np.int64).reshape(-1), out=total)

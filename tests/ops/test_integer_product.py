@@ -6,20 +6,22 @@ from helpers import desc, prepare, run_op
 
 from aclpipe.ops.integer_product import FLOAT32_EXACT, ExactProduct
 
-# the depths where float32 stops being exact for uint8 x int8 (255 * 128) and for the split
-# (16 * 128, and 16 * 255 for uint8 x uint8)
-DIRECT_LIMIT = FLOAT32_EXACT // (255 * 128)
-SPLIT_LIMIT = FLOAT32_EXACT // (16 * 128)
-SPLIT_LIMIT_UINT8 = FLOAT32_EXACT // (16 * 255)
+# the depths float32 holds exactly in one product: uint8 x int8 (255 * 128), uint8 x uint8
+CHUNK = FLOAT32_EXACT // (255 * 128)
+CHUNK_UINT8 = FLOAT32_EXACT // (255 * 255)
 
 
-@pytest.mark.parametrize("depth,left,right,name", [
-    (DIRECT_LIMIT, 255, 128, "float32"), (DIRECT_LIMIT + 1, 255, 128, "split"),
-    (SPLIT_LIMIT, 255, 128, "split"), (SPLIT_LIMIT + 1, 255, 128, "float64"),
-    (SPLIT_LIMIT_UINT8, 255, 255, "split"), (SPLIT_LIMIT_UINT8 + 1, 255, 255, "float64"),
+@pytest.mark.parametrize("depth,right,name", [
+    (CHUNK, 128, "float32"), (CHUNK + 1, 128, "float32-by-2"), (2 * CHUNK, 128, "float32-by-2"),
+    (2 * CHUNK + 1, 128, "float32-by-3"), (CHUNK_UINT8, 255, "float32"), (CHUNK_UINT8 + 1, 255, "float32-by-2"),
 ])
-def test_strategy_is_float32_only_where_every_partial_sum_is_exact(depth, left, right, name):
-    assert ExactProduct.choose(depth, left, right).name == name
+def test_depth_is_cut_where_partial_sums_would_pass_float32_integers(depth, right, name):
+    assert ExactProduct.choose(depth, 255, right).name == name
+
+
+def test_operands_too_wide_for_float32_terms_are_refused():
+    with pytest.raises(ValueError, match="2\\*\\*24"):
+        ExactProduct.choose(4, 2 ** 12, 2 ** 12 + 1)
 
 
 def _worst_case(depth, b_type):
@@ -33,8 +35,7 @@ def _worst_case(depth, b_type):
 
 
 @pytest.mark.parametrize("depth,b_type", [
-    (DIRECT_LIMIT, "int8"), (DIRECT_LIMIT + 1, "int8"), (SPLIT_LIMIT, "int8"), (SPLIT_LIMIT + 1, "int8"),
-    (SPLIT_LIMIT_UINT8, "uint8"), (SPLIT_LIMIT_UINT8 + 1, "uint8"),
+    (CHUNK, "int8"), (CHUNK + 1, "int8"), (2 * CHUNK + 1, "int8"), (CHUNK_UINT8, "uint8"), (CHUNK_UINT8 + 1, "uint8"),
 ])
 def test_matmul_integer_is_exact_on_both_sides_of_each_limit(device, depth, b_type):
     a, b = _worst_case(depth, b_type)
@@ -48,7 +49,7 @@ def test_matmul_integer_past_int32_wraps_like_the_accumulators(device):
     a = np.full((1, 70000), 255, np.uint8)
     b = np.full((70000, 1), 255, np.uint8)
     (got,) = run_op(device, "MatmulInteger", [a, b])
-    assert prepare("MatmulInteger", [desc(a.shape, "uint8"), desc(b.shape, "uint8")]).variant == "blas-float64"
+    assert prepare("MatmulInteger", [desc(a.shape, "uint8"), desc(b.shape, "uint8")]).variant == "blas-float32-by-272"
     np.testing.assert_array_equal(got, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32))
 
 
@@ -70,12 +71,12 @@ def test_matmul_integer_one_dim_and_batched_operands_with_zero_points(device, a_
 def test_matmul_integer_converts_a_wide_b_by_blocks_of_columns(device):
     # 1,024 rows take 96 float32 columns a block: 200 columns are two full blocks and a part
     rng = np.random.default_rng(2)
-    a = rng.integers(0, 256, (2, 3, 1024)).astype(np.uint8)
+    a = rng.integers(0, 256, (2, 3, 1024)).astype(np.uint8)  # 6 rows: few, so b goes by blocks
     b = rng.integers(-128, 128, (1024, 200)).astype(np.int8)
     a_zero, b_zero = np.array(128, np.uint8), rng.integers(-3, 3, (200,)).astype(np.int8)
     plan = prepare("MatmulInteger", [desc(a.shape, "uint8"), desc(b.shape, "int8"), desc((), "uint8"),
                                      desc((200,), "int8")])
-    assert plan.variant == "blas-split" and plan.workspace_size < 4 * b.size
+    assert plan.variant == "blas-float32-by-2" and plan.workspace_size < 4 * b.size
     (got,) = run_op(device, "MatmulInteger", [a, b, a_zero, b_zero])
     expected = (a.astype(np.int64) - 128) @ (b.astype(np.int64) - b_zero)
     np.testing.assert_array_equal(got, expected.astype(np.int32))
