@@ -67,6 +67,20 @@ def _relu_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Cal
     return functools.partial(np.maximum, x, constant(x.shape, x.dtype, 0), out=out)
 
 
+def _sigmoid_into(x: np.ndarray, out: np.ndarray, params: Mapping[str, Any]) -> Callable[[], None]:
+    """Sigmoid computed in the output view: :func:`sigmoid`'s steps (``1 / (1 + exp(-x))``)
+    in its dtype, each in place, with no temporary (YOLO-style detectors run one per conv)."""
+    one = out.dtype.type(1)
+
+    def run() -> None:
+        np.negative(x, out=out)
+        np.exp(out, out=out)
+        np.add(out, one, out=out)
+        np.divide(one, out, out=out)
+
+    return run
+
+
 _APPROXIMATE = {0: "none", 1: "tanh", "none": "none", "tanh": "tanh"}
 
 
@@ -90,7 +104,7 @@ _POINTWISE = (
     UnaryOp("GeluV2", _gelu_v2, FLOATS, keep_dtype, flops=20.0, parse_attrs=_gelu_v2_attrs,
             names=("x", "y"), attrs={"approximate": 0}),
     UnaryOp("Silu", lambda x, params: x * sigmoid(x), FLOATS, keep_dtype, flops=5.0),
-    UnaryOp("Sigmoid", lambda x, params: sigmoid(x), ALL, float_result, flops=4.0),
+    UnaryOp("Sigmoid", lambda x, params: sigmoid(x), ALL, float_result, flops=4.0, into=_sigmoid_into),
     UnaryOp("Tanh", lambda x, params: np.tanh(x), ALL, float_result, flops=6.0),
 )
 

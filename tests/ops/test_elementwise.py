@@ -11,6 +11,7 @@ import pytest
 from helpers import FLOAT_DTYPES, INT_DTYPES, assert_close, prepare, random_array, run_op
 from hypothesis import given, settings
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
+from ort_single import ort_node
 
 from aclpipe.dtypes import DType, as_dtype
 from aclpipe.errors import InvalidArgumentError
@@ -232,6 +233,19 @@ def test_integer_pow_with_negative_exponents_truncates_like_pytorch(device):
     exponent = np.array([-1, -5, -3, -2, 2, 3], dtype=np.int64)
     (out,) = run_op(device, "Pow", [base, exponent])
     np.testing.assert_array_equal(out, [0, 1, -1, 1, 9, -8])
+
+
+@pytest.mark.parametrize("value", [2.0, 3.0])
+@pytest.mark.parametrize("scalar", [False, True])
+def test_float_pow_by_one_exponent_matches_onnxruntime_bit_for_bit(device, value, scalar):
+    # onnxruntime squares and cubes by products (x * x * x), not powf: up to 2 ulp apart
+    base = np.random.default_rng(3).standard_normal(4096).astype(np.float32) * 3
+    exponent = np.array(value, np.float32)
+    if scalar:
+        (out,) = run_op(device, "Pow", [base, None], {"exponent": value})
+    else:
+        (out,) = run_op(device, "Pow", [base, exponent])
+    np.testing.assert_array_equal(out, ort_node("Pow", [base, exponent])[0])
 
 
 def test_integer_add_wraps_like_the_device(device):

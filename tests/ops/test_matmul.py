@@ -31,6 +31,14 @@ def test_matmul_follows_torch_matmul_shapes(device, dtype, shapes):
     assert_close_to_peak(out, np.matmul(a.astype(F64), b.astype(F64)), dtype, scale=3)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "transposed"])
+def test_a_batch_of_rows_against_one_matrix_in_any_layout(device, layout):
+    # contiguous rows go to BLAS as one matrix; other layouts through the workspace, per batch entry
+    a, b = random((2, 16, 96), "float32", 1), random((96, 24), "float32", 2)
+    (out,) = run_op(device, "Matmul", [a, b], layout=[layout, "contiguous"])
+    assert_close_to_peak(out, np.matmul(a.astype(F64), b.astype(F64)), "float32", scale=3)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_mm_and_bmm_read_transposed_operands_through_the_workspace(device, dtype):
     a, b = random((6, 4), dtype, 1), random((5, 6), dtype, 2)  # a.T is [4, 6], b.T is [6, 5]

@@ -28,6 +28,18 @@ def test_quantize_per_tensor_rounds_ties_to_even_and_saturates(device, dtype):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype,zero", [("int8", -3), ("uint8", 250), ("int8", None)])
+def test_quantize_saturates_past_float32_integers_and_sends_nan_to_zero(device, dtype, zero):
+    # rounding and the zero point are computed in float32: exact below 2**24, saturated above
+    x = np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, 2.0 ** 24 + 2, -(2.0 ** 24) - 2, 16777215, -16777215,
+                  127.5, -128.5, 4.5, -0.5], np.float32)
+    zero_point = None if zero is None else np.array(zero, dtype)
+    (got,) = run_op(device, "Quantize", [x, np.array(1.0, np.float32), zero_point], {"axis": 0, "dtype": dtype})
+    info = np.iinfo(dtype)
+    exact = np.clip(np.rint(x.astype(np.float64)) + (zero or 0), info.min, info.max)
+    np.testing.assert_array_equal(got, np.where(np.isnan(exact), 0, exact).astype(dtype))
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_quantize_and_dequantize_per_axis(device, axis):
     x = (RNG.standard_normal((3, 4, 5)) * 40).astype(np.float32)
@@ -126,9 +138,10 @@ def test_requantize_multiplies_in_float32_then_rounds(device):
 
 def test_integer_products_keep_shifted_operands_in_the_workspace(device):
     call = OpCall(device, "MatmulInteger", [np.ones((3, 4), np.uint8), np.ones((4, 5), np.uint8)])
-    assert call.workspace_size == 64 + 96  # int32 copies of a and b, each region 32-byte aligned
+    # a shifted (int32), a and b in float32, the float32 product and its int64 total: 32-byte aligned
+    assert call.workspace_size == 64 + 64 + 96 + 64 + 128
     with pytest.raises(InvalidArgumentError, match="smaller"):
-        call.launch(device.create_stream(), device.alloc(160), 156)
+        call.launch(device.create_stream(), device.alloc(416), 412)
     call.close()
 
 
