@@ -154,6 +154,8 @@ class Slot:
     tail: LaunchTable | None = None  # each used stream's tail, joined by the D2H stream
     #: (output, staging view, address, nbytes, what) per graph output: see Program.read_outputs
     reads: list[tuple[str, np.ndarray, int, int, str]] | None = None
+    #: input -> (staging view, address, nbytes, what): see Program.write_inputs
+    writes: dict[str, tuple[np.ndarray, int, int, str]] | None = None
     copies: HostCopies | None = None  # staging -> each run's result arrays, in its completion
     results: dict[str, np.ndarray] | None = None  # the arrays the run in flight fills
     #: In place of ``body`` when the program holds Loop nodes: launch tables cut around them.
@@ -786,9 +788,23 @@ class Program:
                 for output, value in self.plan.outputs.items()]
 
     def write_inputs(self, slot: Slot, arrays: Mapping[str, np.ndarray]) -> None:
+        """Copy the run's inputs into the slot's input staging (host writes, checked as
+        :meth:`HostBuffer.numpy` checks them)."""
+        # The hot path's first step: the staging views are taken once per slot, as
+        # read_outputs' are, so a run costs one host-access check and one copy per input.
+        writes = slot.writes or self._writes(slot)
+        access = self.device.backend.host_access
         for name, array in arrays.items():
-            desc = self.plan.values[name].desc
-            slot.staging_in[name].numpy(desc.dtype, desc.shape)[...] = array
+            view, address, nbytes, what = writes[name]
+            access(address, nbytes, write=True, what=what)
+            view[...] = array
+
+    def _writes(self, slot: Slot) -> dict[str, tuple[np.ndarray, int, int, str]]:
+        """Each input's staging view, taken once per slot (:meth:`close` drops them)."""
+        values, staging = self.plan.values, slot.staging_in
+        slot.writes = {name: staging[name].read_view(values[name].desc.dtype, values[name].desc.shape)
+                       for name in staging}
+        return slot.writes
 
     # -- stage boundaries (pipeline/several/stages.py) ---------------------------------------------------
     def push_output(self, slot: Slot, output: str, address: int, sent: Event) -> None:
@@ -852,7 +868,7 @@ class Program:
             slot.executors.clear()
             # Views of the staging buffers closed below; the caller synchronized the streams,
             # so no completion host function copies out of them any more.
-            slot.reads = slot.copies = slot.results = None
+            slot.reads = slot.copies = slot.results = slot.writes = None
             for buffer in [*slot.staging_in.values(), *slot.staging_out.values()]:
                 buffer.close()
             if slot.arena is not None:

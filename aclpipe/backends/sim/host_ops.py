@@ -6,13 +6,14 @@ they are (see :mod:`.core`); the thread itself is :mod:`.callbacks`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import cffi
 
 from ...errors import error_from_code
-from .stream import HOST_FUNC, Task
+from .stream import HOST_FUNC, Task, bare_task
 
 if TYPE_CHECKING:
     from .core import SimDevice
@@ -54,7 +55,7 @@ def host_func_c(device: SimDevice, stream: SimStream, fn_address: int, args_addr
     until it returns, as ``aclrtLaunchHostFunc`` does.  It runs on the stream's worker (no
     Python of the caller's runs, so which thread calls it is not observable); a planted fault
     still fails the stream first."""
-    function = _FFI.cast("void (*)(void *)", fn_address)
+    function = _function(fn_address)
     args = _FFI.cast("void *", args_address)
     device._check_stream(stream)
     _check_host_func_allowed(device, stream)
@@ -70,4 +71,13 @@ def host_func_c(device: SimDevice, stream: SimStream, fn_address: int, args_addr
 
         stream.host_thread()
         device.submit_task(stream, Task(HOST_FUNC, "host_func_c", fail))
-    device.submit_task(stream, Task(HOST_FUNC, "host_func_c", lambda: function(args), native=True))
+    # Made like sync_task (every run's completion makes one): the constructor costs twice as much.
+    task = bare_task(HOST_FUNC, "host_func_c")
+    task.run, task.native = functools.partial(function, args), True
+    device.submit_task(stream, task)
+
+
+@functools.lru_cache(maxsize=64)
+def _function(fn_address: int) -> Any:
+    """The C function at ``fn_address``, cast once (a program calls the same one every run)."""
+    return _FFI.cast("void (*)(void *)", fn_address)

@@ -221,6 +221,18 @@ class SimStream:
 
     def step(self, task: Task) -> None:
         """Run one task: a queue entry on this stream's worker, or one task of the adopted entry."""
+        backend = self.backend
+        if (task.kind in _WORK and backend.recorder is None and not backend.faults.planted
+                and not backend.engines.timing and self._current_index > self._discard_upto):
+            # The common case, what _execute and _run_work do for it without their two calls:
+            # a kernel or copy with no trace, fault or timing model, not interrupted.  Every
+            # launch of every run passes here, a replayed model's included.
+            self.executed += 1
+            try:
+                task.run()  # type: ignore[misc]
+            except BaseException as exc:  # noqa: BLE001 - as _run_work: the stream's failure, never the worker's
+                self._work_failed(task, exc)
+            return
         try:
             self._execute(task)
         except BaseException as exc:  # noqa: BLE001 - never let the worker die: the stream would hang
@@ -462,9 +474,17 @@ class SimStream:
                 backend.execute(task)
             else:  # what execute does without the timing model, one call sooner (every kernel runs here)
                 task.run()  # type: ignore[misc]
-        except BackendError as error:
-            self._fail(task, error)
         except Exception as exc:  # noqa: BLE001 - a kernel's bug is the stream's fault, as on the device
+            self._work_failed(task, exc)
+
+    def _work_failed(self, task: Task, exc: BaseException) -> None:
+        """A kernel or copy raised: a device error fails the stream as it is, anything else as
+        507015 (a kernel's bug is the stream's fault, as on the device)."""
+        if isinstance(exc, BackendError):
+            self._fail(task, exc)
+        elif isinstance(exc, Exception):
             failure = error_from_code(507015, f"{task.kind} {task.name} raised {exc!r}")
             failure.__cause__ = exc
             self._fail(task, failure)
+        else:  # KeyboardInterrupt, SystemExit: as step() reports anything that escapes a task
+            self._fail(task, error_from_code(507000, f"simulator bug in {task.kind} task: {exc!r}"))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import BackendError, error_from_code
 from ..protocol import sync_streams
-from .stream import RECORD, WAIT, FailureMode, Task
+from .stream import RECORD, WAIT, FailureMode, sync_task
 
 if TYPE_CHECKING:
     from .core import SimDevice
@@ -132,8 +132,10 @@ def stream_wait_event(device: SimDevice, stream: SimStream, event: SimEvent) -> 
     # The timeout in force when the wait is enqueued goes with it, as the runtime writes it into
     # the wait's task (EventWaitTask, src/runtime/core/src/task/task_info/event/event_task.cc).
     timeout = device.op_wait_timeout * device.engines.time_scale
-    device.submit_task(stream, Task(WAIT, f"wait {event.name}", event=event, generation=event.generation,
-                                    timeout=timeout))
+    task = sync_task(WAIT, f"wait {event.name}", event, event.generation)  # every run's completion makes one
+    if timeout:
+        task.timeout = timeout
+    device.submit_task(stream, task)
 
 
 def device_sync(device: SimDevice, timeout_ms: int = -1) -> None:
@@ -158,8 +160,10 @@ def event_record(device: SimDevice, event: SimEvent, stream: SimStream) -> None:
     stream.check_submittable()
     snapshot = device.sanitizer.snapshot(stream.name) if device.sanitizer else {}
     generation = event.begin_record(snapshot)
-    device.submit_task(stream, Task(RECORD, f"record {event.name}", event=event, generation=generation,
-                                    consumed=stream.consumed))
+    task = sync_task(RECORD, f"record {event.name}", event, generation)  # every run's completion makes one
+    if stream.consumed:
+        task.consumed = stream.consumed
+    device.submit_task(stream, task)
 
 
 def event_reset(device: SimDevice, event: SimEvent, stream: SimStream) -> None:

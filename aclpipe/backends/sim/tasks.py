@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ...errors import error_from_code
+from .callbacks import in_host_function
 from .stream import CONTROL, KERNEL, MEMSET, Task, describe_task
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ def submit_task(device: SimDevice, stream: SimStream, task: Task, reads: Sequenc
     """Enqueue ``task`` on ``stream`` (or add it to the capture or task-group update the stream
     is in), its regions checked by the sanitizer first when it is on."""
     task.writes = writes
-    device.refuse_in_host_function(f"a launch ({describe_task(task)})")
+    if in_host_function():  # the message is made only when it is needed: every task passes here
+        device.refuse_in_host_function(f"a launch ({describe_task(task)})")
     if stream.capture is not None:
         device.captures.add(stream, task, reads, writes, padding)
         return
@@ -60,10 +62,11 @@ def submit_task(device: SimDevice, stream: SimStream, task: Task, reads: Sequenc
     if device.sanitizer is not None:
         clock = device.sanitizer.enqueue(stream.name)
         task.snapshot = clock
-        regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in reads]
-        regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in writes]
-        device.sanitizer.access_all(regions, actor=stream.name, clock=clock, what=describe_task(task),
-                                    padding=padding)
+        if reads or writes or padding:  # a record, wait or host function touches no memory
+            regions = [(allocation, address, nbytes, False) for allocation, address, nbytes in reads]
+            regions += [(allocation, address, nbytes, True) for allocation, address, nbytes in writes]
+            device.sanitizer.access_all(regions, actor=stream.name, clock=clock, what=describe_task(task),
+                                        padding=padding)
     stream.submit(task)
 
 

@@ -10,6 +10,7 @@ from sim_kernels import kernel
 import aclpipe
 from aclpipe import BackendError, DeviceFault
 from aclpipe.backends.sim.engines import Cost
+from aclpipe.errors import error_from_code
 from aclpipe.testing import latch
 
 
@@ -163,3 +164,35 @@ def test_a_kernel_that_raises_becomes_an_ai_core_exception(device):
     with pytest.raises(DeviceFault, match="ZeroDivisionError") as caught:
         stream.sync()
     assert caught.value.code == 507015
+
+
+def test_a_kernel_that_raises_a_device_error_fails_its_stream_with_that_error(device):
+    stream, ran = device.create_stream(), []
+
+    def fail():
+        raise error_from_code(507035, "the kernel's own device error")
+
+    device.backend.launch_kernel(stream.handle, "fail", fail, cost=Cost())
+    device.backend.launch_kernel(stream.handle, "after", lambda: ran.append("after"), cost=Cost())
+    with pytest.raises(BackendError, match="the kernel's own device error") as caught:
+        stream.sync()
+    assert caught.value.code == 507035 and caught.value.context["task"] == "fail"
+    assert ran == ["after"]  # continue on failure: the stream went on
+
+
+def test_a_kernel_escaping_with_a_base_exception_fails_its_stream_not_its_worker(device):
+    stream, ran = device.create_stream(), []
+
+    class Escape(BaseException):
+        pass
+
+    def escape():
+        raise Escape()
+
+    device.backend.launch_kernel(stream.handle, "escape", escape, cost=Cost())
+    device.backend.launch_kernel(stream.handle, "after", lambda: ran.append("after"), cost=Cost())
+    with pytest.raises(BackendError, match="Escape") as caught:
+        stream.sync()
+    assert caught.value.code == 507000
+    assert ran == ["after"]  # the worker lived on
+    stream.sync()
