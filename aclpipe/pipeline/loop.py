@@ -253,9 +253,8 @@ class LoopRunner:
                 source = self._desc(arena, self.body.plan.outputs[self.region.condition])
                 assert source is not None
                 # One per flag buffer: a block's read may still be in flight while the next is enqueued.
-                arena.read_condition = [LaunchTable(self.device.backend, [LaunchRecord(
-                    _COPY, stream, None, None, 0, 0, flag.address, source.data_address, 1, _D2H, self._context)])
-                    for flag in self.flags]
+                arena.read_condition = [LaunchTable(self.device.backend, [
+                    _copy(stream, flag.address, source.data_address, 1, self._context, _D2H)]) for flag in self.flags]
         self._build_scan_tables(stream)
 
     def _iteration_segments(self, arena: _Arena, other: _Arena, stream: Any) -> list[LaunchTable | LoopRunner]:
@@ -287,10 +286,7 @@ class LoopRunner:
                 segments.append(LoopRunner(nested, [self._desc(arena, v) for v in node.inputs],
                                            [self._desc(arena, v) for v in node.outputs], self.stream, self.lane))
                 continue
-            executor = next(executors)
-            size = executor.workspace_size
-            records.append(LaunchRecord(_KERNEL, stream, None, executor.handle, workspace if size else 0,
-                                        size, 0, 0, 0, _D2D, {"node": node.name, "op": node.op}))
+            records.append(_kernel(stream, next(executors), workspace, {"node": node.name, "op": node.op}))
         if records:
             segments.append(LaunchTable(self.device.backend, records))
         return segments
@@ -352,7 +348,7 @@ class LoopRunner:
         return before, after
 
     def _kernel(self, stream: Any, executor: Executor) -> LaunchRecord:
-        return LaunchRecord(_KERNEL, stream, None, executor.handle, 0, 0, 0, 0, 0, _D2D, self._context)
+        return _kernel(stream, executor, 0, self._context)
 
     # -- capture ---------------------------------------------------------------------------------
     @property
@@ -625,10 +621,8 @@ class _WholeLoop:
         return executor
 
     def _kernel(self, stream: Any, executor: Executor) -> LaunchRecord:
-        size = executor.workspace_size
-        workspace = self.workspace.address if size and self.workspace is not None else 0
-        return LaunchRecord(_KERNEL, stream, None, executor.handle, workspace, size, 0, 0, 0, _D2D,
-                            self.runner._context)
+        return _kernel(stream, executor, self.workspace.address if self.workspace is not None else 0,
+                       self.runner._context)
 
     def _condition(self, stream: Any, condition: int) -> list[LaunchRecord]:
         """The WHILE condition from the running flag in the first arena: ``flag * runs left``."""
@@ -696,8 +690,16 @@ class _WholeLoop:
         self.buffers.clear()
 
 
-def _copy(stream: Any, dst: int, src: int, nbytes: int, context: Mapping[str, Any]) -> LaunchRecord:
-    return LaunchRecord(_COPY, stream, None, None, 0, 0, dst, src, nbytes, _D2D, context)
+def _copy(stream: Any, dst: int, src: int, nbytes: int, context: Mapping[str, Any],
+          kind: MemcpyKind = _D2D) -> LaunchRecord:
+    return LaunchRecord(_COPY, stream, None, None, 0, 0, dst, src, nbytes, kind, context)
+
+
+def _kernel(stream: Any, executor: Executor, workspace: int, context: Mapping[str, Any]) -> LaunchRecord:
+    """A launch of ``executor``, given the shared ``workspace`` address where it asks for one."""
+    size = executor.workspace_size
+    return LaunchRecord(_KERNEL, stream, None, executor.handle, workspace if size else 0, size, 0, 0, 0, _D2D,
+                        context)
 
 
 def _slice(stacked: TensorDesc, axis: int, index: int) -> TensorDesc:
