@@ -1,4 +1,5 @@
-"""Fixtures: the fake CANN (tests/fake_cann) built once per session, and devices opened on it.
+"""Fixtures: the fake CANN (tests/fake_cann) built once per session, devices opened on it, and
+what the declarations checks compile with (a C++ compiler, the real CANN headers).
 
 Two builds: one whose runtime exports ``aclrtLaunchHostFunc`` and one without it, which makes
 the binding fall back to ``aclrtLaunchCallback`` and its report thread.  The fake is only ever
@@ -8,6 +9,8 @@ loaded here, through ``ACLPIPE_ASCEND_LIB`` set per test.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,16 +22,60 @@ from cffi import FFI
 import aclpipe
 from aclpipe.runtime import Device
 
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "fake_cann" / "build.py"
+FAKE_DIR = Path(__file__).resolve().parents[2] / "fake_cann"
 VARIANTS = ("launch_host_func", "callback")
 
 
-def _build_module() -> Any:
-    spec = importlib.util.spec_from_file_location("fake_cann_build", BUILD_SCRIPT)
+def load_fake_module(name: str) -> Any:
+    """``tests/fake_cann/{name}.py`` (``build``, ``declarations``): not a package, loaded by path."""
+    spec = importlib.util.spec_from_file_location(f"fake_cann_{name}", FAKE_DIR / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _build_module() -> Any:
+    return load_fake_module("build")
+
+
+@pytest.fixture(scope="session")
+def fake_build() -> Any:
+    """The fake CANN's build script (``build_fake_cann``, ``find_compiler``)."""
+    return _build_module()
+
+
+@pytest.fixture(scope="session")
+def fake_declarations() -> Any:
+    """The declarations check's helpers (``tests/fake_cann/declarations.py``)."""
+    return load_fake_module("declarations")
+
+
+@pytest.fixture(scope="session")
+def compiler() -> str:
+    """A C++ compiler for the declarations checks (``CXX``, else c++, g++, clang++), or skip."""
+    found = next((path for name in (os.environ.get("CXX", ""), "c++", "g++", "clang++")
+                  if name and (path := shutil.which(name))), None)
+    if found is None:
+        pytest.skip("no C++ compiler to check the declarations with (set CXX or install g++)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def headers(fake_declarations: Any) -> Path:
+    """The real CANN headers: ``$ASCEND_TOOLKIT_HOME/include``, else the torch-npu wheel's in a
+    cache (downloaded only with ``ACLPIPE_FETCH_CANN_HEADERS=1``), or skip saying why."""
+    toolkit = fake_declarations.headers_from_toolkit()
+    if toolkit is not None:
+        return Path(toolkit)
+    cache = Path(os.environ.get("ACLPIPE_CANN_HEADERS_CACHE", Path.home() / ".cache" / "aclpipe" / "cann-headers"))
+    download = os.environ.get("ACLPIPE_FETCH_CANN_HEADERS") == "1"
+    found = fake_declarations.headers_from_wheel(cache, download=download)
+    if found is None:
+        pytest.skip(f"no CANN headers: set ASCEND_TOOLKIT_HOME, or ACLPIPE_FETCH_CANN_HEADERS=1 to fetch the "
+                    f"{fake_declarations.TORCH_NPU} wheel's into {cache}"
+                    + (" (the download failed)" if download else ""))
+    return Path(found)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ a loop whose exit is computed on the device giving what ``sim`` gives on both pa
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from aclpipe.errors import BackendError
 from aclpipe.runtime import Device
 from aclpipe.tensor import TensorDesc
 
-FAKE_DIR = Path(__file__).resolve().parents[2] / "fake_cann"
 FLOAT, BOOL, INT64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
 
 
@@ -98,14 +96,6 @@ def test_products_without_it_leave_the_capability_off(name: str, monkeypatch: py
         device.close()
 
 
-def _build() -> Any:
-    spec = importlib.util.spec_from_file_location("fake_cann_build", FAKE_DIR / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _countdown_model(trips: int = 40) -> Any:
     """h <- tanh(h @ w + x) while k, counted down from an input, stays above 0: an exit the device computes."""
     rng = np.random.default_rng(5)
@@ -138,9 +128,9 @@ async def _run_all(device: aclpipe.Device, feeds: list[dict[str, np.ndarray]]) -
 
 @pytest.mark.parametrize("conditional", [True, False], ids=["while-task", "no-cond-symbols"])
 def test_a_device_exit_loop_gives_what_sim_gives(conditional: bool, fake_cann: dict[str, Path], tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch):
-    directory = fake_cann["launch_host_func"] if conditional else _build().build_fake_cann(tmp_path / "old",
-                                                                                            conditional=False)
+                                                 monkeypatch: pytest.MonkeyPatch, fake_build: Any):
+    directory = fake_cann["launch_host_func"] if conditional else fake_build.build_fake_cann(tmp_path / "old",
+                                                                                              conditional=False)
     monkeypatch.setenv("ACLPIPE_ASCEND_LIB", str(directory))
     rng = np.random.default_rng(2)
     feeds = [{"x": rng.standard_normal((4, 8)).astype(np.float32), "h0": rng.standard_normal((4, 8)).astype(np.float32),
@@ -160,14 +150,6 @@ def test_a_device_exit_loop_gives_what_sim_gives(conditional: bool, fake_cann: d
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"fake_cann_{name}", FAKE_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def cond_check(declarations: Any, compiler: str, include: Path, workdir: Path) -> Any:
     """Compile the binding's aclmdlRICond* declarations against ``include``'s acl_rt.h."""
     from aclpipe.backends.ascend import cdefs
@@ -184,21 +166,9 @@ def cond_check(declarations: Any, compiler: str, include: Path, workdir: Path) -
     return declarations.run_check(compiler, include, source, workdir)
 
 
-def test_the_cond_declarations_match_the_header_or_say_why_not(tmp_path: Path):
-    import os
-    import shutil
-
-    declarations = _load("declarations")
-    compiler = next((path for name in (os.environ.get("CXX", ""), "c++", "g++", "clang++")
-                     if name and (path := shutil.which(name))), None)
-    if compiler is None:
-        pytest.skip("no C++ compiler to check the declarations with (set CXX or install g++)")
-    include = declarations.headers_from_toolkit()
-    if include is None:
-        cache = Path(os.environ.get("ACLPIPE_CANN_HEADERS_CACHE", Path.home() / ".cache" / "aclpipe" / "cann-headers"))
-        include = declarations.headers_from_wheel(cache, download=os.environ.get("ACLPIPE_FETCH_CANN_HEADERS") == "1")
-    if include is None:
-        pytest.skip("no CANN headers: set ASCEND_TOOLKIT_HOME, or ACLPIPE_FETCH_CANN_HEADERS=1")
+def test_the_cond_declarations_match_the_header_or_say_why_not(compiler: str, headers: Path, fake_declarations: Any,
+                                                                tmp_path: Path):
+    declarations, include = fake_declarations, headers
     if not declarations.has_cond_declarations(include):
         pytest.skip(f"{include}'s acl/acl_rt.h has no aclmdlRICondHandleCreate (a CANN before conditional tasks): "
                     "the binding resolves aclmdlRICond* only where they exist")

@@ -12,12 +12,8 @@ compiler or headers the tests skip and say why.
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from aclpipe.backends.ascend import cdefs
 from aclpipe.errors import CODE_TABLE
@@ -34,29 +30,6 @@ def _module() -> Any:
 
 
 declarations = _module()
-
-
-@pytest.fixture(scope="module")
-def compiler() -> str:
-    found = next((path for name in (os.environ.get("CXX", ""), "c++", "g++", "clang++")
-                  if name and (path := shutil.which(name))), None)
-    if found is None:
-        pytest.skip("no C++ compiler to check the declarations with (set CXX or install g++)")
-    return found
-
-
-@pytest.fixture(scope="module")
-def headers() -> Path:
-    toolkit = declarations.headers_from_toolkit()
-    if toolkit is not None:
-        return toolkit
-    cache = Path(os.environ.get("ACLPIPE_CANN_HEADERS_CACHE", Path.home() / ".cache" / "aclpipe" / "cann-headers"))
-    download = os.environ.get("ACLPIPE_FETCH_CANN_HEADERS") == "1"
-    found = declarations.headers_from_wheel(cache, download=download)
-    if found is None:
-        pytest.skip(f"no CANN headers: set ASCEND_TOOLKIT_HOME, or ACLPIPE_FETCH_CANN_HEADERS=1 to fetch the "
-                    f"{declarations.TORCH_NPU} wheel's into {cache}" + (" (the download failed)" if download else ""))
-    return found
 
 
 def _binding_functions() -> list[tuple[str, str, str]]:

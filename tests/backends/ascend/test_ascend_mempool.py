@@ -3,9 +3,6 @@ against the real ``acl_rt_memory_soma.h`` when the headers can be had."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,15 +19,6 @@ from aclpipe.runtime import Device
 from aclpipe.runtime.workspaces import make_workspace_strategy
 
 MB2 = 2 << 20
-FAKE_DIR = Path(__file__).resolve().parents[2] / "fake_cann"
-
-
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"fake_cann_{name}", FAKE_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -101,8 +89,9 @@ def test_products_without_it_refuse_with_207000(product: Device):
     assert strategy.value.code == 207000 and "'pool'" in str(strategy.value)
 
 
-def test_a_cann_without_the_symbols_loads_with_the_capability_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    build = _load("build")
+def test_a_cann_without_the_symbols_loads_with_the_capability_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   fake_build: Any):
+    build = fake_build
     if build.find_compiler() is None:
         pytest.skip("no C compiler to build the fake CANN")
     monkeypatch.setenv("ACLPIPE_ASCEND_LIB", str(build.build_fake_cann(tmp_path / "old", mem_pool=False)))
@@ -130,18 +119,9 @@ def test_a_pipeline_takes_its_workspaces_stream_ordered(ascend: Device):
 
 
 # -- declarations: acl_rt_memory_soma.h -------------------------------------------------------------
-def test_the_mempool_declarations_match_the_header_or_say_why_not(tmp_path: Path):
-    declarations = _load("declarations")
-    compiler = next((path for name in (os.environ.get("CXX", ""), "c++", "g++", "clang++")
-                     if name and (path := shutil.which(name))), None)
-    if compiler is None:
-        pytest.skip("no C++ compiler to check the declarations with (set CXX or install g++)")
-    include = declarations.headers_from_toolkit()
-    if include is None:
-        cache = Path(os.environ.get("ACLPIPE_CANN_HEADERS_CACHE", Path.home() / ".cache" / "aclpipe" / "cann-headers"))
-        include = declarations.headers_from_wheel(cache, download=os.environ.get("ACLPIPE_FETCH_CANN_HEADERS") == "1")
-    if include is None:
-        pytest.skip("no CANN headers: set ASCEND_TOOLKIT_HOME, or ACLPIPE_FETCH_CANN_HEADERS=1")
+def test_the_mempool_declarations_match_the_header_or_say_why_not(compiler: str, headers: Path,
+                                                                   fake_declarations: Any, tmp_path: Path):
+    declarations, include = fake_declarations, headers
     if not declarations.has_mempool_header(include):
         pytest.skip(f"{include} has no acl/acl_rt_memory_soma.h (a CANN before the stream-ordered allocator): "
                     "the binding resolves aclrtMemPool* only where they exist")
