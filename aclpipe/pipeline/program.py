@@ -50,7 +50,7 @@ from ..runtime.launches import LaunchTable, enqueue_records
 from ..runtime.workspaces import NO_WORKSPACE, Workspace
 from ..tensor import TensorDesc
 from .loop import LoopBody, LoopRunner, region_models
-from .segments import Segments, loop_events, segment_streams
+from .segments import Segments, loop_events, segment_streams, split_steps
 
 if TYPE_CHECKING:
     from ..runtime import Device, DeviceBuffer, Event, HostBuffer, Stream
@@ -406,32 +406,25 @@ class Program:
         if self.has_loops:
             self._build_segments(slot, pinned)
             return
-        records: list[LaunchRecord] = []
-        for step in slot.steps:
-            workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
-            records.extend(self._records(step, step.executor, workspace))
-        slot.body = LaunchTable(backend, records)
+        slot.body = self._table(slot.steps, pinned)
+
+    def _table(self, steps: Sequence[Step], pinned: Mapping[Stream, Workspace]) -> LaunchTable:
+        """A launch table of ``steps`` with their streams' pinned workspaces."""
+        records = [record for step in steps for record in self._pinned_records(step, pinned)]
+        return LaunchTable(self.device.backend, records)
+
+    def _pinned_records(self, step: Step, pinned: Mapping[Stream, Workspace]) -> list[LaunchRecord]:
+        """``step``'s launch records with its stream's pinned workspace, where it needs one."""
+        workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
+        return self._records(step, step.executor, workspace)
 
     def _build_segments(self, slot: Slot, pinned: Mapping[Stream, Workspace]) -> None:
         """The slot's launches as tables cut around its Loop steps, which run in between."""
-        backend = self.device.backend
         for segment in slot.segments or ():
             if isinstance(segment, LaunchTable):
                 segment.close()
-        segments: list[LaunchTable | Step] = []
-        records: list[LaunchRecord] = []
-        for step in slot.steps:
-            if step.region is None:
-                workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
-                records.extend(self._records(step, step.executor, workspace))
-                continue
-            if records:
-                segments.append(LaunchTable(backend, records))
-                records = []
-            segments.append(step)
-        if records:
-            segments.append(LaunchTable(backend, records))
-        slot.segments = segments
+        slot.segments = [self._table(part, pinned) if isinstance(part, list) else part
+                         for part in split_steps(slot.steps)]
 
     def _pin_per_slot(self, workspaces: WorkspaceStrategy) -> bool:
         """Give every slot workspaces of its own (see the module doc: captured slots replay at
@@ -563,13 +556,9 @@ class Program:
     def _capture_around(self, slot: Slot, replay_lane: int) -> None:
         pinned = slot.pinned if slot.pinned is not None else self.pinned
         assert pinned is not None
-
-        def records_of(step: Step) -> list[LaunchRecord]:
-            workspace = pinned[self.streams[step.lane]].address if step.workspace_size else 0
-            return self._records(step, step.executor, workspace)
-
         self._build_tables(slot)  # the fallback, with the slot's own workspaces
-        slot.around = Segments.capture(self.device, self.streams, replay_lane, slot.steps, records_of)
+        slot.around = Segments.capture(self.device, self.streams, replay_lane, slot.steps,
+                                       lambda step: self._pinned_records(step, pinned))
         slot.replay_lane = replay_lane
         slot.joined = slot.done if slot.done is not None else self.device.create_event()
 
